@@ -1,0 +1,299 @@
+//! `/api/admin/groups` and `/api/admin/grants` — groups, memberships and resource grants.
+
+use std::sync::Arc;
+
+use poem_openapi::param::{Path, Query};
+use poem_openapi::payload::Json;
+use poem_openapi::types::MaybeUndefined;
+use poem_openapi::{ApiResponse, Object, OpenApi};
+
+use super::{ApiError, ApiResult, BearerAuth, NoContent, Tag};
+use crate::admin;
+use crate::state::AppState;
+use crate::store::groups::{Grant, Group, Member};
+
+pub struct AccessApi {
+    pub state: Arc<AppState>,
+}
+
+/// A group with its counts.
+#[derive(Object)]
+struct GroupInfo {
+    /// Group id.
+    id: String,
+    /// Unique name.
+    name: String,
+    /// Free text.
+    description: Option<String>,
+    /// System groups cannot be renamed or deleted.
+    is_system: bool,
+    /// Creation time.
+    created_at: Option<String>,
+    /// Creator.
+    created_by: Option<String>,
+    /// Number of members.
+    member_count: i64,
+    /// Number of grants.
+    grant_count: i64,
+}
+
+/// A new group.
+#[derive(Object)]
+struct CreateGroup {
+    /// Unique name.
+    #[oai(validator(min_length = 1, max_length = 200))]
+    name: String,
+    /// Free text.
+    description: Option<String>,
+}
+
+/// Changes to a group.
+#[derive(Object)]
+struct UpdateGroup {
+    /// New name (not for system groups).
+    name: Option<String>,
+    /// New description (null clears it).
+    description: MaybeUndefined<String>,
+}
+
+/// A group member.
+#[derive(Object)]
+struct MemberInfo {
+    /// User id.
+    user_id: String,
+    /// E-mail.
+    email: Option<String>,
+    /// Name.
+    name: Option<String>,
+    /// How the membership was made.
+    source: String,
+    /// When.
+    added_at: Option<String>,
+    /// By whom.
+    added_by: Option<String>,
+}
+
+impl From<Member> for MemberInfo {
+    fn from(m: Member) -> Self {
+        Self { user_id: m.user_id, email: m.email, name: m.name, source: m.source, added_at: m.added_at, added_by: m.added_by }
+    }
+}
+
+/// A user to add to a group.
+#[derive(Object)]
+struct AddMember {
+    /// The user's e-mail.
+    email: String,
+}
+
+/// A resource grant.
+#[derive(Object)]
+struct GrantInfo {
+    /// Grant id.
+    id: String,
+    /// Group holding it.
+    group_id: String,
+    /// The group's name.
+    group_name: Option<String>,
+    /// `table`.
+    resource_type: String,
+    /// The table id.
+    resource_id: String,
+    /// When.
+    assigned_at: Option<String>,
+    /// By whom.
+    assigned_by: Option<String>,
+}
+
+impl From<Grant> for GrantInfo {
+    fn from(g: Grant) -> Self {
+        Self {
+            id: g.id,
+            group_id: g.group_id,
+            group_name: g.group_name,
+            resource_type: g.resource_type,
+            resource_id: g.resource_id,
+            assigned_at: g.assigned_at,
+            assigned_by: g.assigned_by,
+        }
+    }
+}
+
+/// A new grant.
+#[derive(Object)]
+struct CreateGrant {
+    /// The group receiving access.
+    group_id: String,
+    /// `table`.
+    #[oai(default = "default_resource_type")]
+    resource_type: String,
+    /// The table id.
+    #[oai(validator(min_length = 1, max_length = 256))]
+    resource_id: String,
+}
+
+fn default_resource_type() -> String {
+    "table".into()
+}
+
+#[derive(ApiResponse)]
+enum CreatedGroup {
+    /// Created.
+    #[oai(status = 201)]
+    Created(Json<GroupInfo>),
+}
+
+#[derive(ApiResponse)]
+enum CreatedMember {
+    /// Added.
+    #[oai(status = 201)]
+    Created(Json<MemberInfo>),
+}
+
+#[derive(ApiResponse)]
+enum CreatedGrant {
+    /// Created.
+    #[oai(status = 201)]
+    Created(Json<GrantInfo>),
+}
+
+impl AccessApi {
+    async fn group(&self, id: &str) -> ApiResult<Group> {
+        self.state.store.group_by_id(id).await?.ok_or_else(|| ApiError::not_found("Group not found"))
+    }
+
+    async fn info(&self, g: Group) -> ApiResult<GroupInfo> {
+        Ok(GroupInfo {
+            member_count: self.state.store.count_members(&g.id).await?,
+            grant_count: self.state.store.count_grants(&g.id).await?,
+            id: g.id,
+            name: g.name,
+            description: g.description,
+            is_system: g.is_system,
+            created_at: g.created_at,
+            created_by: g.created_by,
+        })
+    }
+}
+
+#[OpenApi(prefix_path = "/api/admin", tag = "Tag::Access")]
+impl AccessApi {
+    /// Every group, system groups first.
+    #[oai(path = "/groups", method = "get")]
+    async fn list_groups(&self, auth: BearerAuth) -> ApiResult<Json<Vec<GroupInfo>>> {
+        auth.admin()?;
+        let mut out = Vec::new();
+        for g in self.state.store.list_groups().await? {
+            out.push(self.info(g).await?);
+        }
+        Ok(Json(out))
+    }
+
+    /// Creates a group.
+    #[oai(path = "/groups", method = "post")]
+    async fn create_group(&self, auth: BearerAuth, body: Json<CreateGroup>) -> ApiResult<CreatedGroup> {
+        let c = auth.admin()?;
+        let g = admin::create_group(&self.state, &c.actor, &body.name, body.description.as_deref()).await?;
+        Ok(CreatedGroup::Created(Json(self.info(g).await?)))
+    }
+
+    /// One group.
+    #[oai(path = "/groups/:id", method = "get")]
+    async fn get_group(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<Json<GroupInfo>> {
+        auth.admin()?;
+        let g = self.group(&id).await?;
+        Ok(Json(self.info(g).await?))
+    }
+
+    /// Renames a group or edits its description.
+    #[oai(path = "/groups/:id", method = "patch")]
+    async fn update_group(&self, auth: BearerAuth, id: Path<String>, body: Json<UpdateGroup>) -> ApiResult<Json<GroupInfo>> {
+        let c = auth.admin()?;
+        let g = self.group(&id).await?;
+        let description = match &body.description {
+            MaybeUndefined::Undefined => None,
+            MaybeUndefined::Null => Some(None),
+            MaybeUndefined::Value(d) => Some(Some(d.as_str())),
+        };
+        admin::update_group(&self.state, &c.actor, &g, body.name.as_deref(), description).await?;
+        Ok(Json(self.info(self.group(&id).await?).await?))
+    }
+
+    /// Deletes a custom group with its memberships and grants.
+    #[oai(path = "/groups/:id", method = "delete")]
+    async fn delete_group(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<NoContent> {
+        let c = auth.admin()?;
+        let g = self.group(&id).await?;
+        admin::delete_group(&self.state, &c.actor, &g).await?;
+        Ok(NoContent::Done)
+    }
+
+    /// Members of a group.
+    #[oai(path = "/groups/:id/members", method = "get")]
+    async fn members(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<Json<Vec<MemberInfo>>> {
+        auth.admin()?;
+        let g = self.group(&id).await?;
+        let members = self.state.store.members(&g.id).await?;
+        Ok(Json(members.into_iter().map(MemberInfo::from).collect()))
+    }
+
+    /// Adds a user (by e-mail) to a group.
+    #[oai(path = "/groups/:id/members", method = "post")]
+    async fn add_member(&self, auth: BearerAuth, id: Path<String>, body: Json<AddMember>) -> ApiResult<CreatedMember> {
+        let c = auth.admin()?;
+        let g = self.group(&id).await?;
+        let u = self
+            .state
+            .store
+            .user_by_email(&body.email)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("User '{}' not found", body.email)))?;
+        if !admin::add_member(&self.state, &c.actor, &g, &u).await? {
+            return Err(ApiError::conflict("User already a member"));
+        }
+        let m = self.state.store.members(&g.id).await?.into_iter().find(|m| m.user_id == u.id);
+        let m = m.ok_or_else(|| ApiError::internal("membership vanished after insert"))?;
+        Ok(CreatedMember::Created(Json(m.into())))
+    }
+
+    /// Removes a user from a group (the last active admin stays).
+    #[oai(path = "/groups/:id/members/:user_id", method = "delete")]
+    async fn remove_member(&self, auth: BearerAuth, id: Path<String>, user_id: Path<String>) -> ApiResult<NoContent> {
+        let c = auth.admin()?;
+        let g = self.group(&id).await?;
+        let u = self.state.store.user_by_id(&user_id).await?.ok_or_else(|| ApiError::not_found("User not found"))?;
+        admin::remove_member(&self.state, &c.actor, &g, &u).await?;
+        Ok(NoContent::Done)
+    }
+
+    /// Grants, optionally filtered.
+    #[oai(path = "/grants", method = "get")]
+    async fn list_grants(
+        &self,
+        auth: BearerAuth,
+        group_id: Query<Option<String>>,
+        resource_type: Query<Option<String>>,
+    ) -> ApiResult<Json<Vec<GrantInfo>>> {
+        auth.admin()?;
+        let grants = self.state.store.list_grants(group_id.as_deref(), resource_type.as_deref()).await?;
+        Ok(Json(grants.into_iter().map(GrantInfo::from).collect()))
+    }
+
+    /// Grants a table to a group.
+    #[oai(path = "/grants", method = "post")]
+    async fn create_grant(&self, auth: BearerAuth, body: Json<CreateGrant>) -> ApiResult<CreatedGrant> {
+        let c = auth.admin()?;
+        let g = self.group(&body.group_id).await?;
+        let grant = admin::create_grant(&self.state, &c.actor, &g, &body.resource_type, &body.resource_id).await?;
+        Ok(CreatedGrant::Created(Json(grant.into())))
+    }
+
+    /// Revokes a grant.
+    #[oai(path = "/grants/:id", method = "delete")]
+    async fn delete_grant(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<NoContent> {
+        let c = auth.admin()?;
+        let grant = self.state.store.grant_by_id(&id).await?.ok_or_else(|| ApiError::not_found("Grant not found"))?;
+        admin::delete_grant(&self.state, &c.actor, &grant).await?;
+        Ok(NoContent::Done)
+    }
+}

@@ -1,0 +1,96 @@
+//! `POST /auth/token` — e-mail and password to a session token.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use poem::Request;
+use poem_openapi::payload::Json;
+use poem_openapi::{Object, OpenApi};
+
+use super::{ApiError, ApiResult, RequestMeta, Tag};
+use crate::audit::{Actor, Event};
+use crate::auth::password;
+use crate::state::AppState;
+
+pub struct AuthApi {
+    pub state: Arc<AppState>,
+}
+
+/// Login credentials.
+#[derive(Object)]
+struct LoginRequest {
+    /// The account's e-mail (exact match).
+    email: String,
+    /// The account's password.
+    #[oai(validator(max_length = 1024))]
+    password: String,
+}
+
+/// A session token.
+#[derive(Object)]
+struct TokenResponse {
+    /// The bearer token.
+    access_token: String,
+    /// Always `bearer`.
+    token_type: String,
+    /// When the token expires (RFC 3339).
+    expires_at: String,
+    /// The user's id.
+    user_id: String,
+    /// The user's e-mail.
+    email: String,
+    /// Whether the user is an administrator.
+    is_admin: bool,
+}
+
+const BAD_CREDENTIALS: &str = "Invalid email or password";
+
+#[OpenApi]
+impl AuthApi {
+    /// Exchanges e-mail and password for a session token (valid 24 h). Failed attempts are
+    /// limited per client address.
+    #[oai(path = "/auth/token", method = "post", tag = "Tag::Auth")]
+    async fn token(&self, req: &Request, body: Json<LoginRequest>) -> ApiResult<Json<TokenResponse>> {
+        let started = Instant::now();
+        let meta = RequestMeta::of(req);
+        let ip = meta.client_ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+        let limiter = &self.state.login_limiter;
+        if let Err(wait) = limiter.check(ip) {
+            return Err(ApiError::too_many(
+                format!("Too many failed logins from this address; retry in {wait} s"),
+                wait,
+            ));
+        }
+        let user = self.state.store.user_by_email(&body.email).await?;
+        // Verify against a decoy when there is no hash, so timing does not reveal accounts.
+        let hash = user.as_ref().and_then(|u| u.password_hash.as_deref()).unwrap_or(password::decoy());
+        let password_ok = password::verify(&body.password, hash);
+        let mut actor = Actor::anonymous(meta.ip_string(), Some(meta.request_id.clone()));
+        actor.user_id = user.as_ref().map(|u| u.id.clone());
+        let event = Event::new("auth.login").resource(format!("user:{}", body.email));
+        let user = match user {
+            Some(u) if password_ok && u.password_hash.is_some() => u,
+            _ => {
+                limiter.failed(ip);
+                self.state.audit.write(&actor, event.failed(401, BAD_CREDENTIALS).timed(started));
+                return Err(ApiError::unauthorized(BAD_CREDENTIALS));
+            }
+        };
+        if !user.active {
+            self.state.audit.write(&actor, event.failed(401, "Account deactivated").timed(started));
+            return Err(ApiError::unauthorized("Account deactivated"));
+        }
+        limiter.succeeded(ip);
+        let (access_token, expires_at) = self.state.auth.issue_session(&user);
+        let is_admin = self.state.store.is_admin(&user.id).await?;
+        self.state.audit.write(&actor, event.timed(started));
+        Ok(Json(TokenResponse {
+            access_token,
+            token_type: "bearer".into(),
+            expires_at,
+            user_id: user.id,
+            email: user.email,
+            is_admin,
+        }))
+    }
+}

@@ -1,0 +1,58 @@
+//! `GET /api/health` — unauthenticated liveness with versions.
+
+use std::sync::Arc;
+
+use poem_openapi::payload::Json;
+use poem_openapi::{ApiResponse, Object, OpenApi};
+
+use super::{Tag, VERSION};
+use crate::state::AppState;
+use crate::store::CURRENT_SCHEMA_VERSION;
+
+pub struct HealthApi {
+    pub state: Arc<AppState>,
+}
+
+/// Service health.
+#[derive(Object)]
+struct Health {
+    /// `ok`, or `unhealthy` when the store cannot be read or is at another schema version.
+    status: String,
+    /// Server version.
+    version: String,
+    /// Schema version recorded in the store (null when unreachable).
+    schema_version: Option<i64>,
+    /// Schema version this server expects.
+    expected_schema_version: i64,
+}
+
+#[derive(ApiResponse)]
+enum HealthResponse {
+    /// Healthy.
+    #[oai(status = 200)]
+    Ok(Json<Health>),
+    /// The store is unreachable or at an unexpected schema version.
+    #[oai(status = 503)]
+    Unhealthy(Json<Health>),
+}
+
+#[OpenApi]
+impl HealthApi {
+    /// Liveness, server version and schema version. No authentication.
+    #[oai(path = "/api/health", method = "get", tag = "Tag::Health")]
+    async fn health(&self) -> HealthResponse {
+        let schema = self.state.store.schema_version().await.ok();
+        let healthy = schema == Some(CURRENT_SCHEMA_VERSION);
+        let body = Json(Health {
+            status: if healthy { "ok" } else { "unhealthy" }.into(),
+            version: VERSION.into(),
+            schema_version: schema,
+            expected_schema_version: CURRENT_SCHEMA_VERSION,
+        });
+        if healthy {
+            HealthResponse::Ok(body)
+        } else {
+            HealthResponse::Unhealthy(body)
+        }
+    }
+}

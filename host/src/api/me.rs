@@ -1,0 +1,196 @@
+//! `/api/me` and the caller's own personal access tokens (`/api/tokens`).
+
+use std::sync::Arc;
+
+use poem_openapi::param::Path;
+use poem_openapi::payload::Json;
+use poem_openapi::{ApiResponse, Object, OpenApi};
+use serde_json::json;
+
+use super::{ApiError, ApiResult, BearerAuth, NoContent, Tag};
+use crate::audit::Event;
+use crate::auth::jwt::TokenType;
+use crate::auth::MAX_PAT_DAYS;
+use crate::state::AppState;
+use crate::store::groups::Group;
+use crate::store::tokens::PatRow;
+
+pub struct MeApi {
+    pub state: Arc<AppState>,
+}
+
+/// A group as shown to its members.
+#[derive(Object)]
+pub(super) struct GroupRef {
+    /// Group id.
+    id: String,
+    /// Group name.
+    name: String,
+    /// System group (`Admin`, `Everyone`).
+    is_system: bool,
+}
+
+impl From<Group> for GroupRef {
+    fn from(g: Group) -> Self {
+        Self { id: g.id, name: g.name, is_system: g.is_system }
+    }
+}
+
+/// The authenticated caller.
+#[derive(Object)]
+struct Me {
+    /// User id.
+    id: String,
+    /// E-mail.
+    email: String,
+    /// Display name.
+    name: Option<String>,
+    /// Member of the `Admin` group.
+    is_admin: bool,
+    /// The caller's groups, system groups first.
+    groups: Vec<GroupRef>,
+    /// `session` or `pat`.
+    token_type: String,
+}
+
+/// A new personal access token.
+#[derive(Object)]
+struct CreateToken {
+    /// A label to recognise the token by.
+    #[oai(validator(min_length = 1, max_length = 100))]
+    name: String,
+    /// Lifetime in days (1–3650); omit or null for a token that never expires.
+    #[oai(validator(minimum(value = "1"), maximum(value = "3650")))]
+    expires_in_days: Option<i64>,
+}
+
+/// A personal access token as listed (never the token itself).
+#[derive(Object)]
+struct TokenInfo {
+    /// Token id.
+    id: String,
+    /// Label.
+    name: String,
+    /// First characters of the id, to recognise it.
+    prefix: String,
+    /// Creation time.
+    created_at: Option<String>,
+    /// Expiry (null = never).
+    expires_at: Option<String>,
+    /// Last use.
+    last_used_at: Option<String>,
+    /// Revocation time.
+    revoked_at: Option<String>,
+}
+
+impl From<PatRow> for TokenInfo {
+    fn from(r: PatRow) -> Self {
+        Self {
+            id: r.id,
+            name: r.name,
+            prefix: r.prefix,
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            last_used_at: r.last_used_at,
+            revoked_at: r.revoked_at,
+        }
+    }
+}
+
+/// A newly created token: the only time `token` is shown.
+#[derive(Object)]
+struct CreatedToken {
+    /// Token id.
+    id: String,
+    /// Label.
+    name: String,
+    /// Recognisable prefix.
+    prefix: String,
+    /// The token. Store it now; it cannot be shown again.
+    token: String,
+    /// Expiry (null = never).
+    expires_at: Option<String>,
+    /// Creation time.
+    created_at: Option<String>,
+}
+
+#[derive(ApiResponse)]
+enum CreatedTokenResponse {
+    /// Created.
+    #[oai(status = 201)]
+    Created(Json<CreatedToken>),
+}
+
+#[OpenApi]
+impl MeApi {
+    /// The caller, their groups and whether they are an administrator.
+    #[oai(path = "/api/me", method = "get", tag = "Tag::Auth")]
+    async fn me(&self, auth: BearerAuth) -> ApiResult<Json<Me>> {
+        let c = auth.0;
+        let groups = self.state.store.groups_of_user(&c.user.id).await?;
+        Ok(Json(Me {
+            id: c.user.id,
+            email: c.user.email,
+            name: c.user.name,
+            is_admin: c.is_admin,
+            groups: groups.into_iter().map(GroupRef::from).collect(),
+            token_type: match c.token_type {
+                TokenType::Session => "session",
+                TokenType::Pat => "pat",
+            }
+            .into(),
+        }))
+    }
+
+    /// Creates a personal access token for the caller. Requires a session token: a PAT
+    /// cannot mint further PATs.
+    #[oai(path = "/api/tokens", method = "post", tag = "Tag::Auth")]
+    async fn create_token(&self, auth: BearerAuth, body: Json<CreateToken>) -> ApiResult<CreatedTokenResponse> {
+        let c = auth.0;
+        if c.token_type == TokenType::Pat {
+            return Err(ApiError::forbidden(
+                "This endpoint requires an interactive session, not a personal access token",
+            ));
+        }
+        let days = body.expires_in_days.filter(|d| (1..=MAX_PAT_DAYS).contains(d));
+        let (row, token) = self.state.auth.create_pat(&c.user, body.name.trim(), days).await?;
+        self.state.audit.write(
+            &c.actor,
+            Event::new("token.create")
+                .resource(format!("token:{}", row.id))
+                .param("name", row.name.clone())
+                .param("expires_at", json!(row.expires_at)),
+        );
+        Ok(CreatedTokenResponse::Created(Json(CreatedToken {
+            id: row.id,
+            name: row.name,
+            prefix: row.prefix,
+            token,
+            expires_at: row.expires_at,
+            created_at: row.created_at,
+        })))
+    }
+
+    /// The caller's tokens, newest first, revoked ones included.
+    #[oai(path = "/api/tokens", method = "get", tag = "Tag::Auth")]
+    async fn list_tokens(&self, auth: BearerAuth) -> ApiResult<Json<Vec<TokenInfo>>> {
+        let rows = self.state.store.pats_of_user(&auth.0.user.id).await?;
+        Ok(Json(rows.into_iter().map(TokenInfo::from).collect()))
+    }
+
+    /// Revokes one of the caller's tokens.
+    #[oai(path = "/api/tokens/:id", method = "delete", tag = "Tag::Auth")]
+    async fn revoke_token(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<NoContent> {
+        let c = auth.0;
+        let row = self.state.store.pat_by_id(&id).await?;
+        let row = row.filter(|r| r.user_id == c.user.id).ok_or_else(|| ApiError::not_found("Token not found"))?;
+        self.state.store.revoke_pat(&row.id).await?;
+        self.state.audit.write(
+            &c.actor,
+            Event::new("token.revoke")
+                .resource(format!("token:{}", row.id))
+                .before(json!({ "revoked_at": row.revoked_at })),
+        );
+        Ok(NoContent::Done)
+    }
+}

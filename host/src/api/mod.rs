@@ -1,0 +1,219 @@
+//! The HTTP surface: routes, the request pipeline (request id, client address, body limit,
+//! error envelope), bearer authentication, and the OpenAPI document.
+
+mod admin_groups;
+mod admin_users;
+mod auth;
+pub mod error;
+mod health;
+mod me;
+mod registry;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use poem::http::StatusCode;
+use poem::{Endpoint, EndpointExt, IntoResponse, Request, Response, Route};
+use poem_openapi::auth::Bearer;
+use poem_openapi::{OpenApiService, SecurityScheme, Tags};
+
+use crate::state::AppState;
+pub use error::{ApiError, ApiResult};
+
+/// The server's version, reported by `/api/health` and response headers.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The oldest `svc` client this server still speaks to (sent on every `/api/*` response).
+pub const MIN_COMPAT_CLI_VERSION: &str = "0.1.0";
+
+#[derive(Tags)]
+enum Tag {
+    /// Liveness and versions.
+    Health,
+    /// Logging in and personal access tokens.
+    Auth,
+    /// Users (admin).
+    Users,
+    /// Groups, memberships and resource grants (admin).
+    Access,
+    /// The table registry (admin).
+    Registry,
+}
+
+/// An empty success.
+#[derive(poem_openapi::ApiResponse)]
+pub(crate) enum NoContent {
+    /// Done.
+    #[oai(status = 204)]
+    Done,
+}
+
+/// Request context attached by the pipeline before any handler runs.
+#[derive(Debug, Clone)]
+pub struct RequestMeta {
+    /// Sanitized `X-Request-Id`, or a generated one; echoed in the response.
+    pub request_id: String,
+    /// The caller's address.
+    pub client_ip: Option<IpAddr>,
+}
+
+impl RequestMeta {
+    fn of(req: &Request) -> Self {
+        req.extensions().get::<RequestMeta>().cloned().unwrap_or_else(|| RequestMeta {
+            request_id: new_request_id(),
+            client_ip: None,
+        })
+    }
+
+    /// The address as stored in audit rows.
+    pub fn ip_string(&self) -> Option<String> {
+        self.client_ip.map(|ip| ip.to_string())
+    }
+}
+
+/// `Authorization: Bearer <token>` — a session JWT or a personal access token.
+#[derive(SecurityScheme)]
+#[oai(ty = "bearer", bearer_format = "JWT", checker = "check_bearer")]
+pub struct BearerAuth(crate::auth::Caller);
+
+async fn check_bearer(req: &Request, bearer: Bearer) -> poem::Result<crate::auth::Caller> {
+    let state = req.data::<Arc<AppState>>().expect("state is attached to every route");
+    let meta = RequestMeta::of(req);
+    state
+        .auth
+        .resolve(&bearer.token, meta.ip_string(), Some(meta.request_id), false)
+        .await
+        .map_err(|e| match e {
+            crate::auth::ResolveError::Refused(f) => ApiError::unauthorized(f.message()).into(),
+            crate::auth::ResolveError::Store(e) => ApiError::from(e).into(),
+        })
+}
+
+impl BearerAuth {
+    /// The caller, after checking they are an administrator (403 otherwise).
+    fn admin(&self) -> ApiResult<&crate::auth::Caller> {
+        if self.0.is_admin {
+            Ok(&self.0)
+        } else {
+            Err(ApiError::forbidden("Admin access required"))
+        }
+    }
+}
+
+type Apis = (health::HealthApi, auth::AuthApi, me::MeApi, admin_users::UsersApi, admin_groups::AccessApi, registry::RegistryApi);
+
+fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
+    let apis = (
+        health::HealthApi { state: state.clone() },
+        auth::AuthApi { state: state.clone() },
+        me::MeApi { state: state.clone() },
+        admin_users::UsersApi { state: state.clone() },
+        admin_groups::AccessApi { state: state.clone() },
+        registry::RegistryApi { state: state.clone() },
+    );
+    OpenApiService::new(apis, "svc", VERSION)
+        .description("Data access and observability for analysts and their AI agents.")
+}
+
+/// The OpenAPI document (what `svc-server openapi` prints and `/api/openapi.json` serves).
+pub fn openapi_json(state: &Arc<AppState>) -> String {
+    service(state).spec()
+}
+
+/// The complete HTTP application.
+pub fn app(state: Arc<AppState>) -> impl Endpoint<Output = Response> {
+    let svc = service(&state);
+    let spec = svc.spec_endpoint();
+    let docs = svc.swagger_ui();
+    let max_body = state.config.max_body_bytes;
+    let trust_proxy = state.config.trust_proxy;
+    Route::new()
+        .at("/api/openapi.json", spec)
+        .nest("/api/docs", docs)
+        .nest("/", svc)
+        .data(state)
+        .around(move |ep, req| pipeline(ep, req, max_body, trust_proxy))
+}
+
+/// Runs before and after every endpoint: request id, client address, body limit, envelope.
+async fn pipeline<E: Endpoint>(ep: Arc<E>, mut req: Request, max_body: usize, trust_proxy: bool) -> poem::Result<Response> {
+    let request_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| is_sane_request_id(v))
+        .map(str::to_string)
+        .unwrap_or_else(new_request_id);
+    let client_ip = client_ip(&req, trust_proxy);
+    req.extensions_mut().insert(RequestMeta { request_id: request_id.clone(), client_ip });
+    let is_api = req.uri().path().starts_with("/api/");
+
+    let mut resp = match limit_body(&mut req, max_body).await {
+        Err(e) => poem::error::ResponseError::as_response(&e),
+        Ok(()) => match ep.call(req).await {
+            Ok(r) => r.into_response(),
+            Err(e) => error::render(e),
+        },
+    };
+    let h = resp.headers_mut();
+    if let Ok(v) = request_id.parse() {
+        h.insert("x-request-id", v);
+    }
+    if is_api {
+        h.insert("x-svc-version", poem::http::HeaderValue::from_static(VERSION));
+        h.insert("x-min-compat-cli-version", poem::http::HeaderValue::from_static(MIN_COMPAT_CLI_VERSION));
+    }
+    Ok(resp)
+}
+
+/// 413 for bodies over the limit, whether or not they announce their length.
+async fn limit_body(req: &mut Request, max: usize) -> Result<(), ApiError> {
+    let too_large = || ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("Request body exceeds the limit of {max} bytes"));
+    let declared = req
+        .headers()
+        .get(poem::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    match declared {
+        Some(n) if n > max => Err(too_large()),
+        Some(_) => Ok(()),
+        None if req.headers().contains_key(poem::http::header::TRANSFER_ENCODING) => {
+            let body = req.take_body().into_bytes_limit(max).await.map_err(|_| too_large())?;
+            req.set_body(body);
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+fn is_sane_request_id(v: &str) -> bool {
+    (1..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+fn new_request_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// The peer address, or with `trust_proxy` the last `X-Forwarded-For` hop (the one our own
+/// proxy appended; earlier hops are client-controlled).
+fn client_ip(req: &Request, trust_proxy: bool) -> Option<IpAddr> {
+    if trust_proxy {
+        let forwarded = req
+            .headers()
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit(',').next())
+            .and_then(|v| v.trim().parse().ok());
+        if forwarded.is_some() {
+            return forwarded;
+        }
+    }
+    req.remote_addr().as_socket_addr().map(|a| a.ip())
+}
+
+/// Maps a unique-constraint violation to 409 with `message`; other errors to 500.
+pub(crate) fn conflict_on_duplicate(err: sqlx::Error, message: impl Into<String>) -> ApiError {
+    match err.as_database_error() {
+        Some(db) if db.is_unique_violation() => ApiError::conflict(message),
+        _ => ApiError::from(err),
+    }
+}

@@ -1,0 +1,224 @@
+//! `/api/admin/register-table` and `/api/admin/registry` — the table registry.
+
+use std::sync::Arc;
+
+use poem_openapi::param::Path;
+use poem_openapi::payload::Json;
+use poem_openapi::types::MaybeUndefined;
+use poem_openapi::{ApiResponse, Object, OpenApi};
+
+use super::{ApiResult, BearerAuth, NoContent, Tag};
+use crate::registry::{self, Registered};
+use crate::state::AppState;
+use crate::store::registry::{QueryMode, RegistryRow};
+
+pub struct RegistryApi {
+    pub state: Arc<AppState>,
+}
+
+/// A table to register (or to replace, when the id exists).
+#[derive(Object)]
+struct RegisterTable {
+    /// Table id: letters, digits, `_`, `.`, `-`; at most 128 characters.
+    #[oai(validator(pattern = r"^[A-Za-z0-9_.\-]{1,128}$"))]
+    id: String,
+    /// Display name (defaults to the id).
+    name: Option<String>,
+    /// Source kind; one of the server's drivers (`local`, `warehouse`, `integration`, `ticketing`).
+    source_type: String,
+    /// Grouping label; the dataset for warehouse tables.
+    bucket: Option<String>,
+    /// Name at the source (defaults to the id).
+    source_table: Option<String>,
+    /// `local`, `remote` or `materialized`.
+    #[oai(default = "default_mode")]
+    query_mode: QueryMode,
+    /// SQL run at the source; only with `materialized`.
+    source_query: Option<String>,
+    /// `every Nm`, `every Nh` or `daily HH:MM[,HH:MM...]` (UTC).
+    sync_schedule: Option<String>,
+    /// Shown in the catalog.
+    description: Option<String>,
+}
+
+fn default_mode() -> QueryMode {
+    QueryMode::Local
+}
+
+/// Partial change; absent fields stay, `null` clears.
+#[derive(Object)]
+struct UpdateTable {
+    /// Display name.
+    name: Option<String>,
+    /// Source kind.
+    source_type: Option<String>,
+    /// Grouping label.
+    bucket: MaybeUndefined<String>,
+    /// Name at the source.
+    source_table: MaybeUndefined<String>,
+    /// Query mode.
+    query_mode: Option<QueryMode>,
+    /// Materialization SQL.
+    source_query: MaybeUndefined<String>,
+    /// Sync schedule.
+    sync_schedule: MaybeUndefined<String>,
+    /// Description.
+    description: MaybeUndefined<String>,
+}
+
+/// A registered table.
+#[derive(Object)]
+struct TableInfo {
+    /// Table id.
+    id: String,
+    /// Display name.
+    name: String,
+    /// Source kind.
+    source_type: String,
+    /// Grouping label.
+    bucket: Option<String>,
+    /// Name at the source.
+    source_table: Option<String>,
+    /// Query mode.
+    query_mode: QueryMode,
+    /// Materialization SQL.
+    source_query: Option<String>,
+    /// Sync schedule.
+    sync_schedule: Option<String>,
+    /// Description.
+    description: Option<String>,
+    /// First registrant.
+    registered_by: Option<String>,
+    /// Registration time.
+    registered_at: Option<String>,
+    /// Last change.
+    updated_at: Option<String>,
+}
+
+impl From<RegistryRow> for TableInfo {
+    fn from(r: RegistryRow) -> Self {
+        Self {
+            id: r.id,
+            name: r.name,
+            source_type: r.source_type,
+            bucket: r.bucket,
+            source_table: r.source_table,
+            query_mode: r.query_mode,
+            source_query: r.source_query,
+            sync_schedule: r.sync_schedule,
+            description: r.description,
+            registered_by: r.registered_by,
+            registered_at: r.registered_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// The registry.
+#[derive(Object)]
+struct TableList {
+    /// Every registered table, internal ones included.
+    tables: Vec<TableInfo>,
+    /// Number of tables.
+    count: usize,
+}
+
+#[derive(ApiResponse)]
+enum RegisterResponse {
+    /// Registered a new table.
+    #[oai(status = 201)]
+    Created(Json<TableInfo>),
+    /// Updated the existing table with this id.
+    #[oai(status = 200)]
+    Updated(Json<TableInfo>),
+}
+
+fn clear(v: MaybeUndefined<String>, field: &mut Option<String>) {
+    match v {
+        MaybeUndefined::Undefined => {}
+        MaybeUndefined::Null => *field = None,
+        MaybeUndefined::Value(s) => *field = Some(s),
+    }
+}
+
+#[OpenApi(prefix_path = "/api/admin", tag = "Tag::Registry")]
+impl RegistryApi {
+    /// Registers a table; an existing id is updated (upsert).
+    #[oai(path = "/register-table", method = "post")]
+    async fn register(&self, auth: BearerAuth, body: Json<RegisterTable>) -> ApiResult<RegisterResponse> {
+        let c = auth.admin()?;
+        let b = body.0;
+        let row = RegistryRow {
+            name: b.name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| b.id.clone()),
+            id: b.id,
+            source_type: b.source_type,
+            bucket: b.bucket,
+            source_table: b.source_table,
+            query_mode: b.query_mode,
+            source_query: b.source_query,
+            sync_schedule: b.sync_schedule,
+            description: b.description,
+            registered_by: None,
+            registered_at: None,
+            updated_at: None,
+        };
+        let id = row.id.clone();
+        let outcome = registry::register(&self.state, &c.actor, row).await?;
+        let stored = self.state.store.table_by_id(&id).await?.map(TableInfo::from);
+        let stored = stored.ok_or_else(|| super::ApiError::internal("registered row vanished"))?;
+        Ok(match outcome {
+            Registered::Created => RegisterResponse::Created(Json(stored)),
+            Registered::Updated => RegisterResponse::Updated(Json(stored)),
+        })
+    }
+
+    /// Every registered table.
+    #[oai(path = "/registry", method = "get")]
+    async fn list(&self, auth: BearerAuth) -> ApiResult<Json<TableList>> {
+        auth.admin()?;
+        let tables: Vec<TableInfo> = self.state.store.list_tables().await?.into_iter().map(Into::into).collect();
+        Ok(Json(TableList { count: tables.len(), tables }))
+    }
+
+    /// Changes some fields of a registered table.
+    #[oai(path = "/registry/:id", method = "put")]
+    async fn update(
+        &self,
+        auth: BearerAuth,
+        #[oai(validator(pattern = r"^[A-Za-z0-9_.\-]{1,128}$"))] id: Path<String>,
+        body: Json<UpdateTable>,
+    ) -> ApiResult<Json<TableInfo>> {
+        let c = auth.admin()?;
+        let b = body.0;
+        let row = registry::update(&self.state, &c.actor, &id, |r| {
+            if let Some(n) = b.name.filter(|n| !n.trim().is_empty()) {
+                r.name = n;
+            }
+            if let Some(st) = b.source_type {
+                r.source_type = st;
+            }
+            if let Some(m) = b.query_mode {
+                r.query_mode = m;
+            }
+            clear(b.bucket, &mut r.bucket);
+            clear(b.source_table, &mut r.source_table);
+            clear(b.source_query, &mut r.source_query);
+            clear(b.sync_schedule, &mut r.sync_schedule);
+            clear(b.description, &mut r.description);
+        })
+        .await?;
+        Ok(Json(row.into()))
+    }
+
+    /// Removes a table from the registry.
+    #[oai(path = "/registry/:id", method = "delete")]
+    async fn delete(
+        &self,
+        auth: BearerAuth,
+        #[oai(validator(pattern = r"^[A-Za-z0-9_.\-]{1,128}$"))] id: Path<String>,
+    ) -> ApiResult<NoContent> {
+        let c = auth.admin()?;
+        registry::unregister(&self.state, &c.actor, &id).await?;
+        Ok(NoContent::Done)
+    }
+}

@@ -1,0 +1,224 @@
+//! Authentication: bearer tokens (session JWTs and personal access tokens) to a [`Caller`].
+
+pub mod jwt;
+pub mod password;
+pub mod ratelimit;
+
+use chrono::{Duration, Utc};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::audit::{Actor, ClientKind};
+use crate::store::tokens::PatRow;
+use crate::store::users::User;
+use crate::store::{format_ts, new_id, parse_ts, Store};
+use jwt::{Claims, JwtKeys, TokenType};
+
+/// Lifetime of a session token from `POST /auth/token`.
+pub const SESSION_HOURS: i64 = 24;
+/// Longest PAT lifetime accepted.
+pub const MAX_PAT_DAYS: i64 = 3650;
+/// `last_used_at` is written at most this often per token.
+const TOUCH_INTERVAL_SECS: i64 = 60;
+
+/// An authenticated caller, with the request context every audit row needs.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The user.
+    pub user: User,
+    /// Member of the `Admin` group (read per request).
+    pub is_admin: bool,
+    /// Session or PAT.
+    pub token_type: TokenType,
+    /// The PAT's id when `token_type` is `Pat`.
+    pub token_id: Option<String>,
+    /// Audit context (user, client kind, address, request id).
+    pub actor: Actor,
+}
+
+/// Why a bearer token was refused; each maps to a 401 message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// Bad signature, malformed, or expired JWT.
+    InvalidToken,
+    /// The user in `sub` no longer exists.
+    UserNotFound,
+    /// The user is deactivated.
+    Deactivated,
+    /// A PAT with no stored row.
+    TokenUnknown,
+    /// A revoked PAT.
+    TokenRevoked,
+    /// A PAT past its stored expiry.
+    TokenExpired,
+    /// A PAT whose stored hash differs.
+    TokenMismatch,
+}
+
+impl AuthFailure {
+    /// The message shown to the caller.
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::InvalidToken => "Invalid or expired token",
+            Self::UserNotFound => "User not found",
+            Self::Deactivated => "Account deactivated",
+            Self::TokenUnknown => "Token unknown",
+            Self::TokenRevoked => "Token revoked",
+            Self::TokenExpired => "Token expired",
+            Self::TokenMismatch => "Token mismatch",
+        }
+    }
+}
+
+/// Failure to resolve: either the token is bad, or the store is.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The token was refused.
+    #[error("{}", .0.message())]
+    Refused(AuthFailure),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] sqlx::Error),
+}
+
+/// Hex SHA-256 of a token, as stored.
+pub fn token_hash(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// Issues and checks tokens.
+#[derive(Debug, Clone)]
+pub struct Authenticator {
+    keys: JwtKeys,
+    store: Store,
+}
+
+impl Authenticator {
+    /// An authenticator over a store with a signing secret.
+    pub fn new(store: Store, secret: &[u8]) -> Self {
+        Self { keys: JwtKeys::new(secret), store }
+    }
+
+    /// A session token for a user; returns the token and its expiry.
+    pub fn issue_session(&self, user: &User) -> (String, String) {
+        let now = Utc::now();
+        let exp = now + Duration::hours(SESSION_HOURS);
+        let claims = Claims {
+            sub: user.id.clone(),
+            email: user.email.clone(),
+            typ: TokenType::Session,
+            iat: now.timestamp(),
+            exp: Some(exp.timestamp()),
+            jti: uuid::Uuid::new_v4().simple().to_string(),
+        };
+        (self.keys.sign(&claims), format_ts(exp))
+    }
+
+    /// Creates a PAT; returns the stored row and the token, which is shown once.
+    pub async fn create_pat(
+        &self,
+        user: &User,
+        name: &str,
+        days: Option<i64>,
+    ) -> Result<(PatRow, String), sqlx::Error> {
+        let now = Utc::now();
+        let id = new_id();
+        let exp = days.map(|d| now + Duration::days(d));
+        let claims = Claims {
+            sub: user.id.clone(),
+            email: user.email.clone(),
+            typ: TokenType::Pat,
+            iat: now.timestamp(),
+            exp: exp.map(|e| e.timestamp()),
+            jti: id.clone(),
+        };
+        let token = self.keys.sign(&claims);
+        let row = PatRow {
+            prefix: id.replace('-', "")[..8].to_string(),
+            id,
+            user_id: user.id.clone(),
+            name: name.to_string(),
+            token_hash: token_hash(&token),
+            created_at: Some(format_ts(now)),
+            expires_at: exp.map(format_ts),
+            last_used_at: None,
+            last_used_ip: None,
+            revoked_at: None,
+        };
+        self.store.insert_pat(&row).await?;
+        Ok((row, token))
+    }
+
+    /// Resolves a bearer token to a caller. `client_ip` and `request_id` go into the audit
+    /// context; `via_cookie` marks browser sessions.
+    pub async fn resolve(
+        &self,
+        token: &str,
+        client_ip: Option<String>,
+        request_id: Option<String>,
+        via_cookie: bool,
+    ) -> Result<Caller, ResolveError> {
+        let refused = ResolveError::Refused;
+        let claims = self.keys.verify(token).ok_or(refused(AuthFailure::InvalidToken))?;
+        let user = self
+            .store
+            .user_by_id(&claims.sub)
+            .await?
+            .ok_or(refused(AuthFailure::UserNotFound))?;
+        if !user.active {
+            return Err(refused(AuthFailure::Deactivated));
+        }
+        let mut token_id = None;
+        if claims.typ == TokenType::Pat {
+            let row = self
+                .store
+                .pat_by_id(&claims.jti)
+                .await?
+                .ok_or(refused(AuthFailure::TokenUnknown))?;
+            if row.revoked_at.is_some() {
+                return Err(refused(AuthFailure::TokenRevoked));
+            }
+            if row.expires_at.as_deref().and_then(parse_ts).is_some_and(|e| e <= Utc::now()) {
+                return Err(refused(AuthFailure::TokenExpired));
+            }
+            let presented = token_hash(token);
+            if !bool::from(presented.as_bytes().ct_eq(row.token_hash.as_bytes())) || row.user_id != user.id {
+                return Err(refused(AuthFailure::TokenMismatch));
+            }
+            self.touch_if_stale(&row, client_ip.as_deref());
+            token_id = Some(row.id);
+        }
+        let is_admin = self.store.is_admin(&user.id).await?;
+        let client_kind = match (claims.typ, via_cookie) {
+            (TokenType::Pat, _) => ClientKind::Cli,
+            (TokenType::Session, true) => ClientKind::Web,
+            (TokenType::Session, false) => ClientKind::Api,
+        };
+        Ok(Caller {
+            actor: Actor { user_id: Some(user.id.clone()), client_kind, client_ip, correlation_id: request_id },
+            user,
+            is_admin,
+            token_type: claims.typ,
+            token_id,
+        })
+    }
+
+    /// Updates `last_used_at` off the request path, at most once a minute per token.
+    fn touch_if_stale(&self, row: &PatRow, ip: Option<&str>) {
+        let fresh = row
+            .last_used_at
+            .as_deref()
+            .and_then(parse_ts)
+            .is_some_and(|t| (Utc::now() - t).num_seconds() < TOUCH_INTERVAL_SECS);
+        if fresh && row.last_used_ip.as_deref() == ip {
+            return;
+        }
+        let store = self.store.clone();
+        let (id, ip) = (row.id.clone(), ip.map(str::to_string));
+        tokio::spawn(async move {
+            if let Err(err) = store.touch_pat(&id, ip.as_deref()).await {
+                tracing::warn!(token_id = %id, error = %err, "could not record token use");
+            }
+        });
+    }
+}

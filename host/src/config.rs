@@ -1,0 +1,88 @@
+//! Command-line and environment configuration shared by every `svc-server` subcommand.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use crate::store;
+
+/// Where the state lives: the options every subcommand accepts.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoreArgs {
+    /// Data directory (parquet extracts, state, secrets).
+    #[arg(long, env = "SVC_DATA_DIR", default_value = "./data", global = true)]
+    pub data_dir: PathBuf,
+    /// State store URL: `sqlite://PATH` or `postgres://…` [default: SQLite at DATA_DIR/state/svc.db]
+    #[arg(long, env = "SVC_DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+}
+
+impl StoreArgs {
+    /// The store URL in effect.
+    pub fn url(&self) -> String {
+        self.database_url.clone().unwrap_or_else(|| store::default_sqlite_url(&self.data_dir))
+    }
+
+    /// The JWT signing secret: `SVC_JWT_SECRET`, else `DATA_DIR/state/jwt_secret`, generated
+    /// once (mode 0600). Several replicas must share `SVC_JWT_SECRET`.
+    pub fn jwt_secret(&self) -> anyhow::Result<Vec<u8>> {
+        if let Ok(s) = std::env::var("SVC_JWT_SECRET") {
+            if s.len() < 32 {
+                tracing::warn!("SVC_JWT_SECRET is shorter than 32 characters");
+            }
+            return Ok(s.into_bytes());
+        }
+        load_or_create_secret(&self.data_dir.join("state").join("jwt_secret"))
+    }
+}
+
+fn load_or_create_secret(path: &Path) -> anyhow::Result<Vec<u8>> {
+    if let Ok(s) = std::fs::read_to_string(path) {
+        let s = s.trim();
+        if !s.is_empty() {
+            return Ok(s.as_bytes().to_vec());
+        }
+    }
+    let dir = path.parent().context("secret path has no directory")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let secret = hex::encode(rand::random::<[u8; 32]>());
+    // Write to a temporary file created 0600 and rename, so a concurrent start never reads a
+    // half-written secret and the secret is never world-readable, even briefly.
+    let tmp = dir.join(format!(".jwt_secret.{}", std::process::id()));
+    {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        let mut f = opts.open(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        f.write_all(secret.as_bytes())?;
+        f.sync_all()?;
+    }
+    // Another process may have won the race: keep theirs.
+    if path.exists() {
+        let _ = std::fs::remove_file(&tmp);
+        return Ok(std::fs::read_to_string(path)?.trim().as_bytes().to_vec());
+    }
+    std::fs::rename(&tmp, path)?;
+    tracing::info!(path = %path.display(), "generated a JWT signing secret");
+    Ok(secret.into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn secret_is_created_once_with_owner_only_permissions() {
+        let dir = crate::store::testing::TempDir::new();
+        let path = dir.0.join("state").join("jwt_secret");
+        let a = super::load_or_create_secret(&path).unwrap();
+        let b = super::load_or_create_secret(&path).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 64);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+    }
+}

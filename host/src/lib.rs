@@ -1,0 +1,14 @@
+//! svc-server: the HTTP API, authentication, the state store, the audit log and the host of
+//! source drivers. The binary's entry point is `main.rs`; everything it uses lives here so
+//! benchmarks and unit tests reach the same code.
+
+pub mod admin;
+pub mod api;
+pub mod audit;
+pub mod auth;
+pub mod config;
+pub mod drivers;
+pub mod registry;
+pub mod server;
+pub mod state;
+pub mod store;

@@ -1,0 +1,253 @@
+//! `svc-server`: serve the API, or administer the store from a shell.
+
+use std::io::Read as _;
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _};
+use clap::{Parser, Subcommand};
+use svc_host::api::ApiError;
+use svc_host::audit::Actor;
+use svc_host::config::StoreArgs;
+use svc_host::server::{self, ServeArgs};
+use svc_host::state::AppState;
+use svc_host::{admin, store};
+
+/// svc-server — data access and observability for analysts and their AI agents.
+#[derive(Parser, Debug)]
+#[command(name = "svc-server", version, about)]
+struct Cli {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the HTTP server.
+    Serve(ServeArgs),
+    /// Bring the state store's schema up to date and exit.
+    Migrate,
+    /// Print the OpenAPI document (JSON) and exit.
+    Openapi,
+    /// Manage users.
+    #[command(subcommand)]
+    Users(UsersCmd),
+    /// Manage personal access tokens.
+    #[command(subcommand)]
+    Tokens(TokensCmd),
+    /// Manage group memberships.
+    #[command(subcommand)]
+    Groups(GroupsCmd),
+    /// Manage table grants.
+    #[command(subcommand)]
+    Grants(GrantsCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum UsersCmd {
+    /// Create a user.
+    Create {
+        /// E-mail (unique).
+        #[arg(long)]
+        email: String,
+        /// Display name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Add the user to the Admin group.
+        #[arg(long)]
+        admin: bool,
+        /// Read a password from standard input (otherwise the user logs in with tokens only).
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// List users.
+    List,
+}
+
+#[derive(Subcommand, Debug)]
+enum TokensCmd {
+    /// Create a personal access token and print it (alone) to standard output.
+    Create {
+        /// The owner's e-mail.
+        #[arg(long)]
+        email: String,
+        /// A label for the token.
+        #[arg(long, default_value = "svc-server")]
+        name: String,
+        /// Lifetime in days (1–3650); omit for no expiry.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..=3650))]
+        days: Option<i64>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum GroupsCmd {
+    /// Add a user to a group (the group is created if missing).
+    AddMember {
+        /// Group name.
+        #[arg(long)]
+        group: String,
+        /// User e-mail.
+        #[arg(long)]
+        email: String,
+    },
+    /// Remove a user from a group.
+    RemoveMember {
+        /// Group name.
+        #[arg(long)]
+        group: String,
+        /// User e-mail.
+        #[arg(long)]
+        email: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum GrantsCmd {
+    /// Grant a table to a group (the group is created if missing).
+    Add {
+        /// Group name.
+        #[arg(long)]
+        group: String,
+        /// Table id.
+        #[arg(long)]
+        table: String,
+    },
+    /// Revoke a table grant.
+    Remove {
+        /// Group name.
+        #[arg(long)]
+        group: String,
+        /// Table id.
+        #[arg(long)]
+        table: String,
+    },
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SVC_LOG").unwrap_or_else(|_| "info,sqlx=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("svc-server: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn api_err(e: ApiError) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let args = cli.store;
+    match cli.command {
+        Command::Serve(serve) => server::serve(args, serve).await,
+        Command::Migrate => {
+            let url = args.url();
+            let s = store::Store::open(&url).await?;
+            s.seed_system_groups().await?;
+            eprintln!("state store {} is at schema v{}", store::redact_url(&url), s.schema_version().await?);
+            s.close().await;
+            Ok(())
+        }
+        Command::Openapi => {
+            // The document depends on the code only; an in-memory store stands in.
+            let s = store::Store::connect("sqlite::memory:").await?;
+            let state = AppState::new(s, b"unused", server::console_config(args.data_dir.clone()));
+            println!("{}", svc_host::api::openapi_json(&state));
+            Ok(())
+        }
+        other => {
+            let state = server::open_state(&args, server::console_config(args.data_dir.clone())).await?;
+            let result = console(&state, other).await;
+            state.audit.flush().await;
+            state.store.close().await;
+            result
+        }
+    }
+}
+
+async fn user(state: &AppState, email: &str) -> anyhow::Result<svc_host::store::users::User> {
+    state.store.user_by_email(email).await?.with_context(|| format!("no user with e-mail {email}"))
+}
+
+async fn console(state: &Arc<AppState>, command: Command) -> anyhow::Result<()> {
+    let actor = Actor::console();
+    match command {
+        Command::Users(UsersCmd::Create { email, name, admin, password_stdin }) => {
+            let password = if password_stdin {
+                let mut p = String::new();
+                std::io::stdin().read_to_string(&mut p)?;
+                Some(p.trim_end_matches(['\r', '\n']).to_string())
+            } else {
+                None
+            };
+            let u = admin::create_user(state, &actor, &email, name.as_deref(), password.as_deref(), admin)
+                .await
+                .map_err(api_err)?;
+            println!("{}", u.id);
+        }
+        Command::Users(UsersCmd::List) => {
+            for u in state.store.list_users().await? {
+                let is_admin = state.store.is_admin(&u.id).await?;
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    u.id,
+                    u.email,
+                    if u.active { "active" } else { "deactivated" },
+                    if is_admin { "admin" } else { "" }
+                );
+            }
+        }
+        Command::Tokens(TokensCmd::Create { email, name, days }) => {
+            let u = user(state, &email).await?;
+            if !u.active {
+                bail!("user {email} is deactivated");
+            }
+            let (row, token) = state.auth.create_pat(&u, &name, days).await?;
+            state.audit.write(
+                &actor,
+                svc_host::audit::Event::new("token.create")
+                    .resource(format!("token:{}", row.id))
+                    .param("name", name)
+                    .param("user_id", u.id),
+            );
+            println!("{token}");
+        }
+        Command::Groups(GroupsCmd::AddMember { group, email }) => {
+            let u = user(state, &email).await?;
+            let g = admin::ensure_group(state, &actor, &group).await.map_err(api_err)?;
+            if !admin::add_member(state, &actor, &g, &u).await.map_err(api_err)? {
+                eprintln!("{email} is already a member of {group}");
+            }
+        }
+        Command::Groups(GroupsCmd::RemoveMember { group, email }) => {
+            let u = user(state, &email).await?;
+            let g = state.store.group_by_name(&group).await?.with_context(|| format!("no group named {group}"))?;
+            admin::remove_member(state, &actor, &g, &u).await.map_err(api_err)?;
+        }
+        Command::Grants(GrantsCmd::Add { group, table }) => {
+            let g = admin::ensure_group(state, &actor, &group).await.map_err(api_err)?;
+            admin::create_grant(state, &actor, &g, "table", &table).await.map_err(api_err)?;
+        }
+        Command::Grants(GrantsCmd::Remove { group, table }) => {
+            let g = state.store.group_by_name(&group).await?.with_context(|| format!("no group named {group}"))?;
+            let grant = state
+                .store
+                .find_grant(&g.id, "table", &table)
+                .await?
+                .with_context(|| format!("group {group} has no grant on table {table}"))?;
+            admin::delete_grant(state, &actor, &grant).await.map_err(api_err)?;
+        }
+        Command::Serve(_) | Command::Migrate | Command::Openapi => unreachable!("handled by run"),
+    }
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! Start-up (store, seeds, first admin) and the HTTP server with graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use poem::listener::{Acceptor, Listener, TcpListener};
+
+use crate::audit::Actor;
+use crate::config::StoreArgs;
+use crate::state::{AppState, RuntimeConfig};
+use crate::store::{redact_url, Store};
+use crate::{admin, registry};
+
+/// Options of `svc-server serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "SVC_LISTEN", default_value = "127.0.0.1:8000")]
+    pub listen: String,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "SVC_MAX_BODY_BYTES", default_value_t = 10 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Take the client address from the last `X-Forwarded-For` hop (behind a reverse proxy).
+    #[arg(long, env = "SVC_TRUST_PROXY", default_value_t = false)]
+    pub trust_proxy: bool,
+    /// E-mail of the administrator created on first start with an empty store.
+    #[arg(long, env = "SVC_ADMIN_EMAIL", default_value = "admin@localhost")]
+    pub admin_email: String,
+}
+
+/// Opens and migrates the store, seeds system groups and internal tables, and builds state.
+pub async fn open_state(store_args: &StoreArgs, config: RuntimeConfig) -> anyhow::Result<Arc<AppState>> {
+    let url = store_args.url();
+    let store = Store::open(&url).await.with_context(|| format!("state store {}", redact_url(&url)))?;
+    store.seed_system_groups().await?;
+    let state = AppState::new(store, &store_args.jwt_secret()?, config);
+    registry::seed_internal_tables(&state).await?;
+    Ok(state)
+}
+
+/// Runtime settings for shell commands, which never serve HTTP.
+pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
+    RuntimeConfig { data_dir, max_body_bytes: 0, trust_proxy: false }
+}
+
+/// On an empty store, creates the first administrator (no password) and says how to log in.
+async fn ensure_first_admin(state: &AppState, email: &str, store_args: &StoreArgs) -> anyhow::Result<()> {
+    if state.store.count_users().await? > 0 {
+        return Ok(());
+    }
+    admin::create_user(state, &Actor::console(), email, Some("Admin"), None, true)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot create the first admin: {e}"))?;
+    let mut cmd = format!("svc-server tokens create --email {email}");
+    if store_args.database_url.is_some() {
+        cmd.push_str(" --database-url <same URL>");
+    } else {
+        cmd.push_str(&format!(" --data-dir {}", store_args.data_dir.display()));
+    }
+    tracing::info!("created the first administrator {email}; get a token with: {cmd}");
+    Ok(())
+}
+
+/// `svc-server serve`.
+pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()> {
+    let config = RuntimeConfig {
+        data_dir: store_args.data_dir.clone(),
+        max_body_bytes: args.max_body_bytes,
+        trust_proxy: args.trust_proxy,
+    };
+    let state = open_state(&store_args, config).await?;
+    ensure_first_admin(&state, &args.admin_email, &store_args).await?;
+
+    let acceptor = TcpListener::bind(args.listen.clone())
+        .into_acceptor()
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addrs: Vec<SocketAddr> = acceptor.local_addr().iter().filter_map(|a| a.as_socket_addr().copied()).collect();
+    for a in &addrs {
+        tracing::info!("svc-server {} listening on http://{a}", crate::api::VERSION);
+    }
+    let app = crate::api::app(state.clone());
+    poem::Server::new_with_acceptor(acceptor)
+        .run_with_graceful_shutdown(app, shutdown_signal(), Some(Duration::from_secs(30)))
+        .await?;
+    tracing::info!("shutting down: flushing the audit queue");
+    state.audit.flush().await;
+    state.store.close().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

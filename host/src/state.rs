@@ -1,0 +1,86 @@
+//! Shared server state, built once at start and handed to every endpoint.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use crate::audit::AuditWriter;
+use crate::auth::ratelimit::LoginLimiter;
+use crate::auth::Authenticator;
+use crate::drivers::Drivers;
+use crate::store::Store;
+
+/// Settings the request path needs.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// Whether to take the client address from `X-Forwarded-For`.
+    pub trust_proxy: bool,
+}
+
+/// A cache that holds per-table entries and must drop them when the registry changes.
+pub type FlushHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The one cache-flush path: every registry change calls [`CacheHooks::flush_table`], and
+/// every cache that holds per-table data registers a hook here.
+#[derive(Default)]
+pub struct CacheHooks {
+    hooks: RwLock<Vec<FlushHook>>,
+}
+
+impl std::fmt::Debug for CacheHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CacheHooks({})", self.hooks.read().map(|h| h.len()).unwrap_or(0))
+    }
+}
+
+impl CacheHooks {
+    /// Adds a cache to flush on registry changes.
+    pub fn register(&self, hook: FlushHook) {
+        self.hooks.write().expect("hooks lock").push(hook);
+    }
+
+    /// Drops everything cached about one table.
+    pub fn flush_table(&self, table_id: &str) {
+        for hook in self.hooks.read().expect("hooks lock").iter() {
+            hook(table_id);
+        }
+    }
+}
+
+/// Everything the endpoints share.
+#[derive(Debug)]
+pub struct AppState {
+    /// The state store.
+    pub store: Store,
+    /// Token issuing and checking.
+    pub auth: Authenticator,
+    /// The one audit writer.
+    pub audit: Arc<AuditWriter>,
+    /// Source drivers by `source_type`.
+    pub drivers: Drivers,
+    /// Failed-login limiter.
+    pub login_limiter: LoginLimiter,
+    /// Registry-change cache flush.
+    pub caches: CacheHooks,
+    /// Request-path settings.
+    pub config: RuntimeConfig,
+}
+
+impl AppState {
+    /// State over an open, migrated store.
+    pub fn new(store: Store, jwt_secret: &[u8], config: RuntimeConfig) -> Arc<Self> {
+        Arc::new(Self {
+            auth: Authenticator::new(store.clone(), jwt_secret),
+            audit: AuditWriter::start(store.clone()),
+            drivers: Drivers::builtin(),
+            login_limiter: LoginLimiter::new(10, Duration::from_secs(60)),
+            caches: CacheHooks::default(),
+            config,
+            store,
+        })
+    }
+}

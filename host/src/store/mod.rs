@@ -1,0 +1,248 @@
+//! The state store: users, groups, grants, tokens, the table registry and the audit log.
+//!
+//! One set of SQL serves both backends through sqlx's `Any` driver: SQLite (the embedded
+//! default, WAL mode) and PostgreSQL (for deployments with several replicas). To stay inside
+//! what `Any` can carry, columns use only text, 64-bit integers, doubles and booleans;
+//! timestamps are RFC 3339 UTC strings with a fixed width, so they sort as text.
+
+pub mod audit;
+pub mod groups;
+mod migrate;
+pub mod registry;
+mod schema;
+pub mod tokens;
+pub mod users;
+
+use std::path::Path;
+use std::str::FromStr;
+
+use anyhow::Context as _;
+use chrono::{DateTime, SecondsFormat, Utc};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+
+pub use migrate::CURRENT_SCHEMA_VERSION;
+
+/// Which database engine sits behind the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded default.
+    Sqlite,
+    /// Selected by a `postgres://` or `postgresql://` URL.
+    Postgres,
+}
+
+impl Backend {
+    fn from_url(url: &str) -> anyhow::Result<Self> {
+        if url.starts_with("sqlite:") {
+            Ok(Self::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Self::Postgres)
+        } else {
+            anyhow::bail!("unsupported database URL (expected sqlite: or postgres://): {url}")
+        }
+    }
+}
+
+/// A handle on the state store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Store {
+    /// Opens (creating the SQLite file and its directory if needed) without migrating.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        sqlx::any::install_default_drivers();
+        let backend = Backend::from_url(url)?;
+        let url = match backend {
+            Backend::Sqlite => {
+                prepare_sqlite_path(url)?;
+                if url.contains('?') {
+                    url.to_string()
+                } else {
+                    format!("{url}?mode=rwc")
+                }
+            }
+            Backend::Postgres => url.to_string(),
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(match backend {
+                Backend::Sqlite => 8,
+                Backend::Postgres => 16,
+            })
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        // Several processes (the server and `svc-server users ...`) share the file:
+                        // wait for a writer instead of failing with SQLITE_BUSY.
+                        sqlx::query("PRAGMA busy_timeout = 10000").execute(&mut *conn).await?;
+                        sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await
+            .with_context(|| format!("cannot open the state store at {}", redact_url(&url)))?;
+        if backend == Backend::Sqlite {
+            sqlx::query("PRAGMA journal_mode = WAL").execute(&pool).await?;
+        }
+        Ok(Self { pool, backend })
+    }
+
+    /// Opens the store and brings its schema up to date.
+    pub async fn open(url: &str) -> anyhow::Result<Self> {
+        let store = Self::connect(url).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Runs every pending migration step; a no-op on a current schema.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        migrate::run(self).await
+    }
+
+    /// The highest migration step recorded in the store (0 for an unversioned database).
+    pub async fn schema_version(&self) -> anyhow::Result<i64> {
+        migrate::recorded_version(self).await
+    }
+
+    /// The connection pool, for repositories.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// The database engine in use.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Closes every connection (used before exit so SQLite checkpoints its WAL).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// The default store location inside a data directory.
+pub fn default_sqlite_url(data_dir: &Path) -> String {
+    format!("sqlite://{}", data_dir.join("state").join("svc.db").display())
+}
+
+fn prepare_sqlite_path(url: &str) -> anyhow::Result<()> {
+    let path = url
+        .trim_start_matches("sqlite://")
+        .trim_start_matches("sqlite:")
+        .split('?')
+        .next()
+        .unwrap_or_default();
+    if path.is_empty() || path == ":memory:" {
+        return Ok(());
+    }
+    if let Some(parent) = Path::new(path).parent() {
+        if !parent.as_os_str().is_empty() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Hides a password in a database URL before it reaches a log line or an error message.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Current time in the store's timestamp format.
+pub fn now() -> String {
+    format_ts(Utc::now())
+}
+
+/// Formats a timestamp the way the store keeps it (fixed width, so text order is time order).
+pub fn format_ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// Parses a stored timestamp; legacy rows may use other RFC 3339 or SQL spellings.
+pub fn parse_ts(s: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .ok()
+        .or_else(|| {
+            chrono::NaiveDateTime::from_str(&s.replace(' ', "T"))
+                .ok()
+                .map(|n| n.and_utc())
+        })
+}
+
+/// Reads a boolean column: PostgreSQL stores `BOOLEAN`, SQLite an integer 0/1.
+pub(crate) fn flag(row: &AnyRow, column: &str) -> Result<bool, sqlx::Error> {
+    match row.try_get::<bool, _>(column) {
+        Ok(b) => Ok(b),
+        Err(_) => Ok(row.try_get::<Option<i64>, _>(column)?.unwrap_or(0) != 0),
+    }
+}
+
+/// A fresh random identifier for a stored row.
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Store fixtures: a fresh SQLite file per test, and a fresh PostgreSQL database when
+    //! `SVC_TEST_DATABASE_URL` is set.
+    use super::*;
+
+    /// A migrated store on a temporary SQLite file; keep the directory alive.
+    pub async fn sqlite() -> (Store, TempDir) {
+        let dir = TempDir::new();
+        let url = default_sqlite_url(&dir.0);
+        (Store::open(&url).await.unwrap(), dir)
+    }
+
+    /// A new, empty PostgreSQL database (not migrated), or None with a printed notice.
+    pub async fn postgres_url() -> Option<String> {
+        let Ok(admin_url) = std::env::var("SVC_TEST_DATABASE_URL") else {
+            eprintln!("notice: SVC_TEST_DATABASE_URL unset; skipping the PostgreSQL run");
+            return None;
+        };
+        let name = format!("svc_unit_{}", uuid::Uuid::new_v4().simple());
+        let admin = Store::connect(&admin_url).await.unwrap();
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(admin.pool())
+            .await
+            .unwrap();
+        admin.close().await;
+        let base = admin_url.rsplit_once('/').map(|(b, _)| b).unwrap();
+        Some(format!("{base}/{name}"))
+    }
+
+    /// A temporary directory removed on drop.
+    pub struct TempDir(pub std::path::PathBuf);
+
+    impl TempDir {
+        /// Creates a unique directory under the system temp dir.
+        pub fn new() -> Self {
+            let p = std::env::temp_dir().join(format!("svc-unit-{}", uuid::Uuid::new_v4().simple()));
+            std::fs::create_dir_all(&p).unwrap();
+            Self(p)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

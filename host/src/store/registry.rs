@@ -1,0 +1,180 @@
+//! The table registry: one row per table that svc serves.
+
+use std::fmt;
+use std::str::FromStr;
+
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::{now, Store};
+
+/// How a table's data is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, poem_openapi::Enum)]
+#[oai(rename_all = "lowercase")]
+pub enum QueryMode {
+    /// Parquet on this server's disk.
+    Local,
+    /// Read at the source on every request.
+    Remote,
+    /// Copied from the source to parquet on a schedule.
+    Materialized,
+    /// The service's own tables; seeded, never registered by hand.
+    Internal,
+}
+
+impl QueryMode {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Remote => "remote",
+            Self::Materialized => "materialized",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+impl fmt::Display for QueryMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for QueryMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "local" => Ok(Self::Local),
+            "remote" => Ok(Self::Remote),
+            "materialized" => Ok(Self::Materialized),
+            "internal" => Ok(Self::Internal),
+            other => Err(format!("unknown query_mode '{other}'")),
+        }
+    }
+}
+
+/// One registered table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryRow {
+    /// Table id: `[A-Za-z0-9_.-]{1,128}`; the key of grants and parquet file names.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Which driver serves it.
+    pub source_type: String,
+    /// Grouping label (the dataset for warehouse tables).
+    pub bucket: Option<String>,
+    /// Name at the source; the id when empty.
+    pub source_table: Option<String>,
+    /// How data is reached.
+    pub query_mode: QueryMode,
+    /// SQL run at the source for materialized tables.
+    pub source_query: Option<String>,
+    /// `every Nm`, `every Nh` or `daily HH:MM[,HH:MM…]` (UTC).
+    pub sync_schedule: Option<String>,
+    /// Free text shown in the catalog.
+    pub description: Option<String>,
+    /// Who registered it first.
+    pub registered_by: Option<String>,
+    /// When it was registered.
+    pub registered_at: Option<String>,
+    /// Last change.
+    pub updated_at: Option<String>,
+}
+
+const COLUMNS: &str = "id, name, source_type, bucket, source_table, query_mode, source_query, \
+     sync_schedule, description, registered_by, registered_at, updated_at";
+
+fn from_row(r: &AnyRow) -> Result<RegistryRow, sqlx::Error> {
+    let id: String = r.try_get("id")?;
+    let mode: Option<String> = r.try_get("query_mode")?;
+    Ok(RegistryRow {
+        name: r.try_get::<Option<String>, _>("name")?.unwrap_or_else(|| id.clone()),
+        source_type: r.try_get::<Option<String>, _>("source_type")?.unwrap_or_else(|| "local".into()),
+        bucket: r.try_get("bucket")?,
+        source_table: r.try_get("source_table")?,
+        query_mode: mode
+            .as_deref()
+            .unwrap_or("local")
+            .parse()
+            .map_err(|e: String| sqlx::Error::Decode(e.into()))?,
+        source_query: r.try_get("source_query")?,
+        sync_schedule: r.try_get("sync_schedule")?,
+        description: r.try_get("description")?,
+        registered_by: r.try_get("registered_by")?,
+        registered_at: r.try_get("registered_at")?,
+        updated_at: r.try_get("updated_at")?,
+        id,
+    })
+}
+
+impl Store {
+    /// Inserts or replaces a row by id; the first registrant and registration time are kept.
+    pub async fn upsert_table(&self, row: &RegistryRow) -> Result<(), sqlx::Error> {
+        let ts = now();
+        sqlx::query(&format!(
+            "INSERT INTO table_registry ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) \
+             ON CONFLICT (id) DO UPDATE SET name = excluded.name, source_type = excluded.source_type, \
+             bucket = excluded.bucket, source_table = excluded.source_table, query_mode = excluded.query_mode, \
+             source_query = excluded.source_query, sync_schedule = excluded.sync_schedule, \
+             description = excluded.description, updated_at = excluded.updated_at"
+        ))
+        .bind(&row.id)
+        .bind(&row.name)
+        .bind(&row.source_type)
+        .bind(&row.bucket)
+        .bind(&row.source_table)
+        .bind(row.query_mode.as_str())
+        .bind(&row.source_query)
+        .bind(&row.sync_schedule)
+        .bind(&row.description)
+        .bind(&row.registered_by)
+        .bind(&ts)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Looks a table up by id.
+    pub async fn table_by_id(&self, id: &str) -> Result<Option<RegistryRow>, sqlx::Error> {
+        sqlx::query(&format!("SELECT {COLUMNS} FROM table_registry WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?
+            .as_ref()
+            .map(from_row)
+            .transpose()
+    }
+
+    /// Every registered table, by id.
+    pub async fn list_tables(&self) -> Result<Vec<RegistryRow>, sqlx::Error> {
+        sqlx::query(&format!("SELECT {COLUMNS} FROM table_registry ORDER BY id"))
+            .fetch_all(self.pool())
+            .await?
+            .iter()
+            .map(from_row)
+            .collect()
+    }
+
+    /// Deletes a row; returns false when there was none.
+    pub async fn delete_table(&self, id: &str) -> Result<bool, sqlx::Error> {
+        Ok(sqlx::query("DELETE FROM table_registry WHERE id = $1")
+            .bind(id)
+            .execute(self.pool())
+            .await?
+            .rows_affected()
+            > 0)
+    }
+
+    /// Deletes `internal` rows whose id is not in `keep`; returns the ids removed.
+    pub async fn prune_internal_tables(&self, keep: &[&str]) -> Result<Vec<String>, sqlx::Error> {
+        let mut removed = Vec::new();
+        for row in self.list_tables().await? {
+            if row.source_type == "internal" && !keep.contains(&row.id.as_str()) {
+                self.delete_table(&row.id).await?;
+                removed.push(row.id);
+            }
+        }
+        Ok(removed)
+    }
+}

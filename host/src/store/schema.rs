@@ -1,0 +1,381 @@
+//! The store's tables, declared once and rendered for each backend.
+//!
+//! Declaring them as data (rather than per-backend DDL text) is what lets a migration step
+//! both create a missing table and add the columns an older or hand-made table lacks.
+
+use super::Backend;
+
+/// Column type, limited to what sqlx's `Any` driver carries on both backends.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Ty {
+    Text,
+    Int,
+    Bool,
+}
+
+/// A column's default value.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Default {
+    None,
+    Int(i64),
+    Bool(bool),
+    Text(&'static str),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Column {
+    pub name: &'static str,
+    pub ty: Ty,
+    pub not_null: bool,
+    pub default: Default,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Table {
+    pub name: &'static str,
+    pub columns: &'static [Column],
+    pub primary_key: &'static [&'static str],
+    pub unique: &'static [&'static [&'static str]],
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Index {
+    pub name: &'static str,
+    pub table: &'static str,
+    pub columns: &'static [&'static str],
+}
+
+const fn col(name: &'static str, ty: Ty) -> Column {
+    Column { name, ty, not_null: false, default: Default::None }
+}
+const fn req(name: &'static str, ty: Ty) -> Column {
+    Column { name, ty, not_null: true, default: Default::None }
+}
+const fn with_default(name: &'static str, ty: Ty, default: Default) -> Column {
+    Column { name, ty, not_null: true, default }
+}
+
+use Ty::{Bool, Int, Text};
+
+impl Column {
+    /// The column definition; `adding` relaxes NOT NULL without a default, which neither
+    /// backend accepts on a table that already has rows.
+    pub fn render(&self, backend: Backend, adding: bool) -> String {
+        let ty = match (self.ty, backend) {
+            (Text, _) => "TEXT",
+            (Int, Backend::Sqlite) => "INTEGER",
+            (Int, Backend::Postgres) => "BIGINT",
+            (Bool, Backend::Sqlite) => "INTEGER",
+            (Bool, Backend::Postgres) => "BOOLEAN",
+        };
+        let mut out = format!("{} {ty}", self.name);
+        let default = match (self.default, backend) {
+            (Default::None, _) => None,
+            (Default::Int(i), _) => Some(i.to_string()),
+            (Default::Bool(b), Backend::Sqlite) => Some(i64::from(b).to_string()),
+            (Default::Bool(b), Backend::Postgres) => Some(b.to_string().to_uppercase()),
+            (Default::Text(t), _) => Some(format!("'{}'", t.replace('\'', "''"))),
+        };
+        if self.not_null && (default.is_some() || !adding) {
+            out.push_str(" NOT NULL");
+        }
+        if let Some(d) = default {
+            out.push_str(" DEFAULT ");
+            out.push_str(&d);
+        }
+        out
+    }
+}
+
+impl Table {
+    pub fn create_sql(&self, backend: Backend) -> String {
+        let mut parts: Vec<String> = self.columns.iter().map(|c| c.render(backend, false)).collect();
+        if !self.primary_key.is_empty() {
+            parts.push(format!("PRIMARY KEY ({})", self.primary_key.join(", ")));
+        }
+        for u in self.unique {
+            parts.push(format!("UNIQUE ({})", u.join(", ")));
+        }
+        format!("CREATE TABLE IF NOT EXISTS {} ({})", self.name, parts.join(", "))
+    }
+}
+
+impl Index {
+    pub fn create_sql(&self) -> String {
+        format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {} ({})",
+            self.name,
+            self.table,
+            self.columns.join(", ")
+        )
+    }
+}
+
+pub(super) const USERS: Table = Table {
+    name: "users",
+    columns: &[
+        req("id", Text),
+        req("email", Text),
+        col("name", Text),
+        col("password_hash", Text),
+        with_default("active", Bool, Default::Bool(true)),
+        col("deactivated_at", Text),
+        col("deactivated_by", Text),
+        col("created_at", Text),
+        col("updated_at", Text),
+    ],
+    primary_key: &["id"],
+    unique: &[&["email"]],
+};
+
+pub(super) const USER_GROUPS: Table = Table {
+    name: "user_groups",
+    columns: &[
+        req("id", Text),
+        req("name", Text),
+        col("description", Text),
+        with_default("is_system", Bool, Default::Bool(false)),
+        col("created_at", Text),
+        col("created_by", Text),
+    ],
+    primary_key: &["id"],
+    unique: &[&["name"]],
+};
+
+pub(super) const USER_GROUP_MEMBERS: Table = Table {
+    name: "user_group_members",
+    columns: &[
+        req("user_id", Text),
+        req("group_id", Text),
+        with_default("source", Text, Default::Text("admin")),
+        col("added_at", Text),
+        col("added_by", Text),
+    ],
+    primary_key: &["user_id", "group_id"],
+    unique: &[],
+};
+
+pub(super) const RESOURCE_GRANTS: Table = Table {
+    name: "resource_grants",
+    columns: &[
+        req("id", Text),
+        req("group_id", Text),
+        req("resource_type", Text),
+        req("resource_id", Text),
+        col("assigned_at", Text),
+        col("assigned_by", Text),
+    ],
+    primary_key: &["id"],
+    unique: &[&["group_id", "resource_type", "resource_id"]],
+};
+
+pub(super) const PERSONAL_ACCESS_TOKENS: Table = Table {
+    name: "personal_access_tokens",
+    columns: &[
+        req("id", Text),
+        req("user_id", Text),
+        req("name", Text),
+        req("token_hash", Text),
+        req("prefix", Text),
+        col("created_at", Text),
+        col("expires_at", Text),
+        col("last_used_at", Text),
+        col("last_used_ip", Text),
+        col("revoked_at", Text),
+    ],
+    primary_key: &["id"],
+    unique: &[],
+};
+
+pub(super) const TABLE_REGISTRY: Table = Table {
+    name: "table_registry",
+    columns: &[
+        req("id", Text),
+        col("name", Text),
+        col("source_type", Text),
+        col("bucket", Text),
+        col("source_table", Text),
+        with_default("query_mode", Text, Default::Text("local")),
+        col("source_query", Text),
+        col("sync_schedule", Text),
+        col("description", Text),
+        col("registered_by", Text),
+        col("registered_at", Text),
+        col("updated_at", Text),
+    ],
+    primary_key: &["id"],
+    unique: &[],
+};
+
+/// The audit log as it was before v40; v40 adds the request-context columns.
+pub(super) const AUDIT_LOG_BASE: Table = Table {
+    name: "audit_log",
+    columns: &[
+        req("id", Text),
+        req("timestamp", Text),
+        col("user_id", Text),
+        req("action", Text),
+        col("resource", Text),
+        col("params", Text),
+        col("result", Text),
+        col("duration_ms", Int),
+    ],
+    primary_key: &["id"],
+    unique: &[],
+};
+
+/// Columns v40 adds to `audit_log`.
+pub(super) const AUDIT_LOG_V40_COLUMNS: &[Column] = &[
+    col("params_before", Text),
+    col("client_ip", Text),
+    col("client_kind", Text),
+    col("correlation_id", Text),
+];
+
+pub(super) const AUDIT_LOG_V40_INDICES: &[Index] = &[
+    Index { name: "idx_audit_timestamp", table: "audit_log", columns: &["timestamp"] },
+    Index { name: "idx_audit_user_time", table: "audit_log", columns: &["user_id", "timestamp"] },
+    Index { name: "idx_audit_action_time", table: "audit_log", columns: &["action", "timestamp"] },
+];
+
+/// The seven usage tables (v41), filled by the telemetry pipeline.
+pub(super) const USAGE_TABLES: &[Table] = &[
+    Table {
+        name: "usage_events",
+        columns: &[
+            req("id", Text),
+            req("session_id", Text),
+            req("session_file", Text),
+            req("username", Text),
+            col("user_id", Text),
+            col("event_uuid", Text),
+            col("parent_uuid", Text),
+            req("event_type", Text),
+            col("tool_name", Text),
+            col("skill_name", Text),
+            col("subagent_type", Text),
+            col("command_name", Text),
+            with_default("is_error", Bool, Default::Bool(false)),
+            req("source", Text),
+            col("ref_id", Text),
+            col("model", Text),
+            col("cwd", Text),
+            req("occurred_at", Text),
+            with_default("processor_version", Int, Default::Int(1)),
+            col("extracted_at", Text),
+        ],
+        primary_key: &["id"],
+        unique: &[],
+    },
+    Table {
+        name: "usage_session_summary",
+        columns: &[
+            req("session_file", Text),
+            req("session_id", Text),
+            req("username", Text),
+            col("user_id", Text),
+            col("started_at", Text),
+            col("ended_at", Text),
+            col("active_seconds", Int),
+            col("wall_seconds", Int),
+            with_default("user_messages", Int, Default::Int(0)),
+            with_default("assistant_messages", Int, Default::Int(0)),
+            with_default("tool_calls", Int, Default::Int(0)),
+            with_default("tool_errors", Int, Default::Int(0)),
+            with_default("skill_invocations", Int, Default::Int(0)),
+            with_default("subagent_dispatches", Int, Default::Int(0)),
+            with_default("mcp_calls", Int, Default::Int(0)),
+            with_default("slash_commands", Int, Default::Int(0)),
+            with_default("distinct_tools", Int, Default::Int(0)),
+            with_default("distinct_skills", Int, Default::Int(0)),
+            with_default("input_tokens", Int, Default::Int(0)),
+            with_default("output_tokens", Int, Default::Int(0)),
+            with_default("cache_read_tokens", Int, Default::Int(0)),
+            with_default("cache_creation_tokens", Int, Default::Int(0)),
+            col("primary_model", Text),
+            with_default("processor_version", Int, Default::Int(1)),
+            col("extracted_at", Text),
+        ],
+        primary_key: &["session_file"],
+        unique: &[],
+    },
+    Table {
+        name: "usage_tool_daily",
+        columns: &[
+            req("day", Text),
+            req("tool_name", Text),
+            req("source", Text),
+            with_default("invocations", Int, Default::Int(0)),
+            with_default("error_count", Int, Default::Int(0)),
+            with_default("distinct_users", Int, Default::Int(0)),
+            with_default("distinct_sessions", Int, Default::Int(0)),
+        ],
+        primary_key: &["day", "tool_name", "source"],
+        unique: &[],
+    },
+    Table {
+        name: "usage_plugin_daily",
+        columns: &[
+            req("day", Text),
+            req("source", Text),
+            req("ref_id", Text),
+            with_default("invocations", Int, Default::Int(0)),
+            with_default("distinct_users", Int, Default::Int(0)),
+            with_default("distinct_sessions", Int, Default::Int(0)),
+        ],
+        primary_key: &["day", "source", "ref_id"],
+        unique: &[],
+    },
+    Table {
+        name: "usage_attribution_skills",
+        columns: &[req("source", Text), req("ref_id", Text), req("skill_name", Text)],
+        primary_key: &["source", "ref_id", "skill_name"],
+        unique: &[],
+    },
+    Table {
+        name: "usage_attribution_agents",
+        columns: &[req("source", Text), req("ref_id", Text), req("agent_name", Text)],
+        primary_key: &["source", "ref_id", "agent_name"],
+        unique: &[],
+    },
+    Table {
+        name: "usage_attribution_commands",
+        columns: &[req("source", Text), req("ref_id", Text), req("command_name", Text)],
+        primary_key: &["source", "ref_id", "command_name"],
+        unique: &[],
+    },
+];
+
+pub(super) const USAGE_INDICES: &[Index] = &[
+    Index { name: "idx_usage_events_session", table: "usage_events", columns: &["session_id"] },
+    Index { name: "idx_usage_events_user_time", table: "usage_events", columns: &["username", "occurred_at"] },
+    Index { name: "idx_usage_events_user_id", table: "usage_events", columns: &["user_id"] },
+    Index { name: "idx_usage_events_tool", table: "usage_events", columns: &["tool_name"] },
+    Index { name: "idx_usage_events_source_ref", table: "usage_events", columns: &["source", "ref_id"] },
+    Index { name: "idx_usage_summary_user", table: "usage_session_summary", columns: &["username"] },
+    Index { name: "idx_usage_summary_user_id", table: "usage_session_summary", columns: &["user_id"] },
+    Index { name: "idx_usage_summary_started", table: "usage_session_summary", columns: &["started_at"] },
+    Index { name: "idx_usage_attr_skill", table: "usage_attribution_skills", columns: &["skill_name"] },
+    Index { name: "idx_usage_attr_agent", table: "usage_attribution_agents", columns: &["agent_name"] },
+    Index { name: "idx_usage_attr_command", table: "usage_attribution_commands", columns: &["command_name"] },
+];
+
+/// Saved observability views (v43).
+pub(super) const USER_OBSERVABILITY_VIEWS: Table = Table {
+    name: "user_observability_views",
+    columns: &[
+        req("id", Text),
+        req("user_id", Text),
+        req("name", Text),
+        req("query_json", Text),
+        col("created_at", Text),
+    ],
+    primary_key: &["id"],
+    unique: &[&["user_id", "name"]],
+};
+
+pub(super) const OBSERVABILITY_VIEW_INDICES: &[Index] = &[Index {
+    name: "idx_obs_views_user",
+    table: "user_observability_views",
+    columns: &["user_id", "created_at"],
+}];

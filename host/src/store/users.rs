@@ -1,0 +1,195 @@
+//! Users, and the admin question (membership in the `Admin` group).
+
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::{flag, new_id, now, Store};
+
+/// Name of the system group whose members are administrators.
+pub const ADMIN_GROUP: &str = "Admin";
+/// Name of the system label group.
+pub const EVERYONE_GROUP: &str = "Everyone";
+
+/// A stored user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// Stable identifier (UUID).
+    pub id: String,
+    /// Unique e-mail address; matched exactly.
+    pub email: String,
+    /// Display name.
+    pub name: Option<String>,
+    /// argon2 PHC string; None for passwordless users (token-only).
+    pub password_hash: Option<String>,
+    /// Deactivated users cannot authenticate.
+    pub active: bool,
+    /// When the user was created.
+    pub created_at: Option<String>,
+    /// When the user was deactivated, if they are.
+    pub deactivated_at: Option<String>,
+}
+
+const COLUMNS: &str = "id, email, name, password_hash, active, created_at, deactivated_at";
+
+fn from_row(r: &AnyRow) -> Result<User, sqlx::Error> {
+    Ok(User {
+        id: r.try_get("id")?,
+        email: r.try_get("email")?,
+        name: r.try_get("name")?,
+        password_hash: r.try_get("password_hash")?,
+        active: flag(r, "active")?,
+        created_at: r.try_get("created_at")?,
+        deactivated_at: r.try_get("deactivated_at")?,
+    })
+}
+
+impl Store {
+    /// Creates a user; fails on a duplicate e-mail (unique constraint).
+    pub async fn create_user(
+        &self,
+        email: &str,
+        name: Option<&str>,
+        password_hash: Option<&str>,
+    ) -> Result<User, sqlx::Error> {
+        let id = new_id();
+        let ts = now();
+        sqlx::query(
+            "INSERT INTO users (id, email, name, password_hash, active, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $6)",
+        )
+        .bind(&id)
+        .bind(email)
+        .bind(name)
+        .bind(password_hash)
+        .bind(true)
+        .bind(&ts)
+        .execute(self.pool())
+        .await?;
+        Ok(self.user_by_id(&id).await?.expect("just inserted"))
+    }
+
+    /// Looks a user up by id.
+    pub async fn user_by_id(&self, id: &str) -> Result<Option<User>, sqlx::Error> {
+        sqlx::query(&format!("SELECT {COLUMNS} FROM users WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?
+            .as_ref()
+            .map(from_row)
+            .transpose()
+    }
+
+    /// Looks a user up by exact e-mail.
+    pub async fn user_by_email(&self, email: &str) -> Result<Option<User>, sqlx::Error> {
+        sqlx::query(&format!("SELECT {COLUMNS} FROM users WHERE email = $1"))
+            .bind(email)
+            .fetch_optional(self.pool())
+            .await?
+            .as_ref()
+            .map(from_row)
+            .transpose()
+    }
+
+    /// Every user, by e-mail.
+    pub async fn list_users(&self) -> Result<Vec<User>, sqlx::Error> {
+        sqlx::query(&format!("SELECT {COLUMNS} FROM users ORDER BY email"))
+            .fetch_all(self.pool())
+            .await?
+            .iter()
+            .map(from_row)
+            .collect()
+    }
+
+    /// Number of users (0 on a fresh store).
+    pub async fn count_users(&self) -> Result<i64, sqlx::Error> {
+        sqlx::query("SELECT COUNT(*) AS n FROM users")
+            .fetch_one(self.pool())
+            .await?
+            .try_get("n")
+    }
+
+    /// Renames a user.
+    pub async fn set_user_name(&self, id: &str, name: Option<&str>) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE users SET name = $1, updated_at = $2 WHERE id = $3")
+            .bind(name)
+            .bind(now())
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Sets or clears a user's password hash.
+    pub async fn set_password_hash(&self, id: &str, hash: Option<&str>) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE users SET password_hash = $1, updated_at = $2 WHERE id = $3")
+            .bind(hash)
+            .bind(now())
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Activates or deactivates a user; `by` is the acting admin's id.
+    pub async fn set_user_active(&self, id: &str, active: bool, by: Option<&str>) -> Result<(), sqlx::Error> {
+        let ts = now();
+        let (at, by) = if active { (None, None) } else { (Some(ts.as_str()), by) };
+        sqlx::query(
+            "UPDATE users SET active = $1, deactivated_at = $2, deactivated_by = $3, updated_at = $4 WHERE id = $5",
+        )
+        .bind(active)
+        .bind(at)
+        .bind(by)
+        .bind(&ts)
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes a user and their memberships and tokens, in one transaction.
+    pub async fn delete_user(&self, id: &str) -> Result<bool, sqlx::Error> {
+        let mut tx = self.pool().begin().await?;
+        for sql in [
+            "DELETE FROM user_group_members WHERE user_id = $1",
+            "DELETE FROM personal_access_tokens WHERE user_id = $1",
+        ] {
+            sqlx::query(sql).bind(id).execute(&mut *tx).await?;
+        }
+        let n = sqlx::query("DELETE FROM users WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(n > 0)
+    }
+
+    /// Whether the user is a member of the `Admin` group. A missing group denies everyone.
+    pub async fn is_admin(&self, user_id: &str) -> Result<bool, sqlx::Error> {
+        Ok(sqlx::query(
+            "SELECT 1 AS one FROM user_group_members m JOIN user_groups g ON g.id = m.group_id \
+             WHERE m.user_id = $1 AND g.name = $2",
+        )
+        .bind(user_id)
+        .bind(ADMIN_GROUP)
+        .fetch_optional(self.pool())
+        .await?
+        .is_some())
+    }
+
+    /// Active members of the `Admin` group (the last-admin guard counts these).
+    pub async fn count_active_admins(&self) -> Result<i64, sqlx::Error> {
+        sqlx::query(
+            "SELECT COUNT(DISTINCT u.id) AS n FROM users u \
+             JOIN user_group_members m ON m.user_id = u.id \
+             JOIN user_groups g ON g.id = m.group_id \
+             WHERE g.name = $1 AND u.active = $2",
+        )
+        .bind(ADMIN_GROUP)
+        .bind(true)
+        .fetch_one(self.pool())
+        .await?
+        .try_get("n")
+    }
+}

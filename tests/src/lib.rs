@@ -1,0 +1,1 @@
+//! Black-box tests for svc live in `tests/`; this library is intentionally empty.

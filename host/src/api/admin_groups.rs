@@ -7,6 +7,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 
+use super::types::Str;
 use super::{ApiError, ApiResult, BearerAuth, NoContent, Tag};
 use crate::admin;
 use crate::state::AppState;
@@ -42,18 +43,18 @@ struct GroupInfo {
 struct CreateGroup {
     /// Unique name.
     #[oai(validator(min_length = 1, max_length = 200))]
-    name: String,
+    name: Str,
     /// Free text.
-    description: Option<String>,
+    description: Option<Str>,
 }
 
 /// Changes to a group.
 #[derive(Object)]
 struct UpdateGroup {
     /// New name (not for system groups).
-    name: Option<String>,
+    name: Option<Str>,
     /// New description (null clears it).
-    description: MaybeUndefined<String>,
+    description: MaybeUndefined<Str>,
 }
 
 /// A group member.
@@ -83,7 +84,7 @@ impl From<Member> for MemberInfo {
 #[derive(Object)]
 struct AddMember {
     /// The user's e-mail.
-    email: String,
+    email: Str,
 }
 
 /// A resource grant.
@@ -123,17 +124,17 @@ impl From<Grant> for GrantInfo {
 #[derive(Object)]
 struct CreateGrant {
     /// The group receiving access.
-    group_id: String,
+    group_id: Str,
     /// `table`.
     #[oai(default = "default_resource_type")]
-    resource_type: String,
+    resource_type: Str,
     /// The table id.
     #[oai(validator(min_length = 1, max_length = 256))]
-    resource_id: String,
+    resource_id: Str,
 }
 
-fn default_resource_type() -> String {
-    "table".into()
+fn default_resource_type() -> Str {
+    Str("table".into())
 }
 
 #[derive(ApiResponse)]
@@ -213,7 +214,7 @@ impl AccessApi {
         let description = match &body.description {
             MaybeUndefined::Undefined => None,
             MaybeUndefined::Null => Some(None),
-            MaybeUndefined::Value(d) => Some(Some(d.as_str())),
+            MaybeUndefined::Value(d) => Some(Some(&**d)),
         };
         admin::update_group(&self.state, &c.actor, &g, body.name.as_deref(), description).await?;
         Ok(Json(self.info(self.group(&id).await?).await?))

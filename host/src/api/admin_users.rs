@@ -8,6 +8,7 @@ use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 
 use super::me::GroupRef;
+use super::types::Str;
 use super::{ApiError, ApiResult, BearerAuth, NoContent, Tag};
 use crate::admin;
 use crate::state::AppState;
@@ -45,11 +46,11 @@ struct UserInfo {
 struct CreateUser {
     /// E-mail (unique, matched exactly).
     #[oai(validator(min_length = 3, max_length = 320))]
-    email: String,
+    email: Str,
     /// Display name.
-    name: Option<String>,
+    name: Option<Str>,
     /// Initial password (at least 8 characters); omit for a token-only user.
-    password: Option<String>,
+    password: Option<Str>,
     /// Add the user to the `Admin` group.
     #[oai(default)]
     is_admin: bool,
@@ -59,11 +60,11 @@ struct CreateUser {
 #[derive(Object)]
 struct UpdateUser {
     /// New display name (null clears it).
-    name: MaybeUndefined<String>,
+    name: MaybeUndefined<Str>,
     /// Activate or deactivate.
     active: Option<bool>,
     /// New password.
-    password: Option<String>,
+    password: Option<Str>,
 }
 
 #[derive(ApiResponse)]

@@ -7,6 +7,7 @@ use poem::Request;
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 
+use super::types::Str;
 use super::{ApiError, ApiResult, RequestMeta, Tag};
 use crate::audit::{Actor, Event};
 use crate::auth::password;
@@ -20,10 +21,10 @@ pub struct AuthApi {
 #[derive(Object)]
 struct LoginRequest {
     /// The account's e-mail (exact match).
-    email: String,
+    email: Str,
     /// The account's password.
     #[oai(validator(max_length = 1024))]
-    password: String,
+    password: Str,
 }
 
 /// A session token.

@@ -7,6 +7,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
 
+use super::types::Str;
 use super::{ApiError, ApiResult, BearerAuth, NoContent, Tag};
 use crate::audit::Event;
 use crate::auth::jwt::TokenType;
@@ -58,7 +59,7 @@ struct Me {
 struct CreateToken {
     /// A label to recognise the token by.
     #[oai(validator(min_length = 1, max_length = 100))]
-    name: String,
+    name: Str,
     /// Lifetime in days (1–3650); omit or null for a token that never expires.
     #[oai(validator(minimum(value = "1"), maximum(value = "3650")))]
     expires_in_days: Option<i64>,

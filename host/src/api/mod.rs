@@ -8,6 +8,7 @@ pub mod error;
 mod health;
 mod me;
 mod registry;
+mod types;
 
 use std::net::IpAddr;
 use std::sync::Arc;

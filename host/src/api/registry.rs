@@ -7,6 +7,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 
+use super::types::{opt, Str};
 use super::{ApiResult, BearerAuth, NoContent, Tag};
 use crate::registry::{self, Registered};
 use crate::state::AppState;
@@ -21,24 +22,24 @@ pub struct RegistryApi {
 struct RegisterTable {
     /// Table id: letters, digits, `_`, `.`, `-`; at most 128 characters.
     #[oai(validator(pattern = r"^[A-Za-z0-9_.\-]{1,128}$"))]
-    id: String,
+    id: Str,
     /// Display name (defaults to the id).
-    name: Option<String>,
+    name: Option<Str>,
     /// Source kind; one of the server's drivers (`local`, `warehouse`, `integration`, `ticketing`).
-    source_type: String,
+    source_type: Str,
     /// Grouping label; the dataset for warehouse tables.
-    bucket: Option<String>,
+    bucket: Option<Str>,
     /// Name at the source (defaults to the id).
-    source_table: Option<String>,
+    source_table: Option<Str>,
     /// `local`, `remote` or `materialized`.
     #[oai(default = "default_mode")]
     query_mode: QueryMode,
     /// SQL run at the source; only with `materialized`.
-    source_query: Option<String>,
+    source_query: Option<Str>,
     /// `every Nm`, `every Nh` or `daily HH:MM[,HH:MM...]` (UTC).
-    sync_schedule: Option<String>,
+    sync_schedule: Option<Str>,
     /// Shown in the catalog.
-    description: Option<String>,
+    description: Option<Str>,
 }
 
 fn default_mode() -> QueryMode {
@@ -49,21 +50,21 @@ fn default_mode() -> QueryMode {
 #[derive(Object)]
 struct UpdateTable {
     /// Display name.
-    name: Option<String>,
+    name: Option<Str>,
     /// Source kind.
-    source_type: Option<String>,
+    source_type: Option<Str>,
     /// Grouping label.
-    bucket: MaybeUndefined<String>,
+    bucket: MaybeUndefined<Str>,
     /// Name at the source.
-    source_table: MaybeUndefined<String>,
+    source_table: MaybeUndefined<Str>,
     /// Query mode.
     query_mode: Option<QueryMode>,
     /// Materialization SQL.
-    source_query: MaybeUndefined<String>,
+    source_query: MaybeUndefined<Str>,
     /// Sync schedule.
-    sync_schedule: MaybeUndefined<String>,
+    sync_schedule: MaybeUndefined<Str>,
     /// Description.
-    description: MaybeUndefined<String>,
+    description: MaybeUndefined<Str>,
 }
 
 /// A registered table.
@@ -133,11 +134,11 @@ enum RegisterResponse {
     Updated(Json<TableInfo>),
 }
 
-fn clear(v: MaybeUndefined<String>, field: &mut Option<String>) {
+fn clear(v: MaybeUndefined<Str>, field: &mut Option<String>) {
     match v {
         MaybeUndefined::Undefined => {}
         MaybeUndefined::Null => *field = None,
-        MaybeUndefined::Value(s) => *field = Some(s),
+        MaybeUndefined::Value(s) => *field = Some(s.into()),
     }
 }
 
@@ -149,15 +150,15 @@ impl RegistryApi {
         let c = auth.admin()?;
         let b = body.0;
         let row = RegistryRow {
-            name: b.name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| b.id.clone()),
-            id: b.id,
-            source_type: b.source_type,
-            bucket: b.bucket,
-            source_table: b.source_table,
+            name: opt(b.name).filter(|n| !n.trim().is_empty()).unwrap_or_else(|| b.id.0.clone()),
+            id: b.id.into(),
+            source_type: b.source_type.into(),
+            bucket: opt(b.bucket),
+            source_table: opt(b.source_table),
             query_mode: b.query_mode,
-            source_query: b.source_query,
-            sync_schedule: b.sync_schedule,
-            description: b.description,
+            source_query: opt(b.source_query),
+            sync_schedule: opt(b.sync_schedule),
+            description: opt(b.description),
             registered_by: None,
             registered_at: None,
             updated_at: None,
@@ -192,10 +193,10 @@ impl RegistryApi {
         let b = body.0;
         let row = registry::update(&self.state, &c.actor, &id, |r| {
             if let Some(n) = b.name.filter(|n| !n.trim().is_empty()) {
-                r.name = n;
+                r.name = n.into();
             }
             if let Some(st) = b.source_type {
-                r.source_type = st;
+                r.source_type = st.into();
             }
             if let Some(m) = b.query_mode {
                 r.query_mode = m;

@@ -228,6 +228,16 @@ pub(crate) mod testing {
         Some(format!("{base}/{name}"))
     }
 
+    /// Every backend the tests can reach: SQLite always, PostgreSQL when configured.
+    pub async fn all_backends() -> Vec<(Store, Option<TempDir>)> {
+        let (sqlite, dir) = sqlite().await;
+        let mut v = vec![(sqlite, Some(dir))];
+        if let Some(url) = postgres_url().await {
+            v.push((Store::open(&url).await.unwrap(), None));
+        }
+        v
+    }
+
     /// A temporary directory removed on drop.
     pub struct TempDir(pub std::path::PathBuf);
 
@@ -240,9 +250,80 @@ pub(crate) mod testing {
         }
     }
 
+    impl Default for TempDir {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
     impl Drop for TempDir {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::registry::{QueryMode, RegistryRow};
+    use super::testing;
+
+    /// The same repository calls give the same answers on SQLite and PostgreSQL.
+    #[tokio::test]
+    async fn repositories_behave_the_same_on_both_backends() {
+        for (store, _dir) in testing::all_backends().await {
+            store.seed_system_groups().await.unwrap();
+            store.seed_system_groups().await.unwrap();
+            let u = store.create_user("a@example.com", Some("A"), None).await.unwrap();
+            assert!(u.active);
+            assert!(store.create_user("a@example.com", None, None).await.is_err(), "unique e-mail");
+            assert!(!store.is_admin(&u.id).await.unwrap());
+            let admin = store.group_by_name("Admin").await.unwrap().unwrap();
+            assert!(admin.is_system);
+            assert!(store.add_member(&admin.id, &u.id, "admin", "t").await.unwrap());
+            assert!(!store.add_member(&admin.id, &u.id, "admin", "t").await.unwrap(), "idempotent");
+            assert!(store.is_admin(&u.id).await.unwrap());
+            assert_eq!(store.count_active_admins().await.unwrap(), 1);
+            store.set_user_active(&u.id, false, None).await.unwrap();
+            assert_eq!(store.count_active_admins().await.unwrap(), 0);
+            assert!(!store.user_by_id(&u.id).await.unwrap().unwrap().active);
+
+            let g = store.create_group("finance", Some("d"), "t").await.unwrap();
+            store.add_member(&g.id, &u.id, "admin", "t").await.unwrap();
+            let grant = store.create_grant(&g.id, "table", "orders", "t").await.unwrap();
+            assert!(store.has_grant(&u.id, "table", "orders").await.unwrap());
+            assert!(!store.has_grant(&u.id, "table", "other").await.unwrap());
+            assert_eq!(store.list_grants(None, Some("table")).await.unwrap(), vec![grant.clone()]);
+            assert_eq!(store.list_grants(Some("nope"), None).await.unwrap(), vec![]);
+            let names: Vec<String> = store.list_groups().await.unwrap().into_iter().map(|g| g.name).collect();
+            assert_eq!(names, ["Admin", "Everyone", "finance"]);
+            store.delete_group(&g.id).await.unwrap();
+            assert!(!store.has_grant(&u.id, "table", "orders").await.unwrap());
+
+            let row = RegistryRow {
+                id: "orders".into(),
+                name: "Orders".into(),
+                source_type: "local".into(),
+                bucket: Some("b".into()),
+                source_table: None,
+                query_mode: QueryMode::Materialized,
+                source_query: Some("SELECT 1".into()),
+                sync_schedule: None,
+                description: None,
+                registered_by: Some("first".into()),
+                registered_at: None,
+                updated_at: None,
+            };
+            store.upsert_table(&row).await.unwrap();
+            store.upsert_table(&RegistryRow { registered_by: Some("second".into()), ..row.clone() }).await.unwrap();
+            let stored = store.table_by_id("orders").await.unwrap().unwrap();
+            assert_eq!(stored.registered_by.as_deref(), Some("first"), "first registrant kept");
+            assert_eq!(stored.query_mode, QueryMode::Materialized);
+            assert!(store.delete_table("orders").await.unwrap());
+            assert!(store.table_by_id("orders").await.unwrap().is_none());
+            assert!(store.delete_user(&u.id).await.unwrap());
+            assert_eq!(store.count_users().await.unwrap(), 0);
+            store.close().await;
         }
     }
 }

@@ -1,0 +1,11 @@
+//! Black-box tests: each test starts a real `svc-server` process on a loopback port with its
+//! own data directory (and, when `SVC_TEST_DATABASE_URL` is set, its own PostgreSQL
+//! database), then speaks HTTP to it like a client would.
+
+mod access;
+mod auth;
+mod cli;
+mod openapi;
+mod registry;
+mod store;
+mod support;

@@ -82,14 +82,22 @@ pub async fn admin_group(state: &AppState) -> Result<Group> {
 }
 
 async fn guard_last_admin(state: &AppState, user: &User, message: &str) -> Result<()> {
-    if user.active && state.store.is_admin(&user.id).await? && state.store.count_active_admins().await? <= 1 {
+    if user.active
+        && state.store.is_admin(&user.id).await?
+        && state.store.count_active_admins().await? <= 1
+    {
         return Err(ApiError::conflict(message));
     }
     Ok(())
 }
 
 /// Renames a user.
-pub async fn rename_user(state: &AppState, actor: &Actor, user: &User, name: Option<&str>) -> Result<()> {
+pub async fn rename_user(
+    state: &AppState,
+    actor: &Actor,
+    user: &User,
+    name: Option<&str>,
+) -> Result<()> {
     state.store.set_user_name(&user.id, name).await?;
     state.audit.write(
         actor,
@@ -102,15 +110,26 @@ pub async fn rename_user(state: &AppState, actor: &Actor, user: &User, name: Opt
 }
 
 /// Sets a user's password.
-pub async fn set_password(state: &AppState, actor: &Actor, user: &User, new_password: &str) -> Result<()> {
+pub async fn set_password(
+    state: &AppState,
+    actor: &Actor,
+    user: &User,
+    new_password: &str,
+) -> Result<()> {
     if new_password.chars().count() < password::MIN_PASSWORD_LEN {
         return Err(ApiError::unprocessable(format!(
             "Password must be at least {} characters",
             password::MIN_PASSWORD_LEN
         )));
     }
-    state.store.set_password_hash(&user.id, Some(&password::hash(new_password))).await?;
-    state.audit.write(actor, Event::new("user.set_password").resource(format!("user:{}", user.id)));
+    state
+        .store
+        .set_password_hash(&user.id, Some(&password::hash(new_password)))
+        .await?;
+    state.audit.write(
+        actor,
+        Event::new("user.set_password").resource(format!("user:{}", user.id)),
+    );
     Ok(())
 }
 
@@ -125,13 +144,20 @@ pub async fn set_active(state: &AppState, actor: &Actor, user: &User, active: bo
         }
         guard_last_admin(state, user, "Cannot deactivate the last active admin").await?;
     }
-    state.store.set_user_active(&user.id, active, actor.user_id.as_deref()).await?;
+    state
+        .store
+        .set_user_active(&user.id, active, actor.user_id.as_deref())
+        .await?;
     state.audit.write(
         actor,
-        Event::new(if active { "user.activate" } else { "user.deactivate" })
-            .resource(format!("user:{}", user.id))
-            .param("active", active)
-            .before(user_snapshot(user)),
+        Event::new(if active {
+            "user.activate"
+        } else {
+            "user.deactivate"
+        })
+        .resource(format!("user:{}", user.id))
+        .param("active", active)
+        .before(user_snapshot(user)),
     );
     Ok(())
 }
@@ -145,13 +171,20 @@ pub async fn delete_user(state: &AppState, actor: &Actor, user: &User) -> Result
     state.store.delete_user(&user.id).await?;
     state.audit.write(
         actor,
-        Event::new("user.delete").resource(format!("user:{}", user.id)).before(user_snapshot(user)),
+        Event::new("user.delete")
+            .resource(format!("user:{}", user.id))
+            .before(user_snapshot(user)),
     );
     Ok(())
 }
 
 /// Creates a custom group.
-pub async fn create_group(state: &AppState, actor: &Actor, name: &str, description: Option<&str>) -> Result<Group> {
+pub async fn create_group(
+    state: &AppState,
+    actor: &Actor,
+    name: &str,
+    description: Option<&str>,
+) -> Result<Group> {
     let name = name.trim();
     if name.is_empty() {
         return Err(ApiError::unprocessable("Group name is required"));
@@ -160,10 +193,14 @@ pub async fn create_group(state: &AppState, actor: &Actor, name: &str, descripti
         .store
         .create_group(name, description, &actor_label(actor))
         .await
-        .map_err(|e| crate::api::conflict_on_duplicate(e, format!("Group '{name}' already exists")))?;
+        .map_err(|e| {
+            crate::api::conflict_on_duplicate(e, format!("Group '{name}' already exists"))
+        })?;
     state.audit.write(
         actor,
-        Event::new("user_group.created").resource(format!("group:{}", group.id)).param("name", group.name.clone()),
+        Event::new("user_group.created")
+            .resource(format!("group:{}", group.id))
+            .param("name", group.name.clone()),
     );
     Ok(group)
 }
@@ -197,7 +234,12 @@ pub async fn update_group(
         .store
         .update_group(&group.id, name, description)
         .await
-        .map_err(|e| crate::api::conflict_on_duplicate(e, format!("Group '{}' already exists", name.unwrap_or_default())))?;
+        .map_err(|e| {
+            crate::api::conflict_on_duplicate(
+                e,
+                format!("Group '{}' already exists", name.unwrap_or_default()),
+            )
+        })?;
     state.audit.write(
         actor,
         Event::new("user_group.updated")
@@ -225,10 +267,20 @@ pub async fn delete_group(state: &AppState, actor: &Actor, group: &Group) -> Res
 }
 
 /// Adds a user to a group; `Ok(false)` when they already were a member.
-pub async fn add_member(state: &AppState, actor: &Actor, group: &Group, user: &User) -> Result<bool> {
+pub async fn add_member(
+    state: &AppState,
+    actor: &Actor,
+    group: &Group,
+    user: &User,
+) -> Result<bool> {
     let added = state
         .store
-        .add_member(&group.id, &user.id, membership_source(actor), &actor_label(actor))
+        .add_member(
+            &group.id,
+            &user.id,
+            membership_source(actor),
+            &actor_label(actor),
+        )
         .await?;
     if added {
         state.audit.write(
@@ -243,7 +295,12 @@ pub async fn add_member(state: &AppState, actor: &Actor, group: &Group, user: &U
 }
 
 /// Removes a user from a group, keeping at least one active admin.
-pub async fn remove_member(state: &AppState, actor: &Actor, group: &Group, user: &User) -> Result<()> {
+pub async fn remove_member(
+    state: &AppState,
+    actor: &Actor,
+    group: &Group,
+    user: &User,
+) -> Result<()> {
     if group.name == ADMIN_GROUP {
         guard_last_admin(
             state,
@@ -253,7 +310,10 @@ pub async fn remove_member(state: &AppState, actor: &Actor, group: &Group, user:
         .await?;
     }
     if !state.store.remove_member(&group.id, &user.id).await? {
-        return Err(ApiError::not_found(format!("User '{}' is not a member of '{}'", user.email, group.name)));
+        return Err(ApiError::not_found(format!(
+            "User '{}' is not a member of '{}'",
+            user.email, group.name
+        )));
     }
     state.audit.write(
         actor,
@@ -287,7 +347,12 @@ pub async fn create_grant(
         .store
         .create_grant(&group.id, resource_type, resource_id, &actor_label(actor))
         .await
-        .map_err(|e| crate::api::conflict_on_duplicate(e, "Grant already exists for this group/resource_type/resource_id"))?;
+        .map_err(|e| {
+            crate::api::conflict_on_duplicate(
+                e,
+                "Grant already exists for this group/resource_type/resource_id",
+            )
+        })?;
     state.audit.write(
         actor,
         Event::new("resource_grant.created")
@@ -304,11 +369,13 @@ pub async fn delete_grant(state: &AppState, actor: &Actor, grant: &Grant) -> Res
     state.store.delete_grant(&grant.id).await?;
     state.audit.write(
         actor,
-        Event::new("resource_grant.deleted").resource(format!("grant:{}", grant.id)).before(json!({
-            "group_id": grant.group_id,
-            "resource_type": grant.resource_type,
-            "resource_id": grant.resource_id,
-        })),
+        Event::new("resource_grant.deleted")
+            .resource(format!("grant:{}", grant.id))
+            .before(json!({
+                "group_id": grant.group_id,
+                "resource_type": grant.resource_type,
+                "resource_id": grant.resource_id,
+            })),
     );
     Ok(())
 }

@@ -68,12 +68,22 @@ pub struct Actor {
 impl Actor {
     /// An anonymous caller (for example a failed login) identified only by its request.
     pub fn anonymous(client_ip: Option<String>, correlation_id: Option<String>) -> Self {
-        Self { user_id: None, client_kind: ClientKind::Api, client_ip, correlation_id }
+        Self {
+            user_id: None,
+            client_kind: ClientKind::Api,
+            client_ip,
+            correlation_id,
+        }
     }
 
     /// A shell command on the server.
     pub fn console() -> Self {
-        Self { user_id: None, client_kind: ClientKind::Console, client_ip: None, correlation_id: None }
+        Self {
+            user_id: None,
+            client_kind: ClientKind::Console,
+            client_ip: None,
+            correlation_id: None,
+        }
     }
 }
 
@@ -122,8 +132,10 @@ impl Event {
     /// Marks the event failed with an HTTP status; the message lands in `params.error`.
     pub fn failed(mut self, status: u16, message: &str) -> Self {
         self.status = Some(status);
-        self.params
-            .insert("error".into(), Value::String(message.chars().take(MAX_ERROR_CHARS).collect()));
+        self.params.insert(
+            "error".into(),
+            Value::String(message.chars().take(MAX_ERROR_CHARS).collect()),
+        );
         self
     }
 
@@ -141,7 +153,9 @@ impl Event {
             timestamp: now(),
             user_id: actor.user_id.clone(),
             action: self.action,
-            resource: self.resource.map(|r| r.chars().take(MAX_RESOURCE_CHARS).collect()),
+            resource: self
+                .resource
+                .map(|r| r.chars().take(MAX_RESOURCE_CHARS).collect()),
             params: (!self.params.is_empty()).then_some(Value::Object(self.params)),
             params_before: self.params_before,
             client_ip: actor.client_ip.clone(),
@@ -156,8 +170,15 @@ impl Event {
     }
 }
 
+/// The record [`AuditWriter::write`] would queue; lets the benchmark's naive path store
+/// exactly the same rows.
+#[doc(hidden)]
+pub fn record_for_bench(actor: &Actor, event: Event) -> AuditRecord {
+    event.into_record(actor)
+}
+
 enum Msg {
-    Record(AuditRecord),
+    Record(Box<AuditRecord>),
     Flush(oneshot::Sender<()>),
 }
 
@@ -188,9 +209,10 @@ impl AuditWriter {
 
     /// Queues a ready-made record (the benchmark and batch importers use this).
     pub fn enqueue(&self, record: AuditRecord) {
-        if let Err(err) = self.tx.try_send(Msg::Record(record)) {
+        if let Err(err) = self.tx.try_send(Msg::Record(Box::new(record))) {
             let record = match err {
-                mpsc::error::TrySendError::Full(Msg::Record(r)) | mpsc::error::TrySendError::Closed(Msg::Record(r)) => r,
+                mpsc::error::TrySendError::Full(Msg::Record(r))
+                | mpsc::error::TrySendError::Closed(Msg::Record(r)) => r,
                 _ => return,
             };
             tracing::error!(record = %serde_json::to_string(&record).unwrap_or_default(), "audit queue unavailable; record dropped");
@@ -213,7 +235,7 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
         let mut next = Some(first);
         while let Some(msg) = next.take() {
             match msg {
-                Msg::Record(r) => batch.push(r),
+                Msg::Record(r) => batch.push(*r),
                 Msg::Flush(w) => waiters.push(w),
             }
             if batch.len() < MAX_BATCH {
@@ -250,14 +272,26 @@ mod tests {
             correlation_id: Some("req-1".into()),
         };
         for i in 0..250 {
-            writer.write(&actor, Event::new("test.event").resource("x".repeat(300)).param("i", i));
+            writer.write(
+                &actor,
+                Event::new("test.event")
+                    .resource("x".repeat(300))
+                    .param("i", i),
+            );
         }
-        writer.write(&actor, Event::new("test.failed").failed(404, &"e".repeat(500)));
+        writer.write(
+            &actor,
+            Event::new("test.failed").failed(404, &"e".repeat(500)),
+        );
         writer.flush().await;
         let rows = store.audit_by_action("test.event", 1000).await.unwrap();
         assert_eq!(rows.len(), 250);
-        assert!(rows.iter().all(|r| r.resource.as_ref().unwrap().chars().count() == MAX_RESOURCE_CHARS));
-        assert!(rows.iter().all(|r| r.client_kind.as_deref() == Some("cli") && r.result == "success"));
+        assert!(rows
+            .iter()
+            .all(|r| r.resource.as_ref().unwrap().chars().count() == MAX_RESOURCE_CHARS));
+        assert!(rows
+            .iter()
+            .all(|r| r.client_kind.as_deref() == Some("cli") && r.result == "success"));
         let failed = &store.audit_by_action("test.failed", 10).await.unwrap()[0];
         assert_eq!(failed.result, "error.404");
         assert_eq!(failed.correlation_id.as_deref(), Some("req-1"));
@@ -269,13 +303,26 @@ mod tests {
     async fn a_failed_write_loses_only_its_batch_and_the_writer_keeps_going() {
         let (store, _dir) = testing::sqlite().await;
         let writer = AuditWriter::start(store.clone());
-        sqlx::query("ALTER TABLE audit_log RENAME TO audit_log_away").execute(store.pool()).await.unwrap();
+        sqlx::query("ALTER TABLE audit_log RENAME TO audit_log_away")
+            .execute(store.pool())
+            .await
+            .unwrap();
         writer.write(&Actor::console(), Event::new("lost.event"));
         writer.flush().await;
-        sqlx::query("ALTER TABLE audit_log_away RENAME TO audit_log").execute(store.pool()).await.unwrap();
+        sqlx::query("ALTER TABLE audit_log_away RENAME TO audit_log")
+            .execute(store.pool())
+            .await
+            .unwrap();
         writer.write(&Actor::console(), Event::new("kept.event"));
         writer.flush().await;
-        assert!(store.audit_by_action("lost.event", 10).await.unwrap().is_empty());
-        assert_eq!(store.audit_by_action("kept.event", 10).await.unwrap().len(), 1);
+        assert!(store
+            .audit_by_action("lost.event", 10)
+            .await
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            store.audit_by_action("kept.event", 10).await.unwrap().len(),
+            1
+        );
     }
 }

@@ -21,7 +21,9 @@ pub struct StoreArgs {
 impl StoreArgs {
     /// The store URL in effect.
     pub fn url(&self) -> String {
-        self.database_url.clone().unwrap_or_else(|| store::default_sqlite_url(&self.data_dir))
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| store::default_sqlite_url(&self.data_dir))
     }
 
     /// The JWT signing secret: `SVC_JWT_SECRET`, else `DATA_DIR/state/jwt_secret`, generated
@@ -55,7 +57,9 @@ fn load_or_create_secret(path: &Path) -> anyhow::Result<Vec<u8>> {
         opts.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-        let mut f = opts.open(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        let mut f = opts
+            .open(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
         f.write_all(secret.as_bytes())?;
         f.sync_all()?;
     }
@@ -82,7 +86,10 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
         }
     }
 }

@@ -27,7 +27,9 @@ impl Drivers {
             Arc::new(svc_driver_ticketing::TicketingDriver),
             Arc::new(svc_driver_internal::InternalDriver),
         ];
-        Self { by_type: all.into_iter().map(|d| (d.source_type(), d)).collect() }
+        Self {
+            by_type: all.into_iter().map(|d| (d.source_type(), d)).collect(),
+        }
     }
 
     /// The driver for a source type, if this server has one.
@@ -37,6 +39,10 @@ impl Drivers {
 
     /// Source types admins may register tables of.
     pub fn registrable(&self) -> Vec<&'static str> {
-        self.by_type.iter().filter(|(_, d)| d.registrable()).map(|(t, _)| *t).collect()
+        self.by_type
+            .iter()
+            .filter(|(_, d)| d.registrable())
+            .map(|(t, _)| *t)
+            .collect()
     }
 }

@@ -129,7 +129,8 @@ enum GrantsCmd {
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SVC_LOG").unwrap_or_else(|_| "info,sqlx=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("SVC_LOG")
+                .unwrap_or_else(|_| "info,sqlx=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -154,7 +155,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let url = args.url();
             let s = store::Store::open(&url).await?;
             s.seed_system_groups().await?;
-            eprintln!("state store {} is at schema v{}", store::redact_url(&url), s.schema_version().await?);
+            eprintln!(
+                "state store {} is at schema v{}",
+                store::redact_url(&url),
+                s.schema_version().await?
+            );
             s.close().await;
             Ok(())
         }
@@ -166,7 +171,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         other => {
-            let state = server::open_state(&args, server::console_config(args.data_dir.clone())).await?;
+            let state =
+                server::open_state(&args, server::console_config(args.data_dir.clone())).await?;
             let result = console(&state, other).await;
             state.audit.flush().await;
             state.store.close().await;
@@ -176,13 +182,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn user(state: &AppState, email: &str) -> anyhow::Result<svc_host::store::users::User> {
-    state.store.user_by_email(email).await?.with_context(|| format!("no user with e-mail {email}"))
+    state
+        .store
+        .user_by_email(email)
+        .await?
+        .with_context(|| format!("no user with e-mail {email}"))
 }
 
 async fn console(state: &Arc<AppState>, command: Command) -> anyhow::Result<()> {
     let actor = Actor::console();
     match command {
-        Command::Users(UsersCmd::Create { email, name, admin, password_stdin }) => {
+        Command::Users(UsersCmd::Create {
+            email,
+            name,
+            admin,
+            password_stdin,
+        }) => {
             let password = if password_stdin {
                 let mut p = String::new();
                 std::io::stdin().read_to_string(&mut p)?;
@@ -190,9 +205,16 @@ async fn console(state: &Arc<AppState>, command: Command) -> anyhow::Result<()> 
             } else {
                 None
             };
-            let u = admin::create_user(state, &actor, &email, name.as_deref(), password.as_deref(), admin)
-                .await
-                .map_err(api_err)?;
+            let u = admin::create_user(
+                state,
+                &actor,
+                &email,
+                name.as_deref(),
+                password.as_deref(),
+                admin,
+            )
+            .await
+            .map_err(api_err)?;
             println!("{}", u.id);
         }
         Command::Users(UsersCmd::List) => {
@@ -224,28 +246,49 @@ async fn console(state: &Arc<AppState>, command: Command) -> anyhow::Result<()> 
         }
         Command::Groups(GroupsCmd::AddMember { group, email }) => {
             let u = user(state, &email).await?;
-            let g = admin::ensure_group(state, &actor, &group).await.map_err(api_err)?;
-            if !admin::add_member(state, &actor, &g, &u).await.map_err(api_err)? {
+            let g = admin::ensure_group(state, &actor, &group)
+                .await
+                .map_err(api_err)?;
+            if !admin::add_member(state, &actor, &g, &u)
+                .await
+                .map_err(api_err)?
+            {
                 eprintln!("{email} is already a member of {group}");
             }
         }
         Command::Groups(GroupsCmd::RemoveMember { group, email }) => {
             let u = user(state, &email).await?;
-            let g = state.store.group_by_name(&group).await?.with_context(|| format!("no group named {group}"))?;
-            admin::remove_member(state, &actor, &g, &u).await.map_err(api_err)?;
+            let g = state
+                .store
+                .group_by_name(&group)
+                .await?
+                .with_context(|| format!("no group named {group}"))?;
+            admin::remove_member(state, &actor, &g, &u)
+                .await
+                .map_err(api_err)?;
         }
         Command::Grants(GrantsCmd::Add { group, table }) => {
-            let g = admin::ensure_group(state, &actor, &group).await.map_err(api_err)?;
-            admin::create_grant(state, &actor, &g, "table", &table).await.map_err(api_err)?;
+            let g = admin::ensure_group(state, &actor, &group)
+                .await
+                .map_err(api_err)?;
+            admin::create_grant(state, &actor, &g, "table", &table)
+                .await
+                .map_err(api_err)?;
         }
         Command::Grants(GrantsCmd::Remove { group, table }) => {
-            let g = state.store.group_by_name(&group).await?.with_context(|| format!("no group named {group}"))?;
+            let g = state
+                .store
+                .group_by_name(&group)
+                .await?
+                .with_context(|| format!("no group named {group}"))?;
             let grant = state
                 .store
                 .find_grant(&g.id, "table", &table)
                 .await?
                 .with_context(|| format!("group {group} has no grant on table {table}"))?;
-            admin::delete_grant(state, &actor, &grant).await.map_err(api_err)?;
+            admin::delete_grant(state, &actor, &grant)
+                .await
+                .map_err(api_err)?;
         }
         Command::Serve(_) | Command::Migrate | Command::Openapi => unreachable!("handled by run"),
     }

@@ -16,12 +16,17 @@ pub const TABLE_ID_PATTERN: &str = r"^[A-Za-z0-9_.\-]{1,128}$";
 
 /// Whether a string is a valid table id (the API validates with [`TABLE_ID_PATTERN`] too).
 pub fn is_valid_table_id(id: &str) -> bool {
-    (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 /// Checks a sync schedule: `every Nm`, `every Nh`, or `daily HH:MM[,HH:MM…]` (UTC).
 pub fn validate_schedule(s: &str) -> std::result::Result<(), String> {
-    let bad = || format!("invalid sync_schedule '{s}': expected 'every <N>m', 'every <N>h' or 'daily HH:MM[,HH:MM...]'");
+    let bad = || {
+        format!("invalid sync_schedule '{s}': expected 'every <N>m', 'every <N>h' or 'daily HH:MM[,HH:MM...]'")
+    };
     if let Some(rest) = s.strip_prefix("every ") {
         let (n, unit) = rest.split_at(rest.len().saturating_sub(1));
         let n: u32 = n.parse().map_err(|_| bad())?;
@@ -54,7 +59,10 @@ fn snapshot(r: &RegistryRow) -> Value {
 /// Validates a complete row as it would be stored.
 fn validate(state: &AppState, row: &RegistryRow) -> Result<()> {
     if !is_valid_table_id(&row.id) {
-        return Err(ApiError::unprocessable(format!("table id '{}' must match {TABLE_ID_PATTERN}", row.id)));
+        return Err(ApiError::unprocessable(format!(
+            "table id '{}' must match {TABLE_ID_PATTERN}",
+            row.id
+        )));
     }
     let registrable = state.drivers.registrable();
     if !registrable.contains(&row.source_type.as_str()) {
@@ -65,10 +73,14 @@ fn validate(state: &AppState, row: &RegistryRow) -> Result<()> {
         )));
     }
     if row.query_mode == QueryMode::Internal {
-        return Err(ApiError::unprocessable("query_mode 'internal' is reserved for the seeded svc_* tables"));
+        return Err(ApiError::unprocessable(
+            "query_mode 'internal' is reserved for the seeded svc_* tables",
+        ));
     }
     if row.source_query.is_some() && row.query_mode != QueryMode::Materialized {
-        return Err(ApiError::unprocessable("source_query is only allowed with query_mode 'materialized'"));
+        return Err(ApiError::unprocessable(
+            "source_query is only allowed with query_mode 'materialized'",
+        ));
     }
     if let Some(s) = &row.sync_schedule {
         validate_schedule(s).map_err(ApiError::unprocessable)?;
@@ -102,7 +114,10 @@ pub async fn register(state: &AppState, actor: &Actor, mut row: RegistryRow) -> 
     if let Some(e) = &existing {
         refuse_internal(e)?;
     }
-    row.registered_by = existing.as_ref().and_then(|e| e.registered_by.clone()).or(actor.user_id.clone());
+    row.registered_by = existing
+        .as_ref()
+        .and_then(|e| e.registered_by.clone())
+        .or(actor.user_id.clone());
     state.store.upsert_table(&row).await?;
     let mut event = Event::new("registry.register")
         .resource(format!("table:{}", row.id))
@@ -112,7 +127,11 @@ pub async fn register(state: &AppState, actor: &Actor, mut row: RegistryRow) -> 
     }
     state.audit.write(actor, event);
     state.caches.flush_table(&row.id);
-    Ok(if existing.is_some() { Registered::Updated } else { Registered::Created })
+    Ok(if existing.is_some() {
+        Registered::Updated
+    } else {
+        Registered::Created
+    })
 }
 
 /// Applies a partial change to a registered table; returns the stored row.
@@ -154,7 +173,9 @@ pub async fn unregister(state: &AppState, actor: &Actor, id: &str) -> Result<()>
     state.store.delete_table(id).await?;
     state.audit.write(
         actor,
-        Event::new("registry.unregister").resource(format!("table:{id}")).before(snapshot(&existing)),
+        Event::new("registry.unregister")
+            .resource(format!("table:{id}"))
+            .before(snapshot(&existing)),
     );
     state.caches.flush_table(id);
     Ok(())
@@ -184,8 +205,11 @@ pub async fn seed_internal_tables(state: &AppState) -> anyhow::Result<()> {
         };
         let current = state.store.table_by_id(t.id).await?;
         let unchanged = current.as_ref().is_some_and(|c| {
-            c.name == row.name && c.source_type == row.source_type && c.bucket == row.bucket
-                && c.source_table == row.source_table && c.query_mode == row.query_mode
+            c.name == row.name
+                && c.source_type == row.source_type
+                && c.bucket == row.bucket
+                && c.source_table == row.source_table
+                && c.query_mode == row.query_mode
         });
         if !unchanged {
             state.store.upsert_table(&row).await?;
@@ -206,7 +230,15 @@ mod tests {
         for ok in ["every 15m", "every 2h", "daily 03:00", "daily 03:00,15:30"] {
             assert!(validate_schedule(ok).is_ok(), "{ok}");
         }
-        for bad in ["every 0m", "every m", "every 5d", "daily 24:00", "daily 3", "hourly", ""] {
+        for bad in [
+            "every 0m",
+            "every m",
+            "every 5d",
+            "daily 24:00",
+            "daily 3",
+            "hourly",
+            "",
+        ] {
             assert!(validate_schedule(bad).is_err(), "{bad}");
         }
     }
@@ -222,11 +254,15 @@ mod tests {
     #[tokio::test]
     async fn every_change_flushes_the_table_once_and_internal_rows_are_protected() {
         let (store, dir) = crate::store::testing::sqlite().await;
-        let state = AppState::new(store, b"k", crate::state::RuntimeConfig {
-            data_dir: dir.0.clone(),
-            max_body_bytes: 1 << 20,
-            trust_proxy: false,
-        });
+        let state = AppState::new(
+            store,
+            b"k",
+            crate::state::RuntimeConfig {
+                data_dir: dir.0.clone(),
+                max_body_bytes: 1 << 20,
+                trust_proxy: false,
+            },
+        );
         let flushed = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let count = Arc::new(AtomicUsize::new(0));
         {
@@ -239,7 +275,11 @@ mod tests {
         seed_internal_tables(&state).await.unwrap();
         let seeded = count.load(Ordering::SeqCst);
         seed_internal_tables(&state).await.unwrap();
-        assert_eq!(count.load(Ordering::SeqCst), seeded, "a second seed changes nothing");
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            seeded,
+            "a second seed changes nothing"
+        );
 
         let actor = Actor::console();
         let row = RegistryRow {
@@ -257,15 +297,27 @@ mod tests {
             updated_at: None,
         };
         flushed.lock().unwrap().clear();
-        assert_eq!(register(&state, &actor, row.clone()).await.unwrap(), Registered::Created);
-        assert_eq!(register(&state, &actor, row).await.unwrap(), Registered::Updated);
-        update(&state, &actor, "orders", |r| r.description = Some("d".into())).await.unwrap();
+        assert_eq!(
+            register(&state, &actor, row.clone()).await.unwrap(),
+            Registered::Created
+        );
+        assert_eq!(
+            register(&state, &actor, row).await.unwrap(),
+            Registered::Updated
+        );
+        update(&state, &actor, "orders", |r| {
+            r.description = Some("d".into())
+        })
+        .await
+        .unwrap();
         unregister(&state, &actor, "orders").await.unwrap();
         assert_eq!(*flushed.lock().unwrap(), vec!["orders"; 4]);
 
         let err = unregister(&state, &actor, "svc_audit").await.unwrap_err();
         assert_eq!(err.status().as_u16(), 409);
-        let err = update(&state, &actor, "svc_audit", |r| r.description = None).await.unwrap_err();
+        let err = update(&state, &actor, "svc_audit", |r| r.description = None)
+            .await
+            .unwrap_err();
         assert_eq!(err.status().as_u16(), 409);
     }
 }

@@ -32,9 +32,14 @@ pub struct ServeArgs {
 }
 
 /// Opens and migrates the store, seeds system groups and internal tables, and builds state.
-pub async fn open_state(store_args: &StoreArgs, config: RuntimeConfig) -> anyhow::Result<Arc<AppState>> {
+pub async fn open_state(
+    store_args: &StoreArgs,
+    config: RuntimeConfig,
+) -> anyhow::Result<Arc<AppState>> {
     let url = store_args.url();
-    let store = Store::open(&url).await.with_context(|| format!("state store {}", redact_url(&url)))?;
+    let store = Store::open(&url)
+        .await
+        .with_context(|| format!("state store {}", redact_url(&url)))?;
     store.seed_system_groups().await?;
     let state = AppState::new(store, &store_args.jwt_secret()?, config);
     registry::seed_internal_tables(&state).await?;
@@ -43,11 +48,19 @@ pub async fn open_state(store_args: &StoreArgs, config: RuntimeConfig) -> anyhow
 
 /// Runtime settings for shell commands, which never serve HTTP.
 pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
-    RuntimeConfig { data_dir, max_body_bytes: 0, trust_proxy: false }
+    RuntimeConfig {
+        data_dir,
+        max_body_bytes: 0,
+        trust_proxy: false,
+    }
 }
 
 /// On an empty store, creates the first administrator (no password) and says how to log in.
-async fn ensure_first_admin(state: &AppState, email: &str, store_args: &StoreArgs) -> anyhow::Result<()> {
+async fn ensure_first_admin(
+    state: &AppState,
+    email: &str,
+    store_args: &StoreArgs,
+) -> anyhow::Result<()> {
     if state.store.count_users().await? > 0 {
         return Ok(());
     }
@@ -78,7 +91,11 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         .into_acceptor()
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let addrs: Vec<SocketAddr> = acceptor.local_addr().iter().filter_map(|a| a.as_socket_addr().copied()).collect();
+    let addrs: Vec<SocketAddr> = acceptor
+        .local_addr()
+        .iter()
+        .filter_map(|a| a.as_socket_addr().copied())
+        .collect();
     for a in &addrs {
         tracing::info!("svc-server {} listening on http://{a}", crate::api::VERSION);
     }

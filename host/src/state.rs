@@ -33,7 +33,11 @@ pub struct CacheHooks {
 
 impl std::fmt::Debug for CacheHooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CacheHooks({})", self.hooks.read().map(|h| h.len()).unwrap_or(0))
+        write!(
+            f,
+            "CacheHooks({})",
+            self.hooks.read().map(|h| h.len()).unwrap_or(0)
+        )
     }
 }
 

@@ -76,7 +76,14 @@ struct MemberInfo {
 
 impl From<Member> for MemberInfo {
     fn from(m: Member) -> Self {
-        Self { user_id: m.user_id, email: m.email, name: m.name, source: m.source, added_at: m.added_at, added_by: m.added_by }
+        Self {
+            user_id: m.user_id,
+            email: m.email,
+            name: m.name,
+            source: m.source,
+            added_at: m.added_at,
+            added_by: m.added_by,
+        }
     }
 }
 
@@ -160,7 +167,11 @@ enum CreatedGrant {
 
 impl AccessApi {
     async fn group(&self, id: &str) -> ApiResult<Group> {
-        self.state.store.group_by_id(id).await?.ok_or_else(|| ApiError::not_found("Group not found"))
+        self.state
+            .store
+            .group_by_id(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("Group not found"))
     }
 
     async fn info(&self, g: Group) -> ApiResult<GroupInfo> {
@@ -192,9 +203,19 @@ impl AccessApi {
 
     /// Creates a group.
     #[oai(path = "/groups", method = "post")]
-    async fn create_group(&self, auth: BearerAuth, body: Json<CreateGroup>) -> ApiResult<CreatedGroup> {
+    async fn create_group(
+        &self,
+        auth: BearerAuth,
+        body: Json<CreateGroup>,
+    ) -> ApiResult<CreatedGroup> {
         let c = auth.admin()?;
-        let g = admin::create_group(&self.state, &c.actor, &body.name, body.description.as_deref()).await?;
+        let g = admin::create_group(
+            &self.state,
+            &c.actor,
+            &body.name,
+            body.description.as_deref(),
+        )
+        .await?;
         Ok(CreatedGroup::Created(Json(self.info(g).await?)))
     }
 
@@ -208,7 +229,12 @@ impl AccessApi {
 
     /// Renames a group or edits its description.
     #[oai(path = "/groups/:id", method = "patch")]
-    async fn update_group(&self, auth: BearerAuth, id: Path<String>, body: Json<UpdateGroup>) -> ApiResult<Json<GroupInfo>> {
+    async fn update_group(
+        &self,
+        auth: BearerAuth,
+        id: Path<String>,
+        body: Json<UpdateGroup>,
+    ) -> ApiResult<Json<GroupInfo>> {
         let c = auth.admin()?;
         let g = self.group(&id).await?;
         let description = match &body.description {
@@ -231,7 +257,11 @@ impl AccessApi {
 
     /// Members of a group.
     #[oai(path = "/groups/:id/members", method = "get")]
-    async fn members(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<Json<Vec<MemberInfo>>> {
+    async fn members(
+        &self,
+        auth: BearerAuth,
+        id: Path<String>,
+    ) -> ApiResult<Json<Vec<MemberInfo>>> {
         auth.admin()?;
         let g = self.group(&id).await?;
         let members = self.state.store.members(&g.id).await?;
@@ -240,7 +270,12 @@ impl AccessApi {
 
     /// Adds a user (by e-mail) to a group.
     #[oai(path = "/groups/:id/members", method = "post")]
-    async fn add_member(&self, auth: BearerAuth, id: Path<String>, body: Json<AddMember>) -> ApiResult<CreatedMember> {
+    async fn add_member(
+        &self,
+        auth: BearerAuth,
+        id: Path<String>,
+        body: Json<AddMember>,
+    ) -> ApiResult<CreatedMember> {
         let c = auth.admin()?;
         let g = self.group(&id).await?;
         let u = self
@@ -252,17 +287,33 @@ impl AccessApi {
         if !admin::add_member(&self.state, &c.actor, &g, &u).await? {
             return Err(ApiError::conflict("User already a member"));
         }
-        let m = self.state.store.members(&g.id).await?.into_iter().find(|m| m.user_id == u.id);
+        let m = self
+            .state
+            .store
+            .members(&g.id)
+            .await?
+            .into_iter()
+            .find(|m| m.user_id == u.id);
         let m = m.ok_or_else(|| ApiError::internal("membership vanished after insert"))?;
         Ok(CreatedMember::Created(Json(m.into())))
     }
 
     /// Removes a user from a group (the last active admin stays).
     #[oai(path = "/groups/:id/members/:user_id", method = "delete")]
-    async fn remove_member(&self, auth: BearerAuth, id: Path<String>, user_id: Path<String>) -> ApiResult<NoContent> {
+    async fn remove_member(
+        &self,
+        auth: BearerAuth,
+        id: Path<String>,
+        user_id: Path<String>,
+    ) -> ApiResult<NoContent> {
         let c = auth.admin()?;
         let g = self.group(&id).await?;
-        let u = self.state.store.user_by_id(&user_id).await?.ok_or_else(|| ApiError::not_found("User not found"))?;
+        let u = self
+            .state
+            .store
+            .user_by_id(&user_id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("User not found"))?;
         admin::remove_member(&self.state, &c.actor, &g, &u).await?;
         Ok(NoContent::Done)
     }
@@ -276,16 +327,31 @@ impl AccessApi {
         resource_type: Query<Option<String>>,
     ) -> ApiResult<Json<Vec<GrantInfo>>> {
         auth.admin()?;
-        let grants = self.state.store.list_grants(group_id.as_deref(), resource_type.as_deref()).await?;
+        let grants = self
+            .state
+            .store
+            .list_grants(group_id.as_deref(), resource_type.as_deref())
+            .await?;
         Ok(Json(grants.into_iter().map(GrantInfo::from).collect()))
     }
 
     /// Grants a table to a group.
     #[oai(path = "/grants", method = "post")]
-    async fn create_grant(&self, auth: BearerAuth, body: Json<CreateGrant>) -> ApiResult<CreatedGrant> {
+    async fn create_grant(
+        &self,
+        auth: BearerAuth,
+        body: Json<CreateGrant>,
+    ) -> ApiResult<CreatedGrant> {
         let c = auth.admin()?;
         let g = self.group(&body.group_id).await?;
-        let grant = admin::create_grant(&self.state, &c.actor, &g, &body.resource_type, &body.resource_id).await?;
+        let grant = admin::create_grant(
+            &self.state,
+            &c.actor,
+            &g,
+            &body.resource_type,
+            &body.resource_id,
+        )
+        .await?;
         Ok(CreatedGrant::Created(Json(grant.into())))
     }
 
@@ -293,7 +359,12 @@ impl AccessApi {
     #[oai(path = "/grants/:id", method = "delete")]
     async fn delete_grant(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<NoContent> {
         let c = auth.admin()?;
-        let grant = self.state.store.grant_by_id(&id).await?.ok_or_else(|| ApiError::not_found("Grant not found"))?;
+        let grant = self
+            .state
+            .store
+            .grant_by_id(&id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("Grant not found"))?;
         admin::delete_grant(&self.state, &c.actor, &grant).await?;
         Ok(NoContent::Done)
     }

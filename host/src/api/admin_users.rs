@@ -77,7 +77,9 @@ enum CreatedUser {
 impl UsersApi {
     async fn info(&self, u: User) -> ApiResult<UserInfo> {
         let groups = self.state.store.groups_of_user(&u.id).await?;
-        let is_admin = groups.iter().any(|g| g.name == crate::store::users::ADMIN_GROUP);
+        let is_admin = groups
+            .iter()
+            .any(|g| g.name == crate::store::users::ADMIN_GROUP);
         Ok(UserInfo {
             has_password: u.password_hash.is_some(),
             id: u.id,
@@ -92,7 +94,11 @@ impl UsersApi {
     }
 
     async fn user(&self, id: &str) -> ApiResult<User> {
-        self.state.store.user_by_id(id).await?.ok_or_else(|| ApiError::not_found("User not found"))
+        self.state
+            .store
+            .user_by_id(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("User not found"))
     }
 }
 
@@ -114,8 +120,15 @@ impl UsersApi {
     async fn create(&self, auth: BearerAuth, body: Json<CreateUser>) -> ApiResult<CreatedUser> {
         let c = auth.admin()?;
         let b = body.0;
-        let u = admin::create_user(&self.state, &c.actor, &b.email, b.name.as_deref(), b.password.as_deref(), b.is_admin)
-            .await?;
+        let u = admin::create_user(
+            &self.state,
+            &c.actor,
+            &b.email,
+            b.name.as_deref(),
+            b.password.as_deref(),
+            b.is_admin,
+        )
+        .await?;
         Ok(CreatedUser::Created(Json(self.info(u).await?)))
     }
 
@@ -129,7 +142,12 @@ impl UsersApi {
 
     /// Renames, (de)activates or sets the password of a user.
     #[oai(path = "/:id", method = "patch")]
-    async fn update(&self, auth: BearerAuth, id: Path<String>, body: Json<UpdateUser>) -> ApiResult<Json<UserInfo>> {
+    async fn update(
+        &self,
+        auth: BearerAuth,
+        id: Path<String>,
+        body: Json<UpdateUser>,
+    ) -> ApiResult<Json<UserInfo>> {
         let c = auth.admin()?;
         let u = self.user(&id).await?;
         let b = body.0;
@@ -139,7 +157,9 @@ impl UsersApi {
         match b.name {
             MaybeUndefined::Undefined => {}
             MaybeUndefined::Null => admin::rename_user(&self.state, &c.actor, &u, None).await?,
-            MaybeUndefined::Value(n) => admin::rename_user(&self.state, &c.actor, &u, Some(&n)).await?,
+            MaybeUndefined::Value(n) => {
+                admin::rename_user(&self.state, &c.actor, &u, Some(&n)).await?
+            }
         }
         if let Some(active) = b.active {
             admin::set_active(&self.state, &c.actor, &u, active).await?;

@@ -51,10 +51,16 @@ impl AuthApi {
     /// Exchanges e-mail and password for a session token (valid 24 h). Failed attempts are
     /// limited per client address.
     #[oai(path = "/auth/token", method = "post", tag = "Tag::Auth")]
-    async fn token(&self, req: &Request, body: Json<LoginRequest>) -> ApiResult<Json<TokenResponse>> {
+    async fn token(
+        &self,
+        req: &Request,
+        body: Json<LoginRequest>,
+    ) -> ApiResult<Json<TokenResponse>> {
         let started = Instant::now();
         let meta = RequestMeta::of(req);
-        let ip = meta.client_ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+        let ip = meta
+            .client_ip
+            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
         let limiter = &self.state.login_limiter;
         if let Err(wait) = limiter.check(ip) {
             return Err(ApiError::too_many(
@@ -64,7 +70,10 @@ impl AuthApi {
         }
         let user = self.state.store.user_by_email(&body.email).await?;
         // Verify against a decoy when there is no hash, so timing does not reveal accounts.
-        let hash = user.as_ref().and_then(|u| u.password_hash.as_deref()).unwrap_or(password::decoy());
+        let hash = user
+            .as_ref()
+            .and_then(|u| u.password_hash.as_deref())
+            .unwrap_or(password::decoy());
         let password_ok = password::verify(&body.password, hash);
         let mut actor = Actor::anonymous(meta.ip_string(), Some(meta.request_id.clone()));
         actor.user_id = user.as_ref().map(|u| u.id.clone());
@@ -73,12 +82,17 @@ impl AuthApi {
             Some(u) if password_ok && u.password_hash.is_some() => u,
             _ => {
                 limiter.failed(ip);
-                self.state.audit.write(&actor, event.failed(401, BAD_CREDENTIALS).timed(started));
+                self.state
+                    .audit
+                    .write(&actor, event.failed(401, BAD_CREDENTIALS).timed(started));
                 return Err(ApiError::unauthorized(BAD_CREDENTIALS));
             }
         };
         if !user.active {
-            self.state.audit.write(&actor, event.failed(401, "Account deactivated").timed(started));
+            self.state.audit.write(
+                &actor,
+                event.failed(401, "Account deactivated").timed(started),
+            );
             return Err(ApiError::unauthorized("Account deactivated"));
         }
         limiter.succeeded(ip);

@@ -22,12 +22,29 @@ pub type ApiResult<T> = Result<T, ApiError>;
 impl ApiError {
     /// A plain-message error.
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self { status, kind: None, message: message.into(), details: None, retry_after: None }
+        Self {
+            status,
+            kind: None,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
     }
 
     /// A structured error with a machine-readable kind.
-    pub fn kind(status: StatusCode, kind: &'static str, message: impl Into<String>, details: Value) -> Self {
-        Self { status, kind: Some(kind), message: message.into(), details: Some(details), retry_after: None }
+    pub fn kind(
+        status: StatusCode,
+        kind: &'static str,
+        message: impl Into<String>,
+        details: Value,
+    ) -> Self {
+        Self {
+            status,
+            kind: Some(kind),
+            message: message.into(),
+            details: Some(details),
+            retry_after: None,
+        }
     }
 
     /// 400.
@@ -102,7 +119,9 @@ impl poem::error::ResponseError for ApiError {
     }
 
     fn as_response(&self) -> Response {
-        let mut resp = poem::web::Json(self.body()).with_status(self.status).into_response();
+        let mut resp = poem::web::Json(self.body())
+            .with_status(self.status)
+            .into_response();
         if let Some(secs) = self.retry_after {
             resp.headers_mut().insert("retry-after", secs.into());
         }
@@ -133,7 +152,9 @@ impl poem_openapi::ApiResponse for ApiError {
     }
 
     fn register(registry: &mut poem_openapi::registry::Registry) {
-        <poem_openapi::payload::Json<ErrorBody> as poem_openapi::ResponseContent>::register(registry);
+        <poem_openapi::payload::Json<ErrorBody> as poem_openapi::ResponseContent>::register(
+            registry,
+        );
     }
 }
 

@@ -33,7 +33,11 @@ pub(super) struct GroupRef {
 
 impl From<Group> for GroupRef {
     fn from(g: Group) -> Self {
-        Self { id: g.id, name: g.name, is_system: g.is_system }
+        Self {
+            id: g.id,
+            name: g.name,
+            is_system: g.is_system,
+        }
     }
 }
 
@@ -146,15 +150,25 @@ impl MeApi {
     /// Creates a personal access token for the caller. Requires a session token: a PAT
     /// cannot mint further PATs.
     #[oai(path = "/api/tokens", method = "post", tag = "Tag::Auth")]
-    async fn create_token(&self, auth: BearerAuth, body: Json<CreateToken>) -> ApiResult<CreatedTokenResponse> {
+    async fn create_token(
+        &self,
+        auth: BearerAuth,
+        body: Json<CreateToken>,
+    ) -> ApiResult<CreatedTokenResponse> {
         let c = auth.0;
         if c.token_type == TokenType::Pat {
             return Err(ApiError::forbidden(
                 "This endpoint requires an interactive session, not a personal access token",
             ));
         }
-        let days = body.expires_in_days.filter(|d| (1..=MAX_PAT_DAYS).contains(d));
-        let (row, token) = self.state.auth.create_pat(&c.user, body.name.trim(), days).await?;
+        let days = body
+            .expires_in_days
+            .filter(|d| (1..=MAX_PAT_DAYS).contains(d));
+        let (row, token) = self
+            .state
+            .auth
+            .create_pat(&c.user, body.name.trim(), days)
+            .await?;
         self.state.audit.write(
             &c.actor,
             Event::new("token.create")
@@ -184,7 +198,9 @@ impl MeApi {
     async fn revoke_token(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<NoContent> {
         let c = auth.0;
         let row = self.state.store.pat_by_id(&id).await?;
-        let row = row.filter(|r| r.user_id == c.user.id).ok_or_else(|| ApiError::not_found("Token not found"))?;
+        let row = row
+            .filter(|r| r.user_id == c.user.id)
+            .ok_or_else(|| ApiError::not_found("Token not found"))?;
         self.state.store.revoke_pat(&row.id).await?;
         self.state.audit.write(
             &c.actor,

@@ -59,10 +59,13 @@ pub struct RequestMeta {
 
 impl RequestMeta {
     fn of(req: &Request) -> Self {
-        req.extensions().get::<RequestMeta>().cloned().unwrap_or_else(|| RequestMeta {
-            request_id: new_request_id(),
-            client_ip: None,
-        })
+        req.extensions()
+            .get::<RequestMeta>()
+            .cloned()
+            .unwrap_or_else(|| RequestMeta {
+                request_id: new_request_id(),
+                client_ip: None,
+            })
     }
 
     /// The address as stored in audit rows.
@@ -77,11 +80,18 @@ impl RequestMeta {
 pub struct BearerAuth(crate::auth::Caller);
 
 async fn check_bearer(req: &Request, bearer: Bearer) -> poem::Result<crate::auth::Caller> {
-    let state = req.data::<Arc<AppState>>().expect("state is attached to every route");
+    let state = req
+        .data::<Arc<AppState>>()
+        .expect("state is attached to every route");
     let meta = RequestMeta::of(req);
     state
         .auth
-        .resolve(&bearer.token, meta.ip_string(), Some(meta.request_id), false)
+        .resolve(
+            &bearer.token,
+            meta.ip_string(),
+            Some(meta.request_id),
+            false,
+        )
         .await
         .map_err(|e| match e {
             crate::auth::ResolveError::Refused(f) => ApiError::unauthorized(f.message()).into(),
@@ -100,16 +110,35 @@ impl BearerAuth {
     }
 }
 
-type Apis = (health::HealthApi, auth::AuthApi, me::MeApi, admin_users::UsersApi, admin_groups::AccessApi, registry::RegistryApi);
+type Apis = (
+    health::HealthApi,
+    auth::AuthApi,
+    me::MeApi,
+    admin_users::UsersApi,
+    admin_groups::AccessApi,
+    registry::RegistryApi,
+);
 
 fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
     let apis = (
-        health::HealthApi { state: state.clone() },
-        auth::AuthApi { state: state.clone() },
-        me::MeApi { state: state.clone() },
-        admin_users::UsersApi { state: state.clone() },
-        admin_groups::AccessApi { state: state.clone() },
-        registry::RegistryApi { state: state.clone() },
+        health::HealthApi {
+            state: state.clone(),
+        },
+        auth::AuthApi {
+            state: state.clone(),
+        },
+        me::MeApi {
+            state: state.clone(),
+        },
+        admin_users::UsersApi {
+            state: state.clone(),
+        },
+        admin_groups::AccessApi {
+            state: state.clone(),
+        },
+        registry::RegistryApi {
+            state: state.clone(),
+        },
     );
     OpenApiService::new(apis, "svc", VERSION)
         .description("Data access and observability for analysts and their AI agents.")
@@ -136,7 +165,12 @@ pub fn app(state: Arc<AppState>) -> impl Endpoint<Output = Response> {
 }
 
 /// Runs before and after every endpoint: request id, client address, body limit, envelope.
-async fn pipeline<E: Endpoint>(ep: Arc<E>, mut req: Request, max_body: usize, trust_proxy: bool) -> poem::Result<Response> {
+async fn pipeline<E: Endpoint>(
+    ep: Arc<E>,
+    mut req: Request,
+    max_body: usize,
+    trust_proxy: bool,
+) -> poem::Result<Response> {
     let request_id = req
         .headers()
         .get("x-request-id")
@@ -145,7 +179,10 @@ async fn pipeline<E: Endpoint>(ep: Arc<E>, mut req: Request, max_body: usize, tr
         .map(str::to_string)
         .unwrap_or_else(new_request_id);
     let client_ip = client_ip(&req, trust_proxy);
-    req.extensions_mut().insert(RequestMeta { request_id: request_id.clone(), client_ip });
+    req.extensions_mut().insert(RequestMeta {
+        request_id: request_id.clone(),
+        client_ip,
+    });
     let is_api = req.uri().path().starts_with("/api/");
 
     let mut resp = match limit_body(&mut req, max_body).await {
@@ -160,15 +197,26 @@ async fn pipeline<E: Endpoint>(ep: Arc<E>, mut req: Request, max_body: usize, tr
         h.insert("x-request-id", v);
     }
     if is_api {
-        h.insert("x-svc-version", poem::http::HeaderValue::from_static(VERSION));
-        h.insert("x-min-compat-cli-version", poem::http::HeaderValue::from_static(MIN_COMPAT_CLI_VERSION));
+        h.insert(
+            "x-svc-version",
+            poem::http::HeaderValue::from_static(VERSION),
+        );
+        h.insert(
+            "x-min-compat-cli-version",
+            poem::http::HeaderValue::from_static(MIN_COMPAT_CLI_VERSION),
+        );
     }
     Ok(resp)
 }
 
 /// 413 for bodies over the limit, whether or not they announce their length.
 async fn limit_body(req: &mut Request, max: usize) -> Result<(), ApiError> {
-    let too_large = || ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, format!("Request body exceeds the limit of {max} bytes"));
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("Request body exceeds the limit of {max} bytes"),
+        )
+    };
     let declared = req
         .headers()
         .get(poem::http::header::CONTENT_LENGTH)
@@ -177,8 +225,15 @@ async fn limit_body(req: &mut Request, max: usize) -> Result<(), ApiError> {
     match declared {
         Some(n) if n > max => Err(too_large()),
         Some(_) => Ok(()),
-        None if req.headers().contains_key(poem::http::header::TRANSFER_ENCODING) => {
-            let body = req.take_body().into_bytes_limit(max).await.map_err(|_| too_large())?;
+        None if req
+            .headers()
+            .contains_key(poem::http::header::TRANSFER_ENCODING) =>
+        {
+            let body = req
+                .take_body()
+                .into_bytes_limit(max)
+                .await
+                .map_err(|_| too_large())?;
             req.set_body(body);
             Ok(())
         }
@@ -187,7 +242,9 @@ async fn limit_body(req: &mut Request, max: usize) -> Result<(), ApiError> {
 }
 
 fn is_sane_request_id(v: &str) -> bool {
-    (1..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+    (1..=64).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
 fn new_request_id() -> String {

@@ -146,11 +146,17 @@ fn clear(v: MaybeUndefined<Str>, field: &mut Option<String>) {
 impl RegistryApi {
     /// Registers a table; an existing id is updated (upsert).
     #[oai(path = "/register-table", method = "post")]
-    async fn register(&self, auth: BearerAuth, body: Json<RegisterTable>) -> ApiResult<RegisterResponse> {
+    async fn register(
+        &self,
+        auth: BearerAuth,
+        body: Json<RegisterTable>,
+    ) -> ApiResult<RegisterResponse> {
         let c = auth.admin()?;
         let b = body.0;
         let row = RegistryRow {
-            name: opt(b.name).filter(|n| !n.trim().is_empty()).unwrap_or_else(|| b.id.0.clone()),
+            name: opt(b.name)
+                .filter(|n| !n.trim().is_empty())
+                .unwrap_or_else(|| b.id.0.clone()),
             id: b.id.into(),
             source_type: b.source_type.into(),
             bucket: opt(b.bucket),
@@ -165,7 +171,12 @@ impl RegistryApi {
         };
         let id = row.id.clone();
         let outcome = registry::register(&self.state, &c.actor, row).await?;
-        let stored = self.state.store.table_by_id(&id).await?.map(TableInfo::from);
+        let stored = self
+            .state
+            .store
+            .table_by_id(&id)
+            .await?
+            .map(TableInfo::from);
         let stored = stored.ok_or_else(|| super::ApiError::internal("registered row vanished"))?;
         Ok(match outcome {
             Registered::Created => RegisterResponse::Created(Json(stored)),
@@ -177,8 +188,18 @@ impl RegistryApi {
     #[oai(path = "/registry", method = "get")]
     async fn list(&self, auth: BearerAuth) -> ApiResult<Json<TableList>> {
         auth.admin()?;
-        let tables: Vec<TableInfo> = self.state.store.list_tables().await?.into_iter().map(Into::into).collect();
-        Ok(Json(TableList { count: tables.len(), tables }))
+        let tables: Vec<TableInfo> = self
+            .state
+            .store
+            .list_tables()
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        Ok(Json(TableList {
+            count: tables.len(),
+            tables,
+        }))
     }
 
     /// Changes some fields of a registered table.

@@ -47,12 +47,16 @@ impl std::fmt::Debug for JwtKeys {
 impl JwtKeys {
     /// Keys from a shared secret.
     pub fn new(secret: &[u8]) -> Self {
-        Self { encoding: EncodingKey::from_secret(secret), decoding: DecodingKey::from_secret(secret) }
+        Self {
+            encoding: EncodingKey::from_secret(secret),
+            decoding: DecodingKey::from_secret(secret),
+        }
     }
 
     /// Signs claims.
     pub fn sign(&self, claims: &Claims) -> String {
-        encode(&Header::new(Algorithm::HS256), claims, &self.encoding).expect("HS256 signing cannot fail")
+        encode(&Header::new(Algorithm::HS256), claims, &self.encoding)
+            .expect("HS256 signing cannot fail")
     }
 
     /// Verifies the signature (HS256 only) and, when present, the expiry.
@@ -61,7 +65,9 @@ impl JwtKeys {
         // `exp` is optional (never-expiring PATs); when present it is still enforced.
         validation.required_spec_claims.clear();
         validation.leeway = 0;
-        let claims = decode::<Claims>(token, &self.decoding, &validation).ok()?.claims;
+        let claims = decode::<Claims>(token, &self.decoding, &validation)
+            .ok()?
+            .claims;
         // Sessions always expire; a session token without `exp` was not minted by us.
         if claims.typ == TokenType::Session && claims.exp.is_none() {
             return None;
@@ -75,7 +81,14 @@ mod tests {
     use super::*;
 
     fn claims(typ: TokenType, exp: Option<i64>) -> Claims {
-        Claims { sub: "u".into(), email: "a@b".into(), typ, iat: 0, exp, jti: "j".into() }
+        Claims {
+            sub: "u".into(),
+            email: "a@b".into(),
+            typ,
+            iat: 0,
+            exp,
+            jti: "j".into(),
+        }
     }
 
     #[test]
@@ -84,10 +97,24 @@ mod tests {
         let far = chrono::Utc::now().timestamp() + 3600;
         let t = keys.sign(&claims(TokenType::Session, Some(far)));
         assert_eq!(keys.verify(&t).unwrap().sub, "u");
-        assert!(JwtKeys::new(b"another-secret-another-secret-xx").verify(&t).is_none());
-        assert!(keys.verify(&keys.sign(&claims(TokenType::Session, Some(1)))).is_none(), "expired");
-        assert!(keys.verify(&keys.sign(&claims(TokenType::Session, None))).is_none(), "session without exp");
-        assert!(keys.verify(&keys.sign(&claims(TokenType::Pat, None))).is_some(), "PAT without exp");
+        assert!(JwtKeys::new(b"another-secret-another-secret-xx")
+            .verify(&t)
+            .is_none());
+        assert!(
+            keys.verify(&keys.sign(&claims(TokenType::Session, Some(1))))
+                .is_none(),
+            "expired"
+        );
+        assert!(
+            keys.verify(&keys.sign(&claims(TokenType::Session, None)))
+                .is_none(),
+            "session without exp"
+        );
+        assert!(
+            keys.verify(&keys.sign(&claims(TokenType::Pat, None)))
+                .is_some(),
+            "PAT without exp"
+        );
         assert!(keys.verify("garbage").is_none());
     }
 

@@ -96,7 +96,10 @@ pub struct Authenticator {
 impl Authenticator {
     /// An authenticator over a store with a signing secret.
     pub fn new(store: Store, secret: &[u8]) -> Self {
-        Self { keys: JwtKeys::new(secret), store }
+        Self {
+            keys: JwtKeys::new(secret),
+            store,
+        }
     }
 
     /// A session token for a user; returns the token and its expiry.
@@ -159,7 +162,10 @@ impl Authenticator {
         via_cookie: bool,
     ) -> Result<Caller, ResolveError> {
         let refused = ResolveError::Refused;
-        let claims = self.keys.verify(token).ok_or(refused(AuthFailure::InvalidToken))?;
+        let claims = self
+            .keys
+            .verify(token)
+            .ok_or(refused(AuthFailure::InvalidToken))?;
         let user = self
             .store
             .user_by_id(&claims.sub)
@@ -178,11 +184,18 @@ impl Authenticator {
             if row.revoked_at.is_some() {
                 return Err(refused(AuthFailure::TokenRevoked));
             }
-            if row.expires_at.as_deref().and_then(parse_ts).is_some_and(|e| e <= Utc::now()) {
+            if row
+                .expires_at
+                .as_deref()
+                .and_then(parse_ts)
+                .is_some_and(|e| e <= Utc::now())
+            {
                 return Err(refused(AuthFailure::TokenExpired));
             }
             let presented = token_hash(token);
-            if !bool::from(presented.as_bytes().ct_eq(row.token_hash.as_bytes())) || row.user_id != user.id {
+            if !bool::from(presented.as_bytes().ct_eq(row.token_hash.as_bytes()))
+                || row.user_id != user.id
+            {
                 return Err(refused(AuthFailure::TokenMismatch));
             }
             self.touch_if_stale(&row, client_ip.as_deref());
@@ -195,7 +208,12 @@ impl Authenticator {
             (TokenType::Session, false) => ClientKind::Api,
         };
         Ok(Caller {
-            actor: Actor { user_id: Some(user.id.clone()), client_kind, client_ip, correlation_id: request_id },
+            actor: Actor {
+                user_id: Some(user.id.clone()),
+                client_kind,
+                client_ip,
+                correlation_id: request_id,
+            },
             user,
             is_admin,
             token_type: claims.typ,

@@ -19,7 +19,11 @@ pub fn hash(password: &str) -> String {
 /// Checks a password against a stored PHC string (constant time inside argon2).
 pub fn verify(password: &str, phc: &str) -> bool {
     PasswordHash::new(phc)
-        .map(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok())
+        .map(|h| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &h)
+                .is_ok()
+        })
         .unwrap_or(false)
 }
 

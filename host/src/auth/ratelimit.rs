@@ -16,7 +16,11 @@ pub struct LoginLimiter {
 impl LoginLimiter {
     /// `max_failures` failed attempts per `window` per address.
     pub fn new(max_failures: u32, window: Duration) -> Self {
-        Self { max_failures, window, state: Mutex::new(HashMap::new()) }
+        Self {
+            max_failures,
+            window,
+            state: Mutex::new(HashMap::new()),
+        }
     }
 
     /// `Err(seconds to wait)` when the address has used up its window.

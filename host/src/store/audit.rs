@@ -34,7 +34,8 @@ pub struct AuditRecord {
     pub duration_ms: Option<i64>,
 }
 
-const COLUMNS: &str = "id, timestamp, user_id, action, resource, params, params_before, client_ip, \
+const COLUMNS: &str =
+    "id, timestamp, user_id, action, resource, params, params_before, client_ip, \
      client_kind, correlation_id, result, duration_ms";
 const PER_ROW: usize = 12;
 /// Rows per INSERT statement (PostgreSQL allows 65,535 bind parameters, SQLite 32,766).
@@ -51,11 +52,16 @@ impl Store {
         for chunk in records.chunks(ROWS_PER_STATEMENT) {
             let placeholders: Vec<String> = (0..chunk.len())
                 .map(|i| {
-                    let p: Vec<String> = (1..=PER_ROW).map(|j| format!("${}", i * PER_ROW + j)).collect();
+                    let p: Vec<String> = (1..=PER_ROW)
+                        .map(|j| format!("${}", i * PER_ROW + j))
+                        .collect();
                     format!("({})", p.join(", "))
                 })
                 .collect();
-            let sql = format!("INSERT INTO audit_log ({COLUMNS}) VALUES {}", placeholders.join(", "));
+            let sql = format!(
+                "INSERT INTO audit_log ({COLUMNS}) VALUES {}",
+                placeholders.join(", ")
+            );
             let mut q = sqlx::query(&sql);
             for r in chunk {
                 q = q
@@ -83,7 +89,11 @@ impl Store {
     }
 
     /// Audit rows for an action, newest first (for tests and diagnostics).
-    pub async fn audit_by_action(&self, action: &str, limit: i64) -> Result<Vec<AuditRecord>, sqlx::Error> {
+    pub async fn audit_by_action(
+        &self,
+        action: &str,
+        limit: i64,
+    ) -> Result<Vec<AuditRecord>, sqlx::Error> {
         let rows = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM audit_log WHERE action = $1 ORDER BY timestamp DESC LIMIT $2"
         ))
@@ -105,7 +115,9 @@ impl Store {
                     client_ip: r.try_get("client_ip")?,
                     client_kind: r.try_get("client_kind")?,
                     correlation_id: r.try_get("correlation_id")?,
-                    result: r.try_get::<Option<String>, _>("result")?.unwrap_or_default(),
+                    result: r
+                        .try_get::<Option<String>, _>("result")?
+                        .unwrap_or_default(),
                     duration_ms: r.try_get("duration_ms")?,
                 })
             })

@@ -91,8 +91,14 @@ impl Store {
     /// Seeds `Admin` and `Everyone` idempotently; a same-named custom group is promoted.
     pub async fn seed_system_groups(&self) -> Result<(), sqlx::Error> {
         for (name, description) in [
-            (ADMIN_GROUP, "System: full access to all data and admin actions"),
-            (EVERYONE_GROUP, "System: a label group; membership is explicit"),
+            (
+                ADMIN_GROUP,
+                "System: full access to all data and admin actions",
+            ),
+            (
+                EVERYONE_GROUP,
+                "System: a label group; membership is explicit",
+            ),
         ] {
             match self.group_by_name(name).await? {
                 Some(g) if g.is_system => {}
@@ -104,7 +110,8 @@ impl Store {
                         .await?;
                 }
                 None => {
-                    self.insert_group(name, Some(description), true, "system:seed").await?;
+                    self.insert_group(name, Some(description), true, "system:seed")
+                        .await?;
                 }
             }
         }
@@ -141,29 +148,34 @@ impl Store {
         description: Option<&str>,
         created_by: &str,
     ) -> Result<Group, sqlx::Error> {
-        self.insert_group(name, description, false, created_by).await
+        self.insert_group(name, description, false, created_by)
+            .await
     }
 
     /// Looks a group up by id.
     pub async fn group_by_id(&self, id: &str) -> Result<Option<Group>, sqlx::Error> {
-        sqlx::query(&format!("SELECT {GROUP_COLUMNS} FROM user_groups WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?
-            .as_ref()
-            .map(group_from_row)
-            .transpose()
+        sqlx::query(&format!(
+            "SELECT {GROUP_COLUMNS} FROM user_groups WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?
+        .as_ref()
+        .map(group_from_row)
+        .transpose()
     }
 
     /// Looks a group up by its unique name.
     pub async fn group_by_name(&self, name: &str) -> Result<Option<Group>, sqlx::Error> {
-        sqlx::query(&format!("SELECT {GROUP_COLUMNS} FROM user_groups WHERE name = $1"))
-            .bind(name)
-            .fetch_optional(self.pool())
-            .await?
-            .as_ref()
-            .map(group_from_row)
-            .transpose()
+        sqlx::query(&format!(
+            "SELECT {GROUP_COLUMNS} FROM user_groups WHERE name = $1"
+        ))
+        .bind(name)
+        .fetch_optional(self.pool())
+        .await?
+        .as_ref()
+        .map(group_from_row)
+        .transpose()
     }
 
     /// Every group, system groups first, then by name.

@@ -23,11 +23,26 @@ struct Step {
 }
 
 const STEPS: &[Step] = &[
-    Step { version: 1, name: "base schema: users, groups, grants, tokens, registry, audit" },
-    Step { version: 19, name: "drop legacy per-user data permissions and the public flag" },
-    Step { version: 40, name: "audit_log request context columns and indices" },
-    Step { version: 41, name: "the seven usage tables" },
-    Step { version: 43, name: "user_observability_views" },
+    Step {
+        version: 1,
+        name: "base schema: users, groups, grants, tokens, registry, audit",
+    },
+    Step {
+        version: 19,
+        name: "drop legacy per-user data permissions and the public flag",
+    },
+    Step {
+        version: 40,
+        name: "audit_log request context columns and indices",
+    },
+    Step {
+        version: 41,
+        name: "the seven usage tables",
+    },
+    Step {
+        version: 43,
+        name: "user_observability_views",
+    },
 ];
 
 async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<()> {
@@ -57,7 +72,11 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             let existing = columns(tx, b, "audit_log").await?;
             for c in schema::AUDIT_LOG_V40_COLUMNS {
                 if !existing.iter().any(|e| e.eq_ignore_ascii_case(c.name)) {
-                    exec(tx, &format!("ALTER TABLE audit_log ADD COLUMN {}", c.render(b, true))).await?;
+                    exec(
+                        tx,
+                        &format!("ALTER TABLE audit_log ADD COLUMN {}", c.render(b, true)),
+                    )
+                    .await?;
                 }
             }
             ensure_indices(tx, schema::AUDIT_LOG_V40_INDICES).await?;
@@ -91,7 +110,11 @@ pub(super) async fn run(store: &Store) -> anyhow::Result<()> {
         let mut tx = store.pool.begin().await?;
         if store.backend == Backend::Postgres {
             // Replicas starting together must not run the same step twice at once.
-            exec(&mut tx, "SELECT 1 AS locked FROM pg_advisory_xact_lock(734001)").await?;
+            exec(
+                &mut tx,
+                "SELECT 1 AS locked FROM pg_advisory_xact_lock(734001)",
+            )
+            .await?;
         }
         // Re-read inside the transaction: another process may have just applied it.
         let current: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_version")
@@ -110,7 +133,11 @@ pub(super) async fn run(store: &Store) -> anyhow::Result<()> {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        tracing::info!(version = step.version, step = step.name, "applied migration");
+        tracing::info!(
+            version = step.version,
+            step = step.name,
+            "applied migration"
+        );
     }
     Ok(())
 }
@@ -158,7 +185,11 @@ async fn ensure_table(tx: &mut Tx<'_>, b: Backend, t: &Table) -> anyhow::Result<
     let existing = columns(tx, b, t.name).await?;
     for c in t.columns {
         if !existing.iter().any(|e| e.eq_ignore_ascii_case(c.name)) {
-            exec(tx, &format!("ALTER TABLE {} ADD COLUMN {}", t.name, c.render(b, true))).await?;
+            exec(
+                tx,
+                &format!("ALTER TABLE {} ADD COLUMN {}", t.name, c.render(b, true)),
+            )
+            .await?;
         }
     }
     Ok(())
@@ -172,7 +203,11 @@ async fn ensure_indices(tx: &mut Tx<'_>, indices: &[Index]) -> anyhow::Result<()
 }
 
 async fn drop_column(tx: &mut Tx<'_>, b: Backend, table: &str, column: &str) -> anyhow::Result<()> {
-    if columns(tx, b, table).await?.iter().any(|c| c.eq_ignore_ascii_case(column)) {
+    if columns(tx, b, table)
+        .await?
+        .iter()
+        .any(|c| c.eq_ignore_ascii_case(column))
+    {
         exec(tx, &format!("ALTER TABLE {table} DROP COLUMN {column}")).await?;
     }
     Ok(())
@@ -186,11 +221,19 @@ async fn table_exists(tx: &mut Tx<'_>, b: Backend, table: &str) -> anyhow::Resul
              WHERE table_schema = current_schema() AND table_name = $1"
         }
     };
-    Ok(sqlx::query(sql).bind(table).fetch_optional(&mut **tx).await?.is_some())
+    Ok(sqlx::query(sql)
+        .bind(table)
+        .fetch_optional(&mut **tx)
+        .await?
+        .is_some())
 }
 
 /// Column names of a table (empty when the table does not exist).
-pub(super) async fn columns(tx: &mut Tx<'_>, b: Backend, table: &str) -> anyhow::Result<Vec<String>> {
+pub(super) async fn columns(
+    tx: &mut Tx<'_>,
+    b: Backend,
+    table: &str,
+) -> anyhow::Result<Vec<String>> {
     let sql = match b {
         Backend::Sqlite => "SELECT name FROM pragma_table_info($1)",
         Backend::Postgres => {
@@ -199,5 +242,7 @@ pub(super) async fn columns(tx: &mut Tx<'_>, b: Backend, table: &str) -> anyhow:
         }
     };
     let rows = sqlx::query(sql).bind(table).fetch_all(&mut **tx).await?;
-    rows.iter().map(|r| Ok(r.try_get::<String, _>("name")?)).collect()
+    rows.iter()
+        .map(|r| Ok(r.try_get::<String, _>("name")?))
+        .collect()
 }

@@ -77,8 +77,12 @@ impl Store {
                     if backend == Backend::Sqlite {
                         // Several processes (the server and `svc-server users ...`) share the file:
                         // wait for a writer instead of failing with SQLITE_BUSY.
-                        sqlx::query("PRAGMA busy_timeout = 10000").execute(&mut *conn).await?;
-                        sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
+                        sqlx::query("PRAGMA busy_timeout = 10000")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA synchronous = NORMAL")
+                            .execute(&mut *conn)
+                            .await?;
                     }
                     Ok(())
                 })
@@ -87,7 +91,9 @@ impl Store {
             .await
             .with_context(|| format!("cannot open the state store at {}", redact_url(&url)))?;
         if backend == Backend::Sqlite {
-            sqlx::query("PRAGMA journal_mode = WAL").execute(&pool).await?;
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
         }
         Ok(Self { pool, backend })
     }
@@ -127,7 +133,10 @@ impl Store {
 
 /// The default store location inside a data directory.
 pub fn default_sqlite_url(data_dir: &Path) -> String {
-    format!("sqlite://{}", data_dir.join("state").join("svc.db").display())
+    format!(
+        "sqlite://{}",
+        data_dir.join("state").join("svc.db").display()
+    )
 }
 
 fn prepare_sqlite_path(url: &str) -> anyhow::Result<()> {
@@ -244,7 +253,8 @@ pub(crate) mod testing {
     impl TempDir {
         /// Creates a unique directory under the system temp dir.
         pub fn new() -> Self {
-            let p = std::env::temp_dir().join(format!("svc-unit-{}", uuid::Uuid::new_v4().simple()));
+            let p =
+                std::env::temp_dir().join(format!("svc-unit-{}", uuid::Uuid::new_v4().simple()));
             std::fs::create_dir_all(&p).unwrap();
             Self(p)
         }
@@ -274,14 +284,32 @@ mod tests {
         for (store, _dir) in testing::all_backends().await {
             store.seed_system_groups().await.unwrap();
             store.seed_system_groups().await.unwrap();
-            let u = store.create_user("a@example.com", Some("A"), None).await.unwrap();
+            let u = store
+                .create_user("a@example.com", Some("A"), None)
+                .await
+                .unwrap();
             assert!(u.active);
-            assert!(store.create_user("a@example.com", None, None).await.is_err(), "unique e-mail");
+            assert!(
+                store
+                    .create_user("a@example.com", None, None)
+                    .await
+                    .is_err(),
+                "unique e-mail"
+            );
             assert!(!store.is_admin(&u.id).await.unwrap());
             let admin = store.group_by_name("Admin").await.unwrap().unwrap();
             assert!(admin.is_system);
-            assert!(store.add_member(&admin.id, &u.id, "admin", "t").await.unwrap());
-            assert!(!store.add_member(&admin.id, &u.id, "admin", "t").await.unwrap(), "idempotent");
+            assert!(store
+                .add_member(&admin.id, &u.id, "admin", "t")
+                .await
+                .unwrap());
+            assert!(
+                !store
+                    .add_member(&admin.id, &u.id, "admin", "t")
+                    .await
+                    .unwrap(),
+                "idempotent"
+            );
             assert!(store.is_admin(&u.id).await.unwrap());
             assert_eq!(store.count_active_admins().await.unwrap(), 1);
             store.set_user_active(&u.id, false, None).await.unwrap();
@@ -290,12 +318,24 @@ mod tests {
 
             let g = store.create_group("finance", Some("d"), "t").await.unwrap();
             store.add_member(&g.id, &u.id, "admin", "t").await.unwrap();
-            let grant = store.create_grant(&g.id, "table", "orders", "t").await.unwrap();
+            let grant = store
+                .create_grant(&g.id, "table", "orders", "t")
+                .await
+                .unwrap();
             assert!(store.has_grant(&u.id, "table", "orders").await.unwrap());
             assert!(!store.has_grant(&u.id, "table", "other").await.unwrap());
-            assert_eq!(store.list_grants(None, Some("table")).await.unwrap(), vec![grant.clone()]);
+            assert_eq!(
+                store.list_grants(None, Some("table")).await.unwrap(),
+                vec![grant.clone()]
+            );
             assert_eq!(store.list_grants(Some("nope"), None).await.unwrap(), vec![]);
-            let names: Vec<String> = store.list_groups().await.unwrap().into_iter().map(|g| g.name).collect();
+            let names: Vec<String> = store
+                .list_groups()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|g| g.name)
+                .collect();
             assert_eq!(names, ["Admin", "Everyone", "finance"]);
             store.delete_group(&g.id).await.unwrap();
             assert!(!store.has_grant(&u.id, "table", "orders").await.unwrap());
@@ -315,9 +355,19 @@ mod tests {
                 updated_at: None,
             };
             store.upsert_table(&row).await.unwrap();
-            store.upsert_table(&RegistryRow { registered_by: Some("second".into()), ..row.clone() }).await.unwrap();
+            store
+                .upsert_table(&RegistryRow {
+                    registered_by: Some("second".into()),
+                    ..row.clone()
+                })
+                .await
+                .unwrap();
             let stored = store.table_by_id("orders").await.unwrap().unwrap();
-            assert_eq!(stored.registered_by.as_deref(), Some("first"), "first registrant kept");
+            assert_eq!(
+                stored.registered_by.as_deref(),
+                Some("first"),
+                "first registrant kept"
+            );
             assert_eq!(stored.query_mode, QueryMode::Materialized);
             assert!(store.delete_table("orders").await.unwrap());
             assert!(store.table_by_id("orders").await.unwrap().is_none());

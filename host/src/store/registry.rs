@@ -89,8 +89,12 @@ fn from_row(r: &AnyRow) -> Result<RegistryRow, sqlx::Error> {
     let id: String = r.try_get("id")?;
     let mode: Option<String> = r.try_get("query_mode")?;
     Ok(RegistryRow {
-        name: r.try_get::<Option<String>, _>("name")?.unwrap_or_else(|| id.clone()),
-        source_type: r.try_get::<Option<String>, _>("source_type")?.unwrap_or_else(|| "local".into()),
+        name: r
+            .try_get::<Option<String>, _>("name")?
+            .unwrap_or_else(|| id.clone()),
+        source_type: r
+            .try_get::<Option<String>, _>("source_type")?
+            .unwrap_or_else(|| "local".into()),
         bucket: r.try_get("bucket")?,
         source_table: r.try_get("source_table")?,
         query_mode: mode
@@ -137,13 +141,15 @@ impl Store {
 
     /// Looks a table up by id.
     pub async fn table_by_id(&self, id: &str) -> Result<Option<RegistryRow>, sqlx::Error> {
-        sqlx::query(&format!("SELECT {COLUMNS} FROM table_registry WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?
-            .as_ref()
-            .map(from_row)
-            .transpose()
+        sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM table_registry WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?
+        .as_ref()
+        .map(from_row)
+        .transpose()
     }
 
     /// Every registered table, by id.

@@ -46,13 +46,28 @@ pub(super) struct Index {
 }
 
 const fn col(name: &'static str, ty: Ty) -> Column {
-    Column { name, ty, not_null: false, default: Default::None }
+    Column {
+        name,
+        ty,
+        not_null: false,
+        default: Default::None,
+    }
 }
 const fn req(name: &'static str, ty: Ty) -> Column {
-    Column { name, ty, not_null: true, default: Default::None }
+    Column {
+        name,
+        ty,
+        not_null: true,
+        default: Default::None,
+    }
 }
 const fn with_default(name: &'static str, ty: Ty, default: Default) -> Column {
-    Column { name, ty, not_null: true, default }
+    Column {
+        name,
+        ty,
+        not_null: true,
+        default,
+    }
 }
 
 use Ty::{Bool, Int, Text};
@@ -89,14 +104,22 @@ impl Column {
 
 impl Table {
     pub fn create_sql(&self, backend: Backend) -> String {
-        let mut parts: Vec<String> = self.columns.iter().map(|c| c.render(backend, false)).collect();
+        let mut parts: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| c.render(backend, false))
+            .collect();
         if !self.primary_key.is_empty() {
             parts.push(format!("PRIMARY KEY ({})", self.primary_key.join(", ")));
         }
         for u in self.unique {
             parts.push(format!("UNIQUE ({})", u.join(", ")));
         }
-        format!("CREATE TABLE IF NOT EXISTS {} ({})", self.name, parts.join(", "))
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} ({})",
+            self.name,
+            parts.join(", ")
+        )
     }
 }
 
@@ -233,9 +256,21 @@ pub(super) const AUDIT_LOG_V40_COLUMNS: &[Column] = &[
 ];
 
 pub(super) const AUDIT_LOG_V40_INDICES: &[Index] = &[
-    Index { name: "idx_audit_timestamp", table: "audit_log", columns: &["timestamp"] },
-    Index { name: "idx_audit_user_time", table: "audit_log", columns: &["user_id", "timestamp"] },
-    Index { name: "idx_audit_action_time", table: "audit_log", columns: &["action", "timestamp"] },
+    Index {
+        name: "idx_audit_timestamp",
+        table: "audit_log",
+        columns: &["timestamp"],
+    },
+    Index {
+        name: "idx_audit_user_time",
+        table: "audit_log",
+        columns: &["user_id", "timestamp"],
+    },
+    Index {
+        name: "idx_audit_action_time",
+        table: "audit_log",
+        columns: &["action", "timestamp"],
+    },
 ];
 
 /// The seven usage tables (v41), filled by the telemetry pipeline.
@@ -328,36 +363,92 @@ pub(super) const USAGE_TABLES: &[Table] = &[
     },
     Table {
         name: "usage_attribution_skills",
-        columns: &[req("source", Text), req("ref_id", Text), req("skill_name", Text)],
+        columns: &[
+            req("source", Text),
+            req("ref_id", Text),
+            req("skill_name", Text),
+        ],
         primary_key: &["source", "ref_id", "skill_name"],
         unique: &[],
     },
     Table {
         name: "usage_attribution_agents",
-        columns: &[req("source", Text), req("ref_id", Text), req("agent_name", Text)],
+        columns: &[
+            req("source", Text),
+            req("ref_id", Text),
+            req("agent_name", Text),
+        ],
         primary_key: &["source", "ref_id", "agent_name"],
         unique: &[],
     },
     Table {
         name: "usage_attribution_commands",
-        columns: &[req("source", Text), req("ref_id", Text), req("command_name", Text)],
+        columns: &[
+            req("source", Text),
+            req("ref_id", Text),
+            req("command_name", Text),
+        ],
         primary_key: &["source", "ref_id", "command_name"],
         unique: &[],
     },
 ];
 
 pub(super) const USAGE_INDICES: &[Index] = &[
-    Index { name: "idx_usage_events_session", table: "usage_events", columns: &["session_id"] },
-    Index { name: "idx_usage_events_user_time", table: "usage_events", columns: &["username", "occurred_at"] },
-    Index { name: "idx_usage_events_user_id", table: "usage_events", columns: &["user_id"] },
-    Index { name: "idx_usage_events_tool", table: "usage_events", columns: &["tool_name"] },
-    Index { name: "idx_usage_events_source_ref", table: "usage_events", columns: &["source", "ref_id"] },
-    Index { name: "idx_usage_summary_user", table: "usage_session_summary", columns: &["username"] },
-    Index { name: "idx_usage_summary_user_id", table: "usage_session_summary", columns: &["user_id"] },
-    Index { name: "idx_usage_summary_started", table: "usage_session_summary", columns: &["started_at"] },
-    Index { name: "idx_usage_attr_skill", table: "usage_attribution_skills", columns: &["skill_name"] },
-    Index { name: "idx_usage_attr_agent", table: "usage_attribution_agents", columns: &["agent_name"] },
-    Index { name: "idx_usage_attr_command", table: "usage_attribution_commands", columns: &["command_name"] },
+    Index {
+        name: "idx_usage_events_session",
+        table: "usage_events",
+        columns: &["session_id"],
+    },
+    Index {
+        name: "idx_usage_events_user_time",
+        table: "usage_events",
+        columns: &["username", "occurred_at"],
+    },
+    Index {
+        name: "idx_usage_events_user_id",
+        table: "usage_events",
+        columns: &["user_id"],
+    },
+    Index {
+        name: "idx_usage_events_tool",
+        table: "usage_events",
+        columns: &["tool_name"],
+    },
+    Index {
+        name: "idx_usage_events_source_ref",
+        table: "usage_events",
+        columns: &["source", "ref_id"],
+    },
+    Index {
+        name: "idx_usage_summary_user",
+        table: "usage_session_summary",
+        columns: &["username"],
+    },
+    Index {
+        name: "idx_usage_summary_user_id",
+        table: "usage_session_summary",
+        columns: &["user_id"],
+    },
+    Index {
+        name: "idx_usage_summary_started",
+        table: "usage_session_summary",
+        columns: &["started_at"],
+    },
+    Index {
+        name: "idx_usage_attr_skill",
+        table: "usage_attribution_skills",
+        columns: &["skill_name"],
+    },
+    Index {
+        name: "idx_usage_attr_agent",
+        table: "usage_attribution_agents",
+        columns: &["agent_name"],
+    },
+    Index {
+        name: "idx_usage_attr_command",
+        table: "usage_attribution_commands",
+        columns: &["command_name"],
+    },
 ];
 
 /// Saved observability views (v43).

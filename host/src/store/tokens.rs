@@ -71,13 +71,15 @@ impl Store {
 
     /// Looks a token up by id.
     pub async fn pat_by_id(&self, id: &str) -> Result<Option<PatRow>, sqlx::Error> {
-        sqlx::query(&format!("SELECT {COLUMNS} FROM personal_access_tokens WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?
-            .as_ref()
-            .map(from_row)
-            .transpose()
+        sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM personal_access_tokens WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?
+        .as_ref()
+        .map(from_row)
+        .transpose()
     }
 
     /// A user's tokens, newest first, revoked ones included.
@@ -105,12 +107,14 @@ impl Store {
 
     /// Records a use of a token.
     pub async fn touch_pat(&self, id: &str, ip: Option<&str>) -> Result<(), sqlx::Error> {
-        sqlx::query("UPDATE personal_access_tokens SET last_used_at = $1, last_used_ip = $2 WHERE id = $3")
-            .bind(now())
-            .bind(ip)
-            .bind(id)
-            .execute(self.pool())
-            .await?;
+        sqlx::query(
+            "UPDATE personal_access_tokens SET last_used_at = $1, last_used_ip = $2 WHERE id = $3",
+        )
+        .bind(now())
+        .bind(ip)
+        .bind(id)
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 }

@@ -131,9 +131,18 @@ impl Store {
     }
 
     /// Activates or deactivates a user; `by` is the acting admin's id.
-    pub async fn set_user_active(&self, id: &str, active: bool, by: Option<&str>) -> Result<(), sqlx::Error> {
+    pub async fn set_user_active(
+        &self,
+        id: &str,
+        active: bool,
+        by: Option<&str>,
+    ) -> Result<(), sqlx::Error> {
         let ts = now();
-        let (at, by) = if active { (None, None) } else { (Some(ts.as_str()), by) };
+        let (at, by) = if active {
+            (None, None)
+        } else {
+            (Some(ts.as_str()), by)
+        };
         sqlx::query(
             "UPDATE users SET active = $1, deactivated_at = $2, deactivated_by = $3, updated_at = $4 WHERE id = $5",
         )

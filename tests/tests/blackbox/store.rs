@@ -4,7 +4,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::support::{backends, exec_store, fresh_postgres_url, query_store, server_bin, sqlite_url, Backend, TempDir};
+use crate::support::{
+    backends, exec_store, fresh_postgres_url, query_store, server_bin, sqlite_url, Backend, TempDir,
+};
 
 const CURRENT: i64 = 43;
 
@@ -17,10 +19,20 @@ fn store_url(backend: Backend, dir: &TempDir) -> String {
 
 fn migrate(url: &str, dir: &TempDir) {
     let out = Command::new(server_bin())
-        .args(["--data-dir", dir.0.to_str().unwrap(), "--database-url", url, "migrate"])
+        .args([
+            "--data-dir",
+            dir.0.to_str().unwrap(),
+            "--database-url",
+            url,
+            "migrate",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "migrate: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "migrate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("schema v{CURRENT}")));
 }
 
@@ -34,7 +46,10 @@ fn tables(url: &str) -> Vec<String> {
     } else {
         "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY 1"
     };
-    query_store(url, sql).iter().map(|r| r["name"].as_str().unwrap().to_string()).collect()
+    query_store(url, sql)
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn columns(url: &str, table: &str) -> Vec<String> {
@@ -43,7 +58,10 @@ fn columns(url: &str, table: &str) -> Vec<String> {
     } else {
         format!("SELECT name FROM pragma_table_info('{table}') ORDER BY 1")
     };
-    query_store(url, &sql).iter().map(|r| r["name"].as_str().unwrap().to_string()).collect()
+    query_store(url, &sql)
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn indices(url: &str) -> Vec<String> {
@@ -52,32 +70,78 @@ fn indices(url: &str) -> Vec<String> {
     } else {
         "SELECT name FROM sqlite_master WHERE type = 'index' ORDER BY 1"
     };
-    query_store(url, sql).iter().map(|r| r["name"].as_str().unwrap().to_string()).collect()
+    query_store(url, sql)
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// Everything about the schema, for before/after comparisons.
 fn schema_dump(url: &str) -> Vec<(String, Vec<String>)> {
-    let mut out: Vec<(String, Vec<String>)> = tables(url).into_iter().map(|t| { let c = columns(url, &t); (t, c) }).collect();
+    let mut out: Vec<(String, Vec<String>)> = tables(url)
+        .into_iter()
+        .map(|t| {
+            let c = columns(url, &t);
+            (t, c)
+        })
+        .collect();
     out.push(("<indices>".into(), indices(url)));
-    out.push(("<versions>".into(), query_store(url, "SELECT version FROM schema_version ORDER BY version").iter().map(|r| r["version"].to_string()).collect()));
+    out.push((
+        "<versions>".into(),
+        query_store(url, "SELECT version FROM schema_version ORDER BY version")
+            .iter()
+            .map(|r| r["version"].to_string())
+            .collect(),
+    ));
     out
 }
 
 fn assert_current_schema(url: &str) {
     let t = tables(url);
     for expected in [
-        "users", "user_groups", "user_group_members", "resource_grants", "personal_access_tokens", "table_registry",
-        "audit_log", "schema_version", "usage_events", "usage_session_summary", "usage_tool_daily", "usage_plugin_daily",
-        "usage_attribution_skills", "usage_attribution_agents", "usage_attribution_commands", "user_observability_views",
+        "users",
+        "user_groups",
+        "user_group_members",
+        "resource_grants",
+        "personal_access_tokens",
+        "table_registry",
+        "audit_log",
+        "schema_version",
+        "usage_events",
+        "usage_session_summary",
+        "usage_tool_daily",
+        "usage_plugin_daily",
+        "usage_attribution_skills",
+        "usage_attribution_agents",
+        "usage_attribution_commands",
+        "user_observability_views",
     ] {
-        assert!(t.contains(&expected.to_string()), "missing table {expected} in {t:?}");
+        assert!(
+            t.contains(&expected.to_string()),
+            "missing table {expected} in {t:?}"
+        );
     }
     let audit = columns(url, "audit_log");
-    for c in ["params_before", "client_ip", "client_kind", "correlation_id", "duration_ms", "result"] {
-        assert!(audit.contains(&c.to_string()), "audit_log lacks {c}: {audit:?}");
+    for c in [
+        "params_before",
+        "client_ip",
+        "client_kind",
+        "correlation_id",
+        "duration_ms",
+        "result",
+    ] {
+        assert!(
+            audit.contains(&c.to_string()),
+            "audit_log lacks {c}: {audit:?}"
+        );
     }
     let idx = indices(url);
-    for i in ["idx_audit_timestamp", "idx_audit_user_time", "idx_audit_action_time", "idx_obs_views_user"] {
+    for i in [
+        "idx_audit_timestamp",
+        "idx_audit_user_time",
+        "idx_audit_action_time",
+        "idx_obs_views_user",
+    ] {
         assert!(idx.contains(&i.to_string()), "missing index {i}: {idx:?}");
     }
     let v = query_store(url, "SELECT MAX(version) AS v FROM schema_version");
@@ -93,7 +157,11 @@ fn a_fresh_store_migrates_to_current_and_a_second_run_changes_nothing() {
         assert_current_schema(&url);
         let before = schema_dump(&url);
         migrate(&url, &dir);
-        assert_eq!(before, schema_dump(&url), "{backend:?}: second migration changed the schema");
+        assert_eq!(
+            before,
+            schema_dump(&url),
+            "{backend:?}: second migration changed the schema"
+        );
     }
 }
 
@@ -120,26 +188,51 @@ fn a_hand_made_legacy_store_migrates_with_its_data_intact() {
         assert_current_schema(&url);
 
         let t = tables(&url);
-        assert!(!t.contains(&"dataset_permissions".into()) && !t.contains(&"access_requests".into()), "{t:?}");
+        assert!(
+            !t.contains(&"dataset_permissions".into()) && !t.contains(&"access_requests".into()),
+            "{t:?}"
+        );
         assert!(!columns(&url, "users").contains(&"role".into()));
         assert!(!columns(&url, "table_registry").contains(&"is_public".into()));
 
         let users = query_store(&url, "SELECT id, email, name, created_at FROM users");
         assert_eq!(users.len(), 1);
-        assert_eq!((users[0]["email"].as_str(), users[0]["name"].as_str()), (Some("old@example.com"), Some("Old Timer")));
-        let reg = query_store(&url, "SELECT id, name, description FROM table_registry WHERE id = 'legacy_orders'");
+        assert_eq!(
+            (users[0]["email"].as_str(), users[0]["name"].as_str()),
+            (Some("old@example.com"), Some("Old Timer"))
+        );
+        let reg = query_store(
+            &url,
+            "SELECT id, name, description FROM table_registry WHERE id = 'legacy_orders'",
+        );
         assert_eq!(reg[0]["description"], "from v1");
-        let audit = query_store(&url, "SELECT id, action, params, client_kind FROM audit_log");
+        let audit = query_store(
+            &url,
+            "SELECT id, action, params, client_kind FROM audit_log",
+        );
         assert_eq!(audit.len(), 1);
-        assert_eq!((audit[0]["action"].as_str(), audit[0]["params"].as_str()), (Some("catalog.list"), Some("{\"n\": 1}")));
+        assert_eq!(
+            (audit[0]["action"].as_str(), audit[0]["params"].as_str()),
+            (Some("catalog.list"), Some("{\"n\": 1}"))
+        );
         assert!(audit[0]["client_kind"].is_null());
         // The pre-existing custom "Admin" group was promoted, not duplicated.
-        let groups = query_store(&url, "SELECT id, name FROM user_groups WHERE name = 'Admin'");
-        assert_eq!((groups.len(), groups[0]["id"].as_str()), (1, Some("g-admin")));
+        let groups = query_store(
+            &url,
+            "SELECT id, name FROM user_groups WHERE name = 'Admin'",
+        );
+        assert_eq!(
+            (groups.len(), groups[0]["id"].as_str()),
+            (1, Some("g-admin"))
+        );
 
         let before = schema_dump(&url);
         migrate(&url, &dir);
-        assert_eq!(before, schema_dump(&url), "{backend:?}: re-running changed the schema");
+        assert_eq!(
+            before,
+            schema_dump(&url),
+            "{backend:?}: re-running changed the schema"
+        );
     }
 }
 
@@ -148,9 +241,18 @@ fn a_store_newer_than_the_binary_is_refused_with_a_clear_message() {
     let dir = TempDir::new();
     let url = store_url(Backend::Sqlite, &dir);
     migrate(&url, &dir);
-    exec_store(&url, &["INSERT INTO schema_version (version, applied_at) VALUES (99, 'future')"]);
+    exec_store(
+        &url,
+        &["INSERT INTO schema_version (version, applied_at) VALUES (99, 'future')"],
+    );
     let out = Command::new(server_bin())
-        .args(["--data-dir", dir.0.to_str().unwrap(), "--database-url", &url, "migrate"])
+        .args([
+            "--data-dir",
+            dir.0.to_str().unwrap(),
+            "--database-url",
+            &url,
+            "migrate",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -162,6 +264,9 @@ fn health_reports_versions_without_auth() {
     let s = crate::support::Server::start();
     let (status, body) = s.send(s.http.get(s.url("/api/health")));
     assert_eq!(status, 200);
-    assert_eq!((body["status"].as_str(), body["schema_version"].as_i64()), (Some("ok"), Some(CURRENT)));
+    assert_eq!(
+        (body["status"].as_str(), body["schema_version"].as_i64()),
+        (Some("ok"), Some(CURRENT))
+    );
     assert!(body["version"].is_string());
 }

@@ -74,7 +74,11 @@ pub fn backends() -> Vec<Backend> {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A running server with its own data directory.
@@ -104,8 +108,14 @@ impl Server {
             base: String::new(),
             dir: TempDir::new(),
             database_url,
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            http: Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            http: Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
         };
         s.spawn();
         s
@@ -113,7 +123,9 @@ impl Server {
 
     fn command(&self) -> Command {
         let mut c = Command::new(server_bin());
-        c.env_remove("SVC_DATABASE_URL").env_remove("SVC_JWT_SECRET").env_remove("SVC_LISTEN");
+        c.env_remove("SVC_DATABASE_URL")
+            .env_remove("SVC_JWT_SECRET")
+            .env_remove("SVC_LISTEN");
         c.arg("--data-dir").arg(&self.dir.0);
         if let Some(url) = &self.database_url {
             c.arg("--database-url").arg(url);
@@ -158,8 +170,12 @@ impl Server {
 
     /// Stops the server with SIGTERM and waits for it; returns its exit status success.
     pub fn stop(&mut self) -> bool {
-        let Some(mut child) = self.child.take() else { return true };
-        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let Some(mut child) = self.child.take() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Some(status) = child.try_wait().unwrap() {
@@ -184,7 +200,10 @@ impl Server {
     /// Runs an `svc-server` shell command against this server's store.
     pub fn cli(&self, args: &[&str], stdin: Option<&str>) -> Output {
         let mut c = self.command();
-        c.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = c.spawn().unwrap();
         {
             use std::io::Write;
@@ -199,7 +218,11 @@ impl Server {
     /// Like [`Server::cli`], asserting success and returning trimmed stdout.
     pub fn cli_ok(&self, args: &[&str]) -> String {
         let out = self.cli(args, None);
-        assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     }
 
@@ -222,7 +245,11 @@ impl Server {
         let r = rb.send().unwrap();
         let status = r.status().as_u16();
         let text = r.text().unwrap();
-        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
         (status, body)
     }
 
@@ -239,7 +266,12 @@ impl Server {
     }
 
     pub fn patch_json(&self, path: &str, token: &str, body: &Value) -> (u16, Value) {
-        self.send(self.http.patch(self.url(path)).bearer_auth(token).json(body))
+        self.send(
+            self.http
+                .patch(self.url(path))
+                .bearer_auth(token)
+                .json(body),
+        )
     }
 
     pub fn delete(&self, path: &str, token: &str) -> (u16, Value) {
@@ -291,7 +323,10 @@ pub fn query_store(url: &str, sql: &str) -> Vec<Value> {
         use sqlx::{Column, Row};
         sqlx::any::install_default_drivers();
         let pool = sqlx::AnyPool::connect(url).await.unwrap();
-        let rows = sqlx::query(sql).fetch_all(&pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let rows = sqlx::query(sql)
+            .fetch_all(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
         let out = rows
             .iter()
             .map(|r| {
@@ -300,8 +335,14 @@ pub fn query_store(url: &str, sql: &str) -> Vec<Value> {
                     let v = r
                         .try_get::<Option<String>, _>(i)
                         .map(|s| s.map(Value::String).unwrap_or(Value::Null))
-                        .or_else(|_| r.try_get::<Option<i64>, _>(i).map(|n| n.map(Value::from).unwrap_or(Value::Null)))
-                        .or_else(|_| r.try_get::<Option<bool>, _>(i).map(|b| b.map(Value::from).unwrap_or(Value::Null)))
+                        .or_else(|_| {
+                            r.try_get::<Option<i64>, _>(i)
+                                .map(|n| n.map(Value::from).unwrap_or(Value::Null))
+                        })
+                        .or_else(|_| {
+                            r.try_get::<Option<bool>, _>(i)
+                                .map(|b| b.map(Value::from).unwrap_or(Value::Null))
+                        })
                         .unwrap_or(Value::Null);
                     m.insert(c.name().to_string(), v);
                 }
@@ -319,14 +360,21 @@ pub fn exec_store(url: &str, statements: &[&str]) {
         sqlx::any::install_default_drivers();
         let pool = sqlx::AnyPool::connect(url).await.unwrap();
         for s in statements {
-            sqlx::query(s).execute(&pool).await.unwrap_or_else(|e| panic!("{s}: {e}"));
+            sqlx::query(s)
+                .execute(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("{s}: {e}"));
         }
         pool.close().await;
     })
 }
 
 pub fn run_async<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
 }
 
 /// Ensures a SQLite URL's file can be created (`mode=rwc`).

@@ -60,7 +60,7 @@ async fn batched(store: &Store) -> f64 {
         let writer = Arc::clone(&writer);
         tasks.push(tokio::spawn(async move {
             for i in 0..per {
-                writer.write(&actor(p * per + i), event(i));
+                writer.write(&actor(p * per + i), event(i)).await;
                 if i % 1024 == 0 {
                     tokio::task::yield_now().await;
                 }

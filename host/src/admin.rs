@@ -58,13 +58,16 @@ pub async fn create_user(
         .create_user(email, name, hash.as_deref())
         .await
         .map_err(|e| crate::api::conflict_on_duplicate(e, "User with this email already exists"))?;
-    state.audit.write(
-        actor,
-        Event::new("user.create")
-            .resource(format!("user:{}", user.id))
-            .param("email", user.email.clone())
-            .param("admin", admin),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("user.create")
+                .resource(format!("user:{}", user.id))
+                .param("email", user.email.clone())
+                .param("admin", admin),
+        )
+        .await;
     if admin {
         let group = admin_group(state).await?;
         add_member(state, actor, &group, &user).await?;
@@ -99,13 +102,16 @@ pub async fn rename_user(
     name: Option<&str>,
 ) -> Result<()> {
     state.store.set_user_name(&user.id, name).await?;
-    state.audit.write(
-        actor,
-        Event::new("user.update")
-            .resource(format!("user:{}", user.id))
-            .param("name", json!(name))
-            .before(user_snapshot(user)),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("user.update")
+                .resource(format!("user:{}", user.id))
+                .param("name", json!(name))
+                .before(user_snapshot(user)),
+        )
+        .await;
     Ok(())
 }
 
@@ -126,10 +132,13 @@ pub async fn set_password(
         .store
         .set_password_hash(&user.id, Some(&password::hash(new_password)))
         .await?;
-    state.audit.write(
-        actor,
-        Event::new("user.set_password").resource(format!("user:{}", user.id)),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("user.set_password").resource(format!("user:{}", user.id)),
+        )
+        .await;
     Ok(())
 }
 
@@ -148,17 +157,20 @@ pub async fn set_active(state: &AppState, actor: &Actor, user: &User, active: bo
         .store
         .set_user_active(&user.id, active, actor.user_id.as_deref())
         .await?;
-    state.audit.write(
-        actor,
-        Event::new(if active {
-            "user.activate"
-        } else {
-            "user.deactivate"
-        })
-        .resource(format!("user:{}", user.id))
-        .param("active", active)
-        .before(user_snapshot(user)),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new(if active {
+                "user.activate"
+            } else {
+                "user.deactivate"
+            })
+            .resource(format!("user:{}", user.id))
+            .param("active", active)
+            .before(user_snapshot(user)),
+        )
+        .await;
     Ok(())
 }
 
@@ -169,12 +181,15 @@ pub async fn delete_user(state: &AppState, actor: &Actor, user: &User) -> Result
     }
     guard_last_admin(state, user, "Cannot delete the last active admin").await?;
     state.store.delete_user(&user.id).await?;
-    state.audit.write(
-        actor,
-        Event::new("user.delete")
-            .resource(format!("user:{}", user.id))
-            .before(user_snapshot(user)),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("user.delete")
+                .resource(format!("user:{}", user.id))
+                .before(user_snapshot(user)),
+        )
+        .await;
     Ok(())
 }
 
@@ -196,12 +211,15 @@ pub async fn create_group(
         .map_err(|e| {
             crate::api::conflict_on_duplicate(e, format!("Group '{name}' already exists"))
         })?;
-    state.audit.write(
-        actor,
-        Event::new("user_group.created")
-            .resource(format!("group:{}", group.id))
-            .param("name", group.name.clone()),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("user_group.created")
+                .resource(format!("group:{}", group.id))
+                .param("name", group.name.clone()),
+        )
+        .await;
     Ok(group)
 }
 
@@ -240,14 +258,17 @@ pub async fn update_group(
                 format!("Group '{}' already exists", name.unwrap_or_default()),
             )
         })?;
-    state.audit.write(
-        actor,
-        Event::new("user_group.updated")
-            .resource(format!("group:{}", group.id))
-            .param("name", json!(name))
-            .param("description", json!(description))
-            .before(json!({ "name": group.name, "description": group.description })),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("user_group.updated")
+                .resource(format!("group:{}", group.id))
+                .param("name", json!(name))
+                .param("description", json!(description))
+                .before(json!({ "name": group.name, "description": group.description })),
+        )
+        .await;
     Ok(())
 }
 
@@ -257,12 +278,15 @@ pub async fn delete_group(state: &AppState, actor: &Actor, group: &Group) -> Res
         return Err(ApiError::conflict("Cannot delete a system group"));
     }
     state.store.delete_group(&group.id).await?;
-    state.audit.write(
-        actor,
-        Event::new("user_group.deleted")
-            .resource(format!("group:{}", group.id))
-            .before(json!({ "name": group.name, "description": group.description })),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("user_group.deleted")
+                .resource(format!("group:{}", group.id))
+                .before(json!({ "name": group.name, "description": group.description })),
+        )
+        .await;
     Ok(())
 }
 
@@ -283,13 +307,16 @@ pub async fn add_member(
         )
         .await?;
     if added {
-        state.audit.write(
-            actor,
-            Event::new("user_group.member_added")
-                .resource(format!("group:{}", group.id))
-                .param("user_id", user.id.clone())
-                .param("email", user.email.clone()),
-        );
+        state
+            .audit
+            .write(
+                actor,
+                Event::new("user_group.member_added")
+                    .resource(format!("group:{}", group.id))
+                    .param("user_id", user.id.clone())
+                    .param("email", user.email.clone()),
+            )
+            .await;
     }
     Ok(added)
 }
@@ -315,13 +342,16 @@ pub async fn remove_member(
             user.email, group.name
         )));
     }
-    state.audit.write(
-        actor,
-        Event::new("user_group.member_removed")
-            .resource(format!("group:{}", group.id))
-            .param("user_id", user.id.clone())
-            .before(json!({ "member": true })),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("user_group.member_removed")
+                .resource(format!("group:{}", group.id))
+                .param("user_id", user.id.clone())
+                .before(json!({ "member": true })),
+        )
+        .await;
     Ok(())
 }
 
@@ -353,29 +383,35 @@ pub async fn create_grant(
                 "Grant already exists for this group/resource_type/resource_id",
             )
         })?;
-    state.audit.write(
-        actor,
-        Event::new("resource_grant.created")
-            .resource(format!("grant:{}", grant.id))
-            .param("group_id", group.id.clone())
-            .param("resource_type", resource_type)
-            .param("resource_id", resource_id),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("resource_grant.created")
+                .resource(format!("grant:{}", grant.id))
+                .param("group_id", group.id.clone())
+                .param("resource_type", resource_type)
+                .param("resource_id", resource_id),
+        )
+        .await;
     Ok(grant)
 }
 
 /// Revokes a grant.
 pub async fn delete_grant(state: &AppState, actor: &Actor, grant: &Grant) -> Result<()> {
     state.store.delete_grant(&grant.id).await?;
-    state.audit.write(
-        actor,
-        Event::new("resource_grant.deleted")
-            .resource(format!("grant:{}", grant.id))
-            .before(json!({
-                "group_id": grant.group_id,
-                "resource_type": grant.resource_type,
-                "resource_id": grant.resource_id,
-            })),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("resource_grant.deleted")
+                .resource(format!("grant:{}", grant.id))
+                .before(json!({
+                    "group_id": grant.group_id,
+                    "resource_type": grant.resource_type,
+                    "resource_id": grant.resource_id,
+                })),
+        )
+        .await;
     Ok(())
 }

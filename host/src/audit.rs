@@ -19,7 +19,7 @@ use crate::store::{new_id, now, Store};
 pub const MAX_RESOURCE_CHARS: usize = 256;
 /// Longest error message kept in `params.error`.
 pub const MAX_ERROR_CHARS: usize = 200;
-/// Rows queued before new ones are dropped (and logged) instead of waiting.
+/// Rows queued before writers wait for room.
 const QUEUE_CAPACITY: usize = 100_000;
 /// Most rows stored in one transaction.
 const MAX_BATCH: usize = 5_000;
@@ -202,20 +202,19 @@ impl AuditWriter {
         Arc::new(Self { tx })
     }
 
-    /// Queues an event; never blocks and never fails the caller.
-    pub fn write(&self, actor: &Actor, event: Event) {
-        self.enqueue(event.into_record(actor));
+    /// Queues an event. Returns at once unless the queue is full, in which case it waits for
+    /// room (backpressure) rather than drop the row.
+    pub async fn write(&self, actor: &Actor, event: Event) {
+        self.enqueue(event.into_record(actor)).await;
     }
 
-    /// Queues a ready-made record (the benchmark and batch importers use this).
-    pub fn enqueue(&self, record: AuditRecord) {
-        if let Err(err) = self.tx.try_send(Msg::Record(Box::new(record))) {
-            let record = match err {
-                mpsc::error::TrySendError::Full(Msg::Record(r))
-                | mpsc::error::TrySendError::Closed(Msg::Record(r)) => r,
-                _ => return,
-            };
-            tracing::error!(record = %serde_json::to_string(&record).unwrap_or_default(), "audit queue unavailable; record dropped");
+    /// Queues a ready-made record.
+    pub async fn enqueue(&self, record: AuditRecord) {
+        if let Err(mpsc::error::SendError(Msg::Record(record))) =
+            self.tx.send(Msg::Record(Box::new(record))).await
+        {
+            // Only after the writer task is gone (runtime shutting down): keep the row in the log.
+            tracing::error!(record = %serde_json::to_string(&record).unwrap_or_default(), "audit writer stopped; record not stored");
         }
     }
 
@@ -272,17 +271,21 @@ mod tests {
             correlation_id: Some("req-1".into()),
         };
         for i in 0..250 {
-            writer.write(
-                &actor,
-                Event::new("test.event")
-                    .resource("x".repeat(300))
-                    .param("i", i),
-            );
+            writer
+                .write(
+                    &actor,
+                    Event::new("test.event")
+                        .resource("x".repeat(300))
+                        .param("i", i),
+                )
+                .await;
         }
-        writer.write(
-            &actor,
-            Event::new("test.failed").failed(404, &"e".repeat(500)),
-        );
+        writer
+            .write(
+                &actor,
+                Event::new("test.failed").failed(404, &"e".repeat(500)),
+            )
+            .await;
         writer.flush().await;
         let rows = store.audit_by_action("test.event", 1000).await.unwrap();
         assert_eq!(rows.len(), 250);
@@ -307,13 +310,17 @@ mod tests {
             .execute(store.pool())
             .await
             .unwrap();
-        writer.write(&Actor::console(), Event::new("lost.event"));
+        writer
+            .write(&Actor::console(), Event::new("lost.event"))
+            .await;
         writer.flush().await;
         sqlx::query("ALTER TABLE audit_log_away RENAME TO audit_log")
             .execute(store.pool())
             .await
             .unwrap();
-        writer.write(&Actor::console(), Event::new("kept.event"));
+        writer
+            .write(&Actor::console(), Event::new("kept.event"))
+            .await;
         writer.flush().await;
         assert!(store
             .audit_by_action("lost.event", 10)

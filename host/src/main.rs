@@ -235,13 +235,16 @@ async fn console(state: &Arc<AppState>, command: Command) -> anyhow::Result<()> 
                 bail!("user {email} is deactivated");
             }
             let (row, token) = state.auth.create_pat(&u, &name, days).await?;
-            state.audit.write(
-                &actor,
-                svc_host::audit::Event::new("token.create")
-                    .resource(format!("token:{}", row.id))
-                    .param("name", name)
-                    .param("user_id", u.id),
-            );
+            state
+                .audit
+                .write(
+                    &actor,
+                    svc_host::audit::Event::new("token.create")
+                        .resource(format!("token:{}", row.id))
+                        .param("name", name)
+                        .param("user_id", u.id),
+                )
+                .await;
             println!("{token}");
         }
         Command::Groups(GroupsCmd::AddMember { group, email }) => {

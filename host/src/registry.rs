@@ -98,6 +98,17 @@ fn refuse_internal(existing: &RegistryRow) -> Result<()> {
     Ok(())
 }
 
+/// The registered, non-internal row with this id (404 / 409 otherwise).
+async fn editable(state: &AppState, id: &str) -> Result<RegistryRow> {
+    let existing = state
+        .store
+        .table_by_id(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("Table '{id}' is not registered")))?;
+    refuse_internal(&existing)?;
+    Ok(existing)
+}
+
 /// Whether [`register`] created the row or replaced an existing one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Registered {
@@ -125,7 +136,7 @@ pub async fn register(state: &AppState, actor: &Actor, mut row: RegistryRow) -> 
     if let Some(e) = &existing {
         event = event.before(snapshot(e));
     }
-    state.audit.write(actor, event);
+    state.audit.write(actor, event).await;
     state.caches.flush_table(&row.id);
     Ok(if existing.is_some() {
         Registered::Updated
@@ -141,42 +152,38 @@ pub async fn update(
     id: &str,
     change: impl FnOnce(&mut RegistryRow),
 ) -> Result<RegistryRow> {
-    let existing = state
-        .store
-        .table_by_id(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("Table '{id}' is not registered")))?;
-    refuse_internal(&existing)?;
+    let existing = editable(state, id).await?;
     let mut row = existing.clone();
     change(&mut row);
     validate(state, &row)?;
     state.store.upsert_table(&row).await?;
-    state.audit.write(
-        actor,
-        Event::new("registry.update")
-            .resource(format!("table:{id}"))
-            .param("row", snapshot(&row))
-            .before(snapshot(&existing)),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("registry.update")
+                .resource(format!("table:{id}"))
+                .param("row", snapshot(&row))
+                .before(snapshot(&existing)),
+        )
+        .await;
     state.caches.flush_table(id);
     Ok(state.store.table_by_id(id).await?.unwrap_or(row))
 }
 
 /// Removes a table from the registry.
 pub async fn unregister(state: &AppState, actor: &Actor, id: &str) -> Result<()> {
-    let existing = state
-        .store
-        .table_by_id(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("Table '{id}' is not registered")))?;
-    refuse_internal(&existing)?;
+    let existing = editable(state, id).await?;
     state.store.delete_table(id).await?;
-    state.audit.write(
-        actor,
-        Event::new("registry.unregister")
-            .resource(format!("table:{id}"))
-            .before(snapshot(&existing)),
-    );
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("registry.unregister")
+                .resource(format!("table:{id}"))
+                .before(snapshot(&existing)),
+        )
+        .await;
     state.caches.flush_table(id);
     Ok(())
 }

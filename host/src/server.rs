@@ -64,9 +64,12 @@ async fn ensure_first_admin(
     if state.store.count_users().await? > 0 {
         return Ok(());
     }
-    admin::create_user(state, &Actor::console(), email, Some("Admin"), None, true)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot create the first admin: {e}"))?;
+    match admin::create_user(state, &Actor::console(), email, Some("Admin"), None, true).await {
+        Ok(_) => {}
+        // Another replica starting at the same moment created it first.
+        Err(e) if e.status() == poem::http::StatusCode::CONFLICT => return Ok(()),
+        Err(e) => anyhow::bail!("cannot create the first admin {email}: {e}"),
+    }
     let mut cmd = format!("svc-server tokens create --email {email}");
     if store_args.database_url.is_some() {
         cmd.push_str(" --database-url <same URL>");

@@ -84,21 +84,25 @@ impl AuthApi {
                 limiter.failed(ip);
                 self.state
                     .audit
-                    .write(&actor, event.failed(401, BAD_CREDENTIALS).timed(started));
+                    .write(&actor, event.failed(401, BAD_CREDENTIALS).timed(started))
+                    .await;
                 return Err(ApiError::unauthorized(BAD_CREDENTIALS));
             }
         };
         if !user.active {
-            self.state.audit.write(
-                &actor,
-                event.failed(401, "Account deactivated").timed(started),
-            );
+            self.state
+                .audit
+                .write(
+                    &actor,
+                    event.failed(401, "Account deactivated").timed(started),
+                )
+                .await;
             return Err(ApiError::unauthorized("Account deactivated"));
         }
         limiter.succeeded(ip);
         let (access_token, expires_at) = self.state.auth.issue_session(&user);
         let is_admin = self.state.store.is_admin(&user.id).await?;
-        self.state.audit.write(&actor, event.timed(started));
+        self.state.audit.write(&actor, event.timed(started)).await;
         Ok(Json(TokenResponse {
             access_token,
             token_type: "bearer".into(),

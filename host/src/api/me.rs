@@ -169,13 +169,16 @@ impl MeApi {
             .auth
             .create_pat(&c.user, body.name.trim(), days)
             .await?;
-        self.state.audit.write(
-            &c.actor,
-            Event::new("token.create")
-                .resource(format!("token:{}", row.id))
-                .param("name", row.name.clone())
-                .param("expires_at", json!(row.expires_at)),
-        );
+        self.state
+            .audit
+            .write(
+                &c.actor,
+                Event::new("token.create")
+                    .resource(format!("token:{}", row.id))
+                    .param("name", row.name.clone())
+                    .param("expires_at", json!(row.expires_at)),
+            )
+            .await;
         Ok(CreatedTokenResponse::Created(Json(CreatedToken {
             id: row.id,
             name: row.name,
@@ -202,12 +205,15 @@ impl MeApi {
             .filter(|r| r.user_id == c.user.id)
             .ok_or_else(|| ApiError::not_found("Token not found"))?;
         self.state.store.revoke_pat(&row.id).await?;
-        self.state.audit.write(
-            &c.actor,
-            Event::new("token.revoke")
-                .resource(format!("token:{}", row.id))
-                .before(json!({ "revoked_at": row.revoked_at })),
-        );
+        self.state
+            .audit
+            .write(
+                &c.actor,
+                Event::new("token.revoke")
+                    .resource(format!("token:{}", row.id))
+                    .before(json!({ "revoked_at": row.revoked_at })),
+            )
+            .await;
         Ok(NoContent::Done)
     }
 }

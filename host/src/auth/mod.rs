@@ -137,7 +137,8 @@ impl Authenticator {
         };
         let token = self.keys.sign(&claims);
         let row = PatRow {
-            prefix: id.replace('-', "")[..8].to_string(),
+            // The id is a UUIDv7 whose leading digits encode the time; the tail is random.
+            prefix: id[id.len() - 8..].to_string(),
             id,
             user_id: user.id.clone(),
             name: name.to_string(),

@@ -154,55 +154,55 @@ impl Store {
 
     /// Looks a group up by id.
     pub async fn group_by_id(&self, id: &str) -> Result<Option<Group>, sqlx::Error> {
-        sqlx::query(&format!(
-            "SELECT {GROUP_COLUMNS} FROM user_groups WHERE id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(self.pool())
-        .await?
-        .as_ref()
-        .map(group_from_row)
-        .transpose()
+        super::fetch_opt(
+            self,
+            sqlx::query(&format!(
+                "SELECT {GROUP_COLUMNS} FROM user_groups WHERE id = $1"
+            ))
+            .bind(id),
+            group_from_row,
+        )
+        .await
     }
 
     /// Looks a group up by its unique name.
     pub async fn group_by_name(&self, name: &str) -> Result<Option<Group>, sqlx::Error> {
-        sqlx::query(&format!(
-            "SELECT {GROUP_COLUMNS} FROM user_groups WHERE name = $1"
-        ))
-        .bind(name)
-        .fetch_optional(self.pool())
-        .await?
-        .as_ref()
-        .map(group_from_row)
-        .transpose()
+        super::fetch_opt(
+            self,
+            sqlx::query(&format!(
+                "SELECT {GROUP_COLUMNS} FROM user_groups WHERE name = $1"
+            ))
+            .bind(name),
+            group_from_row,
+        )
+        .await
     }
 
     /// Every group, system groups first, then by name.
     pub async fn list_groups(&self) -> Result<Vec<Group>, sqlx::Error> {
-        sqlx::query(&format!(
-            "SELECT {GROUP_COLUMNS} FROM user_groups ORDER BY is_system DESC, name"
-        ))
-        .fetch_all(self.pool())
-        .await?
-        .iter()
-        .map(group_from_row)
-        .collect()
+        super::fetch_vec(
+            self,
+            sqlx::query(&format!(
+                "SELECT {GROUP_COLUMNS} FROM user_groups ORDER BY is_system DESC, name"
+            )),
+            group_from_row,
+        )
+        .await
     }
 
     /// The groups a user belongs to, system groups first.
     pub async fn groups_of_user(&self, user_id: &str) -> Result<Vec<Group>, sqlx::Error> {
-        sqlx::query(
-            "SELECT g.id, g.name, g.description, g.is_system, g.created_at, g.created_by \
+        super::fetch_vec(
+            self,
+            sqlx::query(
+                "SELECT g.id, g.name, g.description, g.is_system, g.created_at, g.created_by \
              FROM user_groups g JOIN user_group_members m ON m.group_id = g.id \
              WHERE m.user_id = $1 ORDER BY g.is_system DESC, g.name",
+            )
+            .bind(user_id),
+            group_from_row,
         )
-        .bind(user_id)
-        .fetch_all(self.pool())
-        .await?
-        .iter()
-        .map(group_from_row)
-        .collect()
+        .await
     }
 
     /// Updates a group's name and/or description.
@@ -324,28 +324,22 @@ impl Store {
         group_id: Option<&str>,
         resource_type: Option<&str>,
     ) -> Result<Vec<Grant>, sqlx::Error> {
-        sqlx::query(&format!(
+        super::fetch_vec(self, sqlx::query(&format!(
             "{GRANT_SELECT} WHERE ($1 IS NULL OR r.group_id = $1) AND ($2 IS NULL OR r.resource_type = $2) \
              ORDER BY g.name, r.resource_type, r.resource_id"
         ))
         .bind(group_id)
-        .bind(resource_type)
-        .fetch_all(self.pool())
-        .await?
-        .iter()
-        .map(grant_from_row)
-        .collect()
+        .bind(resource_type), grant_from_row).await
     }
 
     /// Looks a grant up by id.
     pub async fn grant_by_id(&self, id: &str) -> Result<Option<Grant>, sqlx::Error> {
-        sqlx::query(&format!("{GRANT_SELECT} WHERE r.id = $1"))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?
-            .as_ref()
-            .map(grant_from_row)
-            .transpose()
+        super::fetch_opt(
+            self,
+            sqlx::query(&format!("{GRANT_SELECT} WHERE r.id = $1")).bind(id),
+            grant_from_row,
+        )
+        .await
     }
 
     /// Looks a grant up by its natural key.
@@ -355,17 +349,17 @@ impl Store {
         resource_type: &str,
         resource_id: &str,
     ) -> Result<Option<Grant>, sqlx::Error> {
-        sqlx::query(&format!(
+        super::fetch_opt(
+            self,
+            sqlx::query(&format!(
             "{GRANT_SELECT} WHERE r.group_id = $1 AND r.resource_type = $2 AND r.resource_id = $3"
         ))
-        .bind(group_id)
-        .bind(resource_type)
-        .bind(resource_id)
-        .fetch_optional(self.pool())
-        .await?
-        .as_ref()
-        .map(grant_from_row)
-        .transpose()
+            .bind(group_id)
+            .bind(resource_type)
+            .bind(resource_id),
+            grant_from_row,
+        )
+        .await
     }
 
     /// Creates a grant; fails on a duplicate (unique constraint).

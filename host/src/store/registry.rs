@@ -141,25 +141,25 @@ impl Store {
 
     /// Looks a table up by id.
     pub async fn table_by_id(&self, id: &str) -> Result<Option<RegistryRow>, sqlx::Error> {
-        sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM table_registry WHERE id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(self.pool())
-        .await?
-        .as_ref()
-        .map(from_row)
-        .transpose()
+        super::fetch_opt(
+            self,
+            sqlx::query(&format!(
+                "SELECT {COLUMNS} FROM table_registry WHERE id = $1"
+            ))
+            .bind(id),
+            from_row,
+        )
+        .await
     }
 
     /// Every registered table, by id.
     pub async fn list_tables(&self) -> Result<Vec<RegistryRow>, sqlx::Error> {
-        sqlx::query(&format!("SELECT {COLUMNS} FROM table_registry ORDER BY id"))
-            .fetch_all(self.pool())
-            .await?
-            .iter()
-            .map(from_row)
-            .collect()
+        super::fetch_vec(
+            self,
+            sqlx::query(&format!("SELECT {COLUMNS} FROM table_registry ORDER BY id")),
+            from_row,
+        )
+        .await
     }
 
     /// Deletes a row; returns false when there was none.

@@ -71,28 +71,23 @@ impl Store {
 
     /// Looks a token up by id.
     pub async fn pat_by_id(&self, id: &str) -> Result<Option<PatRow>, sqlx::Error> {
-        sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM personal_access_tokens WHERE id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(self.pool())
-        .await?
-        .as_ref()
-        .map(from_row)
-        .transpose()
+        super::fetch_opt(
+            self,
+            sqlx::query(&format!(
+                "SELECT {COLUMNS} FROM personal_access_tokens WHERE id = $1"
+            ))
+            .bind(id),
+            from_row,
+        )
+        .await
     }
 
     /// A user's tokens, newest first, revoked ones included.
     pub async fn pats_of_user(&self, user_id: &str) -> Result<Vec<PatRow>, sqlx::Error> {
-        sqlx::query(&format!(
+        super::fetch_vec(self, sqlx::query(&format!(
             "SELECT {COLUMNS} FROM personal_access_tokens WHERE user_id = $1 ORDER BY created_at DESC"
         ))
-        .bind(user_id)
-        .fetch_all(self.pool())
-        .await?
-        .iter()
-        .map(from_row)
-        .collect()
+        .bind(user_id), from_row).await
     }
 
     /// Marks a token revoked (keeps the row).

@@ -70,34 +70,32 @@ impl Store {
 
     /// Looks a user up by id.
     pub async fn user_by_id(&self, id: &str) -> Result<Option<User>, sqlx::Error> {
-        sqlx::query(&format!("SELECT {COLUMNS} FROM users WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(self.pool())
-            .await?
-            .as_ref()
-            .map(from_row)
-            .transpose()
+        super::fetch_opt(
+            self,
+            sqlx::query(&format!("SELECT {COLUMNS} FROM users WHERE id = $1")).bind(id),
+            from_row,
+        )
+        .await
     }
 
     /// Looks a user up by exact e-mail.
     pub async fn user_by_email(&self, email: &str) -> Result<Option<User>, sqlx::Error> {
-        sqlx::query(&format!("SELECT {COLUMNS} FROM users WHERE email = $1"))
-            .bind(email)
-            .fetch_optional(self.pool())
-            .await?
-            .as_ref()
-            .map(from_row)
-            .transpose()
+        super::fetch_opt(
+            self,
+            sqlx::query(&format!("SELECT {COLUMNS} FROM users WHERE email = $1")).bind(email),
+            from_row,
+        )
+        .await
     }
 
     /// Every user, by e-mail.
     pub async fn list_users(&self) -> Result<Vec<User>, sqlx::Error> {
-        sqlx::query(&format!("SELECT {COLUMNS} FROM users ORDER BY email"))
-            .fetch_all(self.pool())
-            .await?
-            .iter()
-            .map(from_row)
-            .collect()
+        super::fetch_vec(
+            self,
+            sqlx::query(&format!("SELECT {COLUMNS} FROM users ORDER BY email")),
+            from_row,
+        )
+        .await
     }
 
     /// Number of users (0 on a fresh store).

@@ -46,6 +46,12 @@ fn missing_malformed_and_foreign_tokens_are_401_in_the_envelope() {
         assert_eq!(status, 401, "{bad}");
         assert!(body["detail"].is_string(), "{body}");
     }
+    // Unknown routes and methods answer in the same envelope.
+    let (status, body) = s.get_json("/api/nope", "x");
+    assert_eq!((status, body["detail"].as_str()), (404, Some("Not found")));
+    let (status, body) = s.send(s.http.patch(s.url("/api/health")));
+    assert_eq!(status, 405);
+    assert!(body["detail"].is_string(), "{body}");
     // A token signed by another server (another secret) is refused.
     let other = Server::start();
     let (status, body) = s.get_json("/api/me", &other.admin_token());
@@ -161,6 +167,23 @@ fn personal_access_tokens_lifecycle() {
     ));
     assert_ne!(stored[0]["token_hash"], json!(pat));
     assert_eq!(stored[0]["token_hash"].as_str().unwrap().len(), 64);
+
+    // Its use is recorded (off the request path, at most once a minute).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let used = s.query(&format!(
+            "SELECT last_used_at, last_used_ip FROM personal_access_tokens WHERE id = '{id}'"
+        ));
+        if used[0]["last_used_at"].is_string() {
+            assert_eq!(used[0]["last_used_ip"], "127.0.0.1");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "last_used_at never set"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 
     // A PAT cannot mint PATs.
     let (status, _) = s.post_json("/api/tokens", &pat, &json!({"name": "more"}));

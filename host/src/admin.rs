@@ -193,6 +193,46 @@ pub async fn delete_user(state: &AppState, actor: &Actor, user: &User) -> Result
     Ok(())
 }
 
+/// Creates a personal access token for `user`; returns the stored row and the token, which
+/// is shown once.
+pub async fn create_token(
+    state: &AppState,
+    actor: &Actor,
+    user: &User,
+    name: &str,
+    days: Option<i64>,
+) -> Result<(crate::store::tokens::PatRow, String)> {
+    if !user.active {
+        return Err(ApiError::conflict(format!(
+            "User {} is deactivated",
+            user.email
+        )));
+    }
+    if days.is_some_and(|d| !(1..=crate::auth::MAX_PAT_DAYS).contains(&d)) {
+        return Err(ApiError::unprocessable(format!(
+            "expires_in_days must be between 1 and {}",
+            crate::auth::MAX_PAT_DAYS
+        )));
+    }
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(ApiError::unprocessable("name is required"));
+    }
+    let (row, token) = state.auth.create_pat(user, name, days).await?;
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("token.create")
+                .resource(format!("token:{}", row.id))
+                .param("name", row.name.clone())
+                .param("owner_id", user.id.clone())
+                .param("expires_at", json!(row.expires_at)),
+        )
+        .await;
+    Ok((row, token))
+}
+
 /// Creates a custom group.
 pub async fn create_group(
     state: &AppState,

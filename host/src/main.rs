@@ -3,7 +3,7 @@
 use std::io::Read as _;
 use std::sync::Arc;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use svc_host::api::ApiError;
 use svc_host::audit::Actor;
@@ -231,20 +231,9 @@ async fn console(state: &Arc<AppState>, command: Command) -> anyhow::Result<()> 
         }
         Command::Tokens(TokensCmd::Create { email, name, days }) => {
             let u = user(state, &email).await?;
-            if !u.active {
-                bail!("user {email} is deactivated");
-            }
-            let (row, token) = state.auth.create_pat(&u, &name, days).await?;
-            state
-                .audit
-                .write(
-                    &actor,
-                    svc_host::audit::Event::new("token.create")
-                        .resource(format!("token:{}", row.id))
-                        .param("name", name)
-                        .param("user_id", u.id),
-                )
-                .await;
+            let (_, token) = admin::create_token(state, &actor, &u, &name, days)
+                .await
+                .map_err(api_err)?;
             println!("{token}");
         }
         Command::Groups(GroupsCmd::AddMember { group, email }) => {

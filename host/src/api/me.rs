@@ -11,7 +11,6 @@ use super::types::Str;
 use super::{ApiError, ApiResult, BearerAuth, NoContent, Tag};
 use crate::audit::Event;
 use crate::auth::jwt::TokenType;
-use crate::auth::MAX_PAT_DAYS;
 use crate::state::AppState;
 use crate::store::groups::Group;
 use crate::store::tokens::PatRow;
@@ -161,24 +160,14 @@ impl MeApi {
                 "This endpoint requires an interactive session, not a personal access token",
             ));
         }
-        let days = body
-            .expires_in_days
-            .filter(|d| (1..=MAX_PAT_DAYS).contains(d));
-        let (row, token) = self
-            .state
-            .auth
-            .create_pat(&c.user, body.name.trim(), days)
-            .await?;
-        self.state
-            .audit
-            .write(
-                &c.actor,
-                Event::new("token.create")
-                    .resource(format!("token:{}", row.id))
-                    .param("name", row.name.clone())
-                    .param("expires_at", json!(row.expires_at)),
-            )
-            .await;
+        let (row, token) = crate::admin::create_token(
+            &self.state,
+            &c.actor,
+            &c.user,
+            &body.name,
+            body.expires_in_days,
+        )
+        .await?;
         Ok(CreatedTokenResponse::Created(Json(CreatedToken {
             id: row.id,
             name: row.name,

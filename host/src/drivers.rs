@@ -1,9 +1,12 @@
 //! The drivers this server can serve, keyed by `source_type`.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use svc_plugin_api::SourceDriver;
+
+use crate::store::{Backend, Store};
 
 /// Source drivers by `source_type`.
 #[derive(Clone)]
@@ -19,13 +22,16 @@ impl std::fmt::Debug for Drivers {
 
 impl Drivers {
     /// The drivers compiled into svc-server.
-    pub fn builtin() -> Self {
+    pub fn builtin(data_dir: &Path, store: &Store) -> Self {
         let all: [Arc<dyn SourceDriver>; 5] = [
-            Arc::new(svc_driver_parquet::ParquetDriver),
-            Arc::new(svc_driver_warehouse::WarehouseDriver),
-            Arc::new(svc_driver_integration::IntegrationDriver),
-            Arc::new(svc_driver_ticketing::TicketingDriver),
-            Arc::new(svc_driver_internal::InternalDriver),
+            Arc::new(svc_driver_parquet::ParquetDriver::new(data_dir)),
+            Arc::new(svc_driver_warehouse::WarehouseDriver::new(data_dir)),
+            Arc::new(svc_driver_integration::driver(data_dir)),
+            Arc::new(svc_driver_ticketing::driver(data_dir)),
+            Arc::new(svc_driver_internal::InternalDriver::new(
+                store.pool().clone(),
+                store.backend() == Backend::Postgres,
+            )),
         ];
         Self {
             by_type: all.into_iter().map(|d| (d.source_type(), d)).collect(),

@@ -2,12 +2,15 @@
 //! source drivers. The binary's entry point is `main.rs`; everything it uses lives here so
 //! benchmarks and unit tests reach the same code.
 
+pub mod access;
 pub mod admin;
 pub mod api;
 pub mod audit;
 pub mod auth;
 pub mod config;
+pub mod discovery;
 pub mod drivers;
+pub mod encode;
 pub mod registry;
 pub mod server;
 pub mod state;

@@ -137,7 +137,7 @@ pub async fn register(state: &AppState, actor: &Actor, mut row: RegistryRow) -> 
         event = event.before(snapshot(e));
     }
     state.audit.write(actor, event).await;
-    state.caches.flush_table(&row.id);
+    state.flush_table(&row.id).await;
     Ok(if existing.is_some() {
         Registered::Updated
     } else {
@@ -167,7 +167,7 @@ pub async fn update(
                 .before(snapshot(&existing)),
         )
         .await;
-    state.caches.flush_table(id);
+    state.flush_table(id).await;
     Ok(state.store.table_by_id(id).await?.unwrap_or(row))
 }
 
@@ -184,7 +184,7 @@ pub async fn unregister(state: &AppState, actor: &Actor, id: &str) -> Result<()>
                 .before(snapshot(&existing)),
         )
         .await;
-    state.caches.flush_table(id);
+    state.flush_table(id).await;
     Ok(())
 }
 
@@ -193,7 +193,7 @@ pub async fn seed_internal_tables(state: &AppState) -> anyhow::Result<()> {
     let keep: Vec<&str> = ROSTER.iter().map(|t| t.id).collect();
     for removed in state.store.prune_internal_tables(&keep).await? {
         tracing::info!(table = %removed, "removed stale internal table");
-        state.caches.flush_table(&removed);
+        state.flush_table(&removed).await;
     }
     for t in ROSTER {
         let row = RegistryRow {
@@ -220,7 +220,7 @@ pub async fn seed_internal_tables(state: &AppState) -> anyhow::Result<()> {
         });
         if !unchanged {
             state.store.upsert_table(&row).await?;
-            state.caches.flush_table(t.id);
+            state.flush_table(t.id).await;
         }
     }
     Ok(())

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::audit::AuditWriter;
 use crate::auth::ratelimit::LoginLimiter;
 use crate::auth::Authenticator;
+use crate::discovery::DiscoveryCaches;
 use crate::drivers::Drivers;
 use crate::store::Store;
 
@@ -70,6 +71,8 @@ pub struct AppState {
     pub login_limiter: LoginLimiter,
     /// Registry-change cache flush.
     pub caches: CacheHooks,
+    /// Catalog, schema and sample caches.
+    pub discovery: DiscoveryCaches,
     /// Request-path settings.
     pub config: RuntimeConfig,
 }
@@ -77,14 +80,31 @@ pub struct AppState {
 impl AppState {
     /// State over an open, migrated store.
     pub fn new(store: Store, jwt_secret: &[u8], config: RuntimeConfig) -> Arc<Self> {
+        let discovery = DiscoveryCaches::default();
+        let caches = CacheHooks::default();
+        {
+            let discovery = discovery.clone();
+            caches.register(Arc::new(move |id: &str| discovery.flush_table(id)));
+        }
         Arc::new(Self {
             auth: Authenticator::new(store.clone(), jwt_secret),
             audit: AuditWriter::start(store.clone()),
-            drivers: Drivers::builtin(),
+            drivers: Drivers::builtin(&config.data_dir, &store),
             login_limiter: LoginLimiter::new(10, Duration::from_secs(60)),
-            caches: CacheHooks::default(),
+            caches,
+            discovery,
             config,
             store,
         })
+    }
+
+    /// The one flush for a registry change: in-memory caches through their hooks, and the
+    /// table's persistent metadata (its source may have changed). A failure to forget the
+    /// metadata is logged; the registry change itself has already happened.
+    pub async fn flush_table(&self, table_id: &str) {
+        self.caches.flush_table(table_id);
+        if let Err(e) = self.store.forget_metadata(table_id).await {
+            tracing::warn!(table = %table_id, error = %e, "could not forget cached metadata");
+        }
     }
 }

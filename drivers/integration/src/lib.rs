@@ -1,17 +1,14 @@
 //! Tables extracted from operational SQL databases into parquet.
 //!
-//! Registered with the host under `source_type = "integration"`. The data side of the driver
-//! (schema, sample, table provider, …) is filled in by the discovery and later issues; today
-//! it lets the host accept registrations of this source kind.
+//! Registered with the host under `source_type = "integration"`. Reading goes through the shared
+//! parquet reader (`extracts/integration/data/<table_id>.parquet`); fetching data from the source
+//! into that file arrives with the sync issue.
 
-use svc_plugin_api::SourceDriver;
+use std::path::PathBuf;
 
-/// The `integration` source driver.
-#[derive(Debug, Default)]
-pub struct IntegrationDriver;
+use svc_driver_parquet::ParquetDriver;
 
-impl SourceDriver for IntegrationDriver {
-    fn source_type(&self) -> &'static str {
-        "integration"
-    }
+/// The `integration` source kind's driver over a data directory.
+pub fn driver(data_dir: impl Into<PathBuf>) -> ParquetDriver {
+    ParquetDriver::for_source("integration", data_dir)
 }

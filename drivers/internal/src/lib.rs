@@ -1,24 +1,19 @@
 //! The three read-only `svc_*` tables, served from the state store and filtered per caller.
 //!
-//! Registered with the host under `source_type = "internal"`. The data side of the driver
-//! (schema, sample, table provider, …) is filled in by the discovery and later issues; today
-//! it lets the host accept registrations of this source kind.
+//! Registered with the host under `source_type = "internal"`. An administrator sees every
+//! row; anyone else sees only rows whose filter column equals their own identity. The
+//! identity is bound as a query parameter (never interpolated) and must also match
+//! [`is_safe_identity`], so an odd value is refused outright rather than merely escaped.
 
-use svc_plugin_api::SourceDriver;
+mod rows;
 
-/// The `internal` source driver.
-#[derive(Debug, Default)]
-pub struct InternalDriver;
+use std::sync::Arc;
 
-impl SourceDriver for InternalDriver {
-    fn source_type(&self) -> &'static str {
-        "internal"
-    }
-
-    fn registrable(&self) -> bool {
-        false
-    }
-}
+use sqlx::{AnyPool, Row};
+use svc_plugin_api::{
+    Caller, ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, SourceDriver, TableProvider,
+    TableRef, TableSchema,
+};
 
 /// One of the service's own tables exposed through the ordinary query path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,3 +52,201 @@ pub const ROSTER: &[InternalTable] = &[
         filter_column: "user_id",
     },
 ];
+
+/// The roster entry for a table id.
+pub fn roster_entry(id: &str) -> Option<&'static InternalTable> {
+    ROSTER.iter().find(|t| t.id == id)
+}
+
+/// Whether an identity may be used in a row filter: letters, digits and `._+-@:`, 1–200 chars.
+pub fn is_safe_identity(v: &str) -> bool {
+    (1..=200).contains(&v.len())
+        && v.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'+' | b'-' | b'@' | b':')
+        })
+}
+
+/// The row filter for a caller: None for administrators, else `(column, value)`.
+pub fn row_filter(
+    table: &InternalTable,
+    caller: &Caller,
+) -> Result<Option<(&'static str, String)>> {
+    if caller.is_admin {
+        return Ok(None);
+    }
+    let value = match table.filter_column {
+        "user_id" => &caller.user_id,
+        _ => &caller.username,
+    };
+    if !is_safe_identity(value) {
+        return Err(DriverError::new(
+            ErrorKind::UnsafeIdentity,
+            format!(
+                "Your identity cannot be used to filter {} (allowed: letters, digits and ._+-@:); ask an administrator",
+                table.id
+            ),
+        ));
+    }
+    Ok(Some((table.filter_column, value.clone())))
+}
+
+/// The `internal` source driver, reading the state store.
+#[derive(Debug, Clone)]
+pub struct InternalDriver {
+    pool: AnyPool,
+    postgres: bool,
+}
+
+impl InternalDriver {
+    /// A driver over the state store's pool.
+    pub fn new(pool: AnyPool, postgres: bool) -> Self {
+        Self { pool, postgres }
+    }
+
+    fn entry(table: &TableRef) -> Result<&'static InternalTable> {
+        roster_entry(&table.id).ok_or_else(|| {
+            DriverError::not_found(format!("'{}' is not an internal table", table.id))
+        })
+    }
+
+    /// The backing table's columns as `(name, store type, nullable)`, in order.
+    async fn store_columns(&self, backing: &str) -> Result<Vec<(String, String, bool)>> {
+        let sql = if self.postgres {
+            "SELECT column_name::text AS name, data_type::text AS type, is_nullable::text AS nullable \
+             FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 \
+             ORDER BY ordinal_position"
+        } else {
+            "SELECT name, type, CASE WHEN \"notnull\" = 0 THEN 'YES' ELSE 'NO' END AS nullable \
+             FROM pragma_table_info($1) ORDER BY cid"
+        };
+        let rows = sqlx::query(sql)
+            .bind(backing)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?;
+        rows.iter()
+            .map(|r| {
+                let get = |c: &str| r.try_get::<String, _>(c).map_err(store_error);
+                Ok((get("name")?, get("type")?, get("nullable")? == "YES"))
+            })
+            .collect()
+    }
+}
+
+fn store_error(e: sqlx::Error) -> DriverError {
+    DriverError::internal(format!("state store: {e}"))
+}
+
+#[async_trait::async_trait]
+impl SourceDriver for InternalDriver {
+    fn source_type(&self) -> &'static str {
+        "internal"
+    }
+
+    fn registrable(&self) -> bool {
+        false
+    }
+
+    async fn schema(&self, table: &TableRef, _caller: &Caller) -> Result<TableSchema> {
+        let entry = Self::entry(table)?;
+        let columns = self
+            .store_columns(entry.backing_table)
+            .await?
+            .into_iter()
+            .map(|(name, ty, nullable)| ColumnInfo {
+                data_type: rows::arrow_type(&ty).to_string(),
+                name,
+                nullable,
+                description: String::new(),
+            })
+            .collect();
+        Ok(TableSchema {
+            columns,
+            partition_by: None,
+            clustered_by: Vec::new(),
+        })
+    }
+
+    async fn sample(
+        &self,
+        table: &TableRef,
+        n: usize,
+        caller: &Caller,
+    ) -> Result<Vec<RecordBatch>> {
+        let entry = Self::entry(table)?;
+        let filter = row_filter(entry, caller)?;
+        let columns = self.store_columns(entry.backing_table).await?;
+        let select: Vec<String> = columns.iter().map(|(c, _, _)| format!("\"{c}\"")).collect();
+        let limit = i64::try_from(n).unwrap_or(i64::MAX);
+        let rows = match &filter {
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {} FROM {} LIMIT $1",
+                    select.join(", "),
+                    entry.backing_table
+                ))
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await
+            }
+            Some((column, value)) => {
+                sqlx::query(&format!(
+                    "SELECT {} FROM {} WHERE \"{column}\" = $1 LIMIT $2",
+                    select.join(", "),
+                    entry.backing_table
+                ))
+                .bind(value)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await
+            }
+        }
+        .map_err(store_error)?;
+        Ok(vec![rows::to_batch(&columns, &rows)?])
+    }
+
+    async fn table_provider(
+        &self,
+        table: &TableRef,
+        _caller: &Caller,
+    ) -> Result<Arc<dyn TableProvider>> {
+        Err(DriverError::unsupported(format!(
+            "SQL over {} arrives with the query engine; use the sample endpoint for now",
+            table.id
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(admin: bool, user_id: &str, username: &str) -> Caller {
+        Caller {
+            user_id: user_id.into(),
+            username: username.into(),
+            is_admin: admin,
+        }
+    }
+
+    #[test]
+    fn filters_follow_the_roster_and_refuse_unsafe_identities() {
+        let audit = roster_entry("svc_audit").unwrap();
+        let sessions = roster_entry("svc_sessions").unwrap();
+        assert_eq!(row_filter(audit, &caller(true, "u1", "a@b")).unwrap(), None);
+        assert_eq!(
+            row_filter(audit, &caller(false, "u-1", "a@b")).unwrap(),
+            Some(("user_id", "u-1".into()))
+        );
+        assert_eq!(
+            row_filter(sessions, &caller(false, "u-1", "ana+x@ex.com")).unwrap(),
+            Some(("username", "ana+x@ex.com".into()))
+        );
+        for bad in ["a'b", "a b", "x;--", "", "a\"b"] {
+            let e = row_filter(sessions, &caller(false, "u", bad)).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::UnsafeIdentity, "{bad:?}");
+            assert!(e.message.contains("svc_sessions"));
+        }
+        assert!(roster_entry("agnes_usage").is_none());
+    }
+}

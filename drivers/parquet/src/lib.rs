@@ -1,17 +1,238 @@
-//! Local parquet tables, and the shared parquet reader for every on-disk source kind.
+//! Local parquet tables (`source_type = "local"`), and the shared parquet reader behind every
+//! on-disk source kind (`integration`, `ticketing`, materialized warehouse tables).
 //!
-//! Registered with the host under `source_type = "local"`. The data side of the driver
-//! (schema, sample, table provider, …) is filled in by the discovery and later issues; today
-//! it lets the host accept registrations of this source kind.
+//! A table's data lives at `<data-dir>/extracts/<source_type>/data/<table_id>.parquet`, keyed
+//! by id and never by display name. Schema comes from the parquet footer; a sample reads
+//! pages only until it has `n` rows, so its cost does not grow with the file.
 
-use svc_plugin_api::SourceDriver;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// The `local` source driver.
-#[derive(Debug, Default)]
-pub struct ParquetDriver;
+use svc_plugin_api::datafusion::datasource::file_format::parquet::ParquetFormat;
+use svc_plugin_api::datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use svc_plugin_api::datafusion::prelude::SessionContext;
+use svc_plugin_api::{
+    Caller, ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, SourceDriver, TableProvider,
+    TableRef, TableSchema,
+};
 
-impl SourceDriver for ParquetDriver {
-    fn source_type(&self) -> &'static str {
-        "local"
+/// Reads `<data-dir>/extracts/<source_type>/data/<table_id>.parquet` files.
+#[derive(Debug, Clone)]
+pub struct ParquetFiles {
+    data_dir: PathBuf,
+}
+
+/// Whether an id is safe to use as a file name: the registry's id alphabet, and never `.`
+/// or `..`. Ids come from the registry, which validates them; this is the second lock.
+fn is_safe_file_stem(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+impl ParquetFiles {
+    /// A reader rooted at the server's data directory.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+        }
+    }
+
+    /// Where a table's parquet file lives (whether or not it exists yet).
+    pub fn path(&self, table: &TableRef) -> Result<PathBuf> {
+        if !is_safe_file_stem(&table.id) || !is_safe_file_stem(&table.source_type) {
+            return Err(DriverError::not_found(format!(
+                "Table '{}' has no readable data file",
+                table.id
+            )));
+        }
+        Ok(self
+            .data_dir
+            .join("extracts")
+            .join(&table.source_type)
+            .join("data")
+            .join(format!("{}.parquet", table.id)))
+    }
+
+    fn relative(&self, path: &Path) -> String {
+        path.strip_prefix(&self.data_dir)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    }
+
+    /// Opens the table's file: 404-kind when missing.
+    fn open(&self, table: &TableRef) -> Result<(File, PathBuf)> {
+        let path = self.path(table)?;
+        match File::open(&path) {
+            Ok(f) => Ok((f, path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(DriverError::not_found(format!(
+                    "Table '{}' has no data yet: {} does not exist",
+                    table.id,
+                    self.relative(&path)
+                )))
+            }
+            Err(e) => Err(DriverError::internal(format!(
+                "Table '{}': cannot open its data file: {e}",
+                table.id
+            ))),
+        }
+    }
+
+    fn corrupt(&self, table: &TableRef, path: &Path, e: impl std::fmt::Display) -> DriverError {
+        DriverError::new(
+            ErrorKind::Corrupt,
+            format!(
+                "Table '{}': {} is not a readable parquet file ({e})",
+                table.id,
+                self.relative(path)
+            ),
+        )
+    }
+
+    /// Columns from the parquet footer.
+    pub async fn schema(&self, table: &TableRef) -> Result<TableSchema> {
+        let this = self.clone();
+        let table = table.clone();
+        blocking(move || {
+            let (file, path) = this.open(&table)?;
+            let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+                .map_err(|e| this.corrupt(&table, &path, e))?;
+            let columns = builder
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| ColumnInfo {
+                    name: f.name().clone(),
+                    data_type: f.data_type().to_string(),
+                    nullable: f.is_nullable(),
+                    description: String::new(),
+                })
+                .collect();
+            Ok(TableSchema {
+                columns,
+                partition_by: None,
+                clustered_by: Vec::new(),
+            })
+        })
+        .await
+    }
+
+    /// The first `n` rows, reading pages only until it has them.
+    pub async fn sample(&self, table: &TableRef, n: usize) -> Result<Vec<RecordBatch>> {
+        let this = self.clone();
+        let table = table.clone();
+        blocking(move || {
+            let (file, path) = this.open(&table)?;
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+                .map_err(|e| this.corrupt(&table, &path, e))?
+                .with_batch_size(n.max(1))
+                .with_limit(n)
+                .build()
+                .map_err(|e| this.corrupt(&table, &path, e))?;
+            let mut out = Vec::new();
+            let mut rows = 0;
+            for batch in reader {
+                let batch = batch.map_err(|e| this.corrupt(&table, &path, e))?;
+                rows += batch.num_rows();
+                out.push(batch);
+                if rows >= n {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// A DataFusion provider over the file, for the query and scan paths.
+    pub async fn table_provider(&self, table: &TableRef) -> Result<Arc<dyn TableProvider>> {
+        let (_, path) = self.open(table)?;
+        let url = ListingTableUrl::parse(path.to_string_lossy())
+            .map_err(|e| DriverError::internal(format!("Table '{}': {e}", table.id)))?;
+        let options =
+            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        let state = SessionContext::new().state();
+        let schema = options
+            .infer_schema(&state, &url)
+            .await
+            .map_err(|e| self.corrupt(table, &path, e))?;
+        let config = ListingTableConfig::new(url)
+            .with_listing_options(options)
+            .with_schema(schema);
+        let provider = ListingTable::try_new(config).map_err(|e| self.corrupt(table, &path, e))?;
+        Ok(Arc::new(provider))
     }
 }
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| DriverError::internal(format!("parquet reader task failed: {e}")))?
+}
+
+/// A source driver whose data is one parquet file per table: `local` itself, and the read
+/// side of the other on-disk kinds until they add syncing of their own.
+#[derive(Debug, Clone)]
+pub struct ParquetDriver {
+    source_type: &'static str,
+    files: ParquetFiles,
+}
+
+impl ParquetDriver {
+    /// The `local` driver over a data directory.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self::for_source("local", data_dir)
+    }
+
+    /// A parquet-backed driver for another on-disk source kind.
+    pub fn for_source(source_type: &'static str, data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            source_type,
+            files: ParquetFiles::new(data_dir),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl SourceDriver for ParquetDriver {
+    fn source_type(&self) -> &'static str {
+        self.source_type
+    }
+
+    async fn schema(&self, table: &TableRef, _caller: &Caller) -> Result<TableSchema> {
+        self.files.schema(table).await
+    }
+
+    async fn sample(
+        &self,
+        table: &TableRef,
+        n: usize,
+        _caller: &Caller,
+    ) -> Result<Vec<RecordBatch>> {
+        self.files.sample(table, n).await
+    }
+
+    async fn table_provider(
+        &self,
+        table: &TableRef,
+        _caller: &Caller,
+    ) -> Result<Arc<dyn TableProvider>> {
+        self.files.table_provider(table).await
+    }
+
+    fn local_file(&self, table: &TableRef) -> Option<PathBuf> {
+        self.files.path(table).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,17 +1,14 @@
 //! Issue-tracker data, received by webhook and kept as incremental parquet.
 //!
-//! Registered with the host under `source_type = "ticketing"`. The data side of the driver
-//! (schema, sample, table provider, …) is filled in by the discovery and later issues; today
-//! it lets the host accept registrations of this source kind.
+//! Registered with the host under `source_type = "ticketing"`. Reading goes through the shared
+//! parquet reader (`extracts/ticketing/data/<table_id>.parquet`); fetching data from the source
+//! into that file arrives with the sync issue.
 
-use svc_plugin_api::SourceDriver;
+use std::path::PathBuf;
 
-/// The `ticketing` source driver.
-#[derive(Debug, Default)]
-pub struct TicketingDriver;
+use svc_driver_parquet::ParquetDriver;
 
-impl SourceDriver for TicketingDriver {
-    fn source_type(&self) -> &'static str {
-        "ticketing"
-    }
+/// The `ticketing` source kind's driver over a data directory.
+pub fn driver(data_dir: impl Into<PathBuf>) -> ParquetDriver {
+    ParquetDriver::for_source("ticketing", data_dir)
 }

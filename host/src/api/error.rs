@@ -107,6 +107,28 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
+impl From<svc_plugin_api::DriverError> for ApiError {
+    /// The host alone maps driver error kinds to HTTP statuses.
+    fn from(e: svc_plugin_api::DriverError) -> Self {
+        use svc_plugin_api::ErrorKind as K;
+        let status = match e.kind {
+            K::NotFound => StatusCode::NOT_FOUND,
+            K::UnsafeIdentifier | K::UnsafeIdentity | K::BadRequest | K::RemoteScanTooLarge => {
+                StatusCode::BAD_REQUEST
+            }
+            K::CrossProjectForbidden => StatusCode::FORBIDDEN,
+            K::Upstream => StatusCode::BAD_GATEWAY,
+            K::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            K::Unsupported => StatusCode::NOT_IMPLEMENTED,
+            K::NotConfigured | K::Corrupt | K::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        if status.is_server_error() {
+            tracing::error!(kind = e.kind.as_str(), error = %e.message, "driver error");
+        }
+        Self::kind(status, e.kind.as_str(), e.message, e.details)
+    }
+}
+
 impl From<anyhow::Error> for ApiError {
     fn from(e: anyhow::Error) -> Self {
         Self::internal(format!("{e:#}"))

@@ -4,6 +4,7 @@
 mod admin_groups;
 mod admin_users;
 mod auth;
+pub(crate) mod discovery;
 pub mod error;
 mod health;
 mod me;
@@ -38,6 +39,8 @@ enum Tag {
     Access,
     /// The table registry (admin).
     Registry,
+    /// Catalog, schema, sample and download.
+    Discovery,
 }
 
 /// An empty success.
@@ -117,6 +120,7 @@ type Apis = (
     admin_users::UsersApi,
     admin_groups::AccessApi,
     registry::RegistryApi,
+    discovery::DiscoveryApi,
 );
 
 fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
@@ -137,6 +141,9 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
             state: state.clone(),
         },
         registry::RegistryApi {
+            state: state.clone(),
+        },
+        discovery::DiscoveryApi {
             state: state.clone(),
         },
     );

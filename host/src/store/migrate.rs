@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 43;
+pub const CURRENT_SCHEMA_VERSION: i64 = 44;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -42,6 +42,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 43,
         name: "user_observability_views",
+    },
+    Step {
+        version: 44,
+        name: "persistent metadata cache for remote tables",
     },
 ];
 
@@ -91,6 +95,7 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             ensure_table(tx, b, &schema::USER_OBSERVABILITY_VIEWS).await?;
             ensure_indices(tx, schema::OBSERVABILITY_VIEW_INDICES).await?;
         }
+        44 => ensure_table(tx, b, &schema::TABLE_METADATA_CACHE).await?,
         other => anyhow::bail!("no migration step {other}"),
     }
     Ok(())
@@ -245,4 +250,18 @@ pub(super) async fn columns(
     rows.iter()
         .map(|r| Ok(r.try_get::<String, _>("name")?))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ladder_is_ordered_and_ends_at_the_current_version() {
+        assert!(STEPS.windows(2).all(|w| w[0].version < w[1].version));
+        assert_eq!(
+            STEPS.last().map(|s| s.version),
+            Some(CURRENT_SCHEMA_VERSION)
+        );
+    }
 }

@@ -7,6 +7,7 @@
 
 pub mod audit;
 pub mod groups;
+pub mod metadata;
 mod migrate;
 pub mod registry;
 mod schema;

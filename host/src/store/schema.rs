@@ -470,3 +470,23 @@ pub(super) const OBSERVABILITY_VIEW_INDICES: &[Index] = &[Index {
     table: "user_observability_views",
     columns: &["user_id", "created_at"],
 }];
+
+/// The persistent metadata cache for remote tables (v44), filled by metadata refreshes and
+/// read by the catalog, which never calls a remote source itself.
+pub(super) const TABLE_METADATA_CACHE: Table = Table {
+    name: "table_metadata_cache",
+    columns: &[
+        req("table_id", Text),
+        col("entity_type", Text),
+        col("rows", Int),
+        col("size_bytes", Int),
+        col("partition_by", Text),
+        col("clustered_by", Text),
+        col("known_columns", Text),
+        col("refreshed_at", Text),
+        col("error_at", Text),
+        col("error_msg", Text),
+    ],
+    primary_key: &["table_id"],
+    unique: &[],
+};

@@ -5,6 +5,7 @@
 mod access;
 mod auth;
 mod cli;
+mod discovery;
 mod openapi;
 mod registry;
 mod store;

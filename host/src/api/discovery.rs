@@ -1,0 +1,576 @@
+//! Discovery: `GET /api/v2/catalog`, `/api/v2/schema/{table_id}`, `/api/v2/sample/{table_id}`
+//! and `GET /api/data/{table_id}/download`.
+//!
+//! Every per-table endpoint follows the same order: registry lookup (404), access check
+//! (403), and only then a cache or the driver — a cached answer is never served to a caller
+//! who fails the check.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::Utc;
+use poem::Body;
+use poem_openapi::param::{Header, Path, Query};
+use poem_openapi::payload::{Binary, Json};
+use poem_openapi::{ApiResponse, Object, OpenApi};
+use serde_json::{json, Value};
+use svc_plugin_api::{SourceDriver, TableRef};
+
+use super::{ApiError, ApiResult, BearerAuth, Tag};
+use crate::audit::Event;
+use crate::auth::Caller;
+use crate::state::AppState;
+use crate::store::metadata::MetadataRow;
+use crate::store::registry::{QueryMode, RegistryRow};
+use crate::{access, encode};
+
+pub struct DiscoveryApi {
+    pub state: Arc<AppState>,
+}
+
+/// One table in the catalog.
+#[derive(Object, Clone)]
+pub struct CatalogRow {
+    /// Table id.
+    id: String,
+    /// Display name.
+    name: String,
+    /// Description (empty when none).
+    description: String,
+    /// Source kind.
+    source_type: String,
+    /// `local`, `remote`, `materialized` or `internal`.
+    query_mode: String,
+    /// SQL dialect to use for this table.
+    sql_flavor: String,
+    /// Example WHERE clauses, validated against the table's known columns.
+    where_examples: Vec<String>,
+    /// How to fetch data with the `svc` client.
+    fetch_via: String,
+    /// `small`, `medium`, `large` or `very_large`; null when unknown.
+    rough_size_hint: Option<String>,
+    /// Row count (remote tables, from the metadata cache).
+    rows: Option<i64>,
+    /// Logical size in bytes (remote tables, from the metadata cache).
+    size_bytes: Option<i64>,
+    /// Partitioning column.
+    partition_by: Option<String>,
+    /// Clustering columns.
+    clustered_by: Vec<String>,
+    /// `BASE TABLE`, `VIEW` or `MATERIALIZED VIEW` (remote tables).
+    entity_type: Option<String>,
+    /// `fresh`, `stale`, `never_fetched`, `error` or `not_applicable`.
+    metadata_freshness: String,
+}
+
+/// The catalog.
+#[derive(Object)]
+struct Catalog {
+    /// Tables visible to the caller, by name.
+    tables: Vec<CatalogRow>,
+    /// Server time (RFC 3339).
+    server_time: String,
+}
+
+/// One column.
+#[derive(Object, Clone)]
+pub struct Column {
+    /// Name.
+    name: String,
+    /// Type as the source names it.
+    #[oai(rename = "type")]
+    data_type: String,
+    /// Whether nulls may occur.
+    nullable: bool,
+    /// Description (empty when none).
+    description: String,
+}
+
+/// A table's columns.
+#[derive(Object, Clone)]
+pub struct SchemaResponse {
+    /// Table id.
+    table_id: String,
+    /// Source kind.
+    source_type: String,
+    /// SQL dialect.
+    sql_flavor: String,
+    /// Columns in source order.
+    columns: Vec<Column>,
+    /// Partitioning column.
+    partition_by: Option<String>,
+    /// Clustering columns.
+    clustered_by: Vec<String>,
+    /// Dialect hints for writing WHERE clauses (empty for the default dialect).
+    where_dialect_hints: Value,
+}
+
+/// The first rows of a table.
+#[derive(Object, Clone)]
+pub struct SampleResponse {
+    /// Table id.
+    table_id: String,
+    /// Rows as objects (column name to value); NaN and infinities are null.
+    rows: Vec<Value>,
+    /// The table's source kind.
+    source: String,
+}
+
+#[derive(ApiResponse)]
+enum Download {
+    /// The table's parquet file.
+    #[oai(status = 200)]
+    File(
+        Binary<Body>,
+        #[oai(header = "ETag")] String,
+        #[oai(header = "Content-Disposition")] String,
+    ),
+    /// The caller's copy (`If-None-Match`) is current.
+    #[oai(status = 304)]
+    NotModified(#[oai(header = "ETag")] String),
+}
+
+/// `rough_size_hint` buckets (inclusive upper bounds).
+fn size_hint(bytes: Option<u64>) -> Option<String> {
+    const MIB: u64 = 1024 * 1024;
+    let b = bytes?;
+    Some(
+        match b {
+            _ if b <= 100 * MIB => "small",
+            _ if b <= 1024 * MIB => "medium",
+            _ if b <= 10 * 1024 * MIB => "large",
+            _ => "very_large",
+        }
+        .into(),
+    )
+}
+
+/// Freshness of a metadata cache row: fresh within twice the refresh interval.
+fn freshness(meta: Option<&MetadataRow>) -> &'static str {
+    let Some(m) = meta else {
+        return "never_fetched";
+    };
+    let interval = std::env::var("SCHEDULER_WAREHOUSE_METADATA_REFRESH_INTERVAL")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+        .filter(|v| *v > 0)
+        .unwrap_or(14_400);
+    match m.refreshed_at.as_deref().and_then(crate::store::parse_ts) {
+        Some(t) if (Utc::now() - t).num_seconds() <= 2 * interval => "fresh",
+        Some(_) => "stale",
+        None if m.error_at.is_some() => "error",
+        None => "never_fetched",
+    }
+}
+
+/// WHERE examples whose columns all exist in the table.
+fn where_examples(known_columns: &[String]) -> Vec<String> {
+    const TEMPLATES: &[(&str, &[&str])] = &[
+        ("event_date > DATE '2026-01-01'", &["event_date"]),
+        (
+            "country_code = 'CZ' AND platform = 'web'",
+            &["country_code", "platform"],
+        ),
+    ];
+    TEMPLATES
+        .iter()
+        .filter(|(_, cols)| cols.iter().all(|c| known_columns.iter().any(|k| k == c)))
+        .map(|(t, _)| t.to_string())
+        .collect()
+}
+
+pub(crate) fn table_ref(row: &RegistryRow) -> TableRef {
+    TableRef {
+        id: row.id.clone(),
+        source_type: row.source_type.clone(),
+        bucket: row.bucket.clone(),
+        source_table: row.source_table.clone(),
+        query_mode: row.query_mode.as_str().into(),
+        source_query: row.source_query.clone(),
+    }
+}
+
+pub(crate) fn driver_caller(c: &Caller) -> svc_plugin_api::Caller {
+    svc_plugin_api::Caller {
+        user_id: c.user.id.clone(),
+        username: c.user.email.clone(),
+        is_admin: c.is_admin,
+    }
+}
+
+impl DiscoveryApi {
+    fn driver(&self, row: &RegistryRow) -> ApiResult<&Arc<dyn SourceDriver>> {
+        self.state.drivers.get(&row.source_type).ok_or_else(|| {
+            ApiError::new(
+                poem::http::StatusCode::NOT_IMPLEMENTED,
+                format!(
+                    "Table '{}' has source_type '{}', which this server has no driver for",
+                    row.id, row.source_type
+                ),
+            )
+        })
+    }
+
+    /// Registry lookup (404) then access check (403): the order every table endpoint uses.
+    async fn readable(&self, caller: &Caller, table_id: &str) -> ApiResult<RegistryRow> {
+        let row = self
+            .state
+            .store
+            .table_by_id(table_id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("Table '{table_id}' is not registered")))?;
+        if !access::can_read(&self.state, caller, &row).await? {
+            return Err(ApiError::forbidden(format!(
+                "Access denied to table '{table_id}'"
+            )));
+        }
+        Ok(row)
+    }
+
+    async fn registry_rows(&self) -> ApiResult<Arc<Vec<RegistryRow>>> {
+        if let Some(rows) = self.state.discovery.registry.get(&()) {
+            return Ok(rows);
+        }
+        let mut rows = self.state.store.list_tables().await?;
+        rows.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
+        let rows = Arc::new(rows);
+        self.state.discovery.registry.insert((), rows.clone());
+        Ok(rows)
+    }
+
+    fn catalog_row(&self, row: &RegistryRow, meta: Option<&MetadataRow>) -> CatalogRow {
+        let driver = self.state.drivers.get(&row.source_type);
+        let table = table_ref(row);
+        let mut out = CatalogRow {
+            id: row.id.clone(),
+            name: row.name.clone(),
+            description: row.description.clone().unwrap_or_default(),
+            source_type: row.source_type.clone(),
+            query_mode: row.query_mode.as_str().into(),
+            sql_flavor: driver
+                .map(|d| d.sql_flavor(&table))
+                .unwrap_or("datafusion")
+                .into(),
+            where_examples: Vec::new(),
+            fetch_via: "already local — query directly via `svc query`".into(),
+            rough_size_hint: None,
+            rows: None,
+            size_bytes: None,
+            partition_by: None,
+            clustered_by: Vec::new(),
+            entity_type: None,
+            metadata_freshness: "not_applicable".into(),
+        };
+        match row.query_mode {
+            QueryMode::Local | QueryMode::Materialized => {
+                out.rough_size_hint = size_hint(driver.and_then(|d| d.size_on_disk(&table)));
+            }
+            QueryMode::Remote => {
+                out.fetch_via = format!(
+                    "svc snapshot create {} --select <cols> --where '<predicate>' --limit <N>",
+                    row.id
+                );
+                out.metadata_freshness = freshness(meta).into();
+                if let Some(m) = meta {
+                    out.rows = m.rows;
+                    out.size_bytes = m.size_bytes;
+                    out.partition_by = m.partition_by.clone();
+                    out.clustered_by = m.clustered_by.clone();
+                    out.entity_type = m.entity_type.clone();
+                    out.rough_size_hint =
+                        size_hint(m.size_bytes.and_then(|b| u64::try_from(b).ok()));
+                    out.where_examples = where_examples(&m.known_columns);
+                }
+            }
+            QueryMode::Internal => {}
+        }
+        out
+    }
+
+    async fn catalog_inner(&self, caller: &Caller) -> ApiResult<Vec<CatalogRow>> {
+        let rows = self.registry_rows().await?;
+        let readable = access::readable_ids(&self.state, caller).await?;
+        let metadata = self.state.store.all_metadata().await?;
+        Ok(rows
+            .iter()
+            .filter(|r| {
+                r.query_mode == QueryMode::Internal
+                    || readable.as_ref().is_none_or(|ids| ids.contains(&r.id))
+            })
+            .map(|r| self.catalog_row(r, metadata.get(&r.id)))
+            .collect())
+    }
+
+    async fn schema_inner(
+        &self,
+        caller: &Caller,
+        table_id: &str,
+    ) -> ApiResult<Arc<SchemaResponse>> {
+        let row = self.readable(caller, table_id).await?;
+        if let Some(hit) = self.state.discovery.schema.get(table_id) {
+            return Ok(hit);
+        }
+        let driver = self.driver(&row)?;
+        let table = table_ref(&row);
+        let schema = driver.schema(&table, &driver_caller(caller)).await?;
+        let resp = Arc::new(SchemaResponse {
+            table_id: row.id.clone(),
+            source_type: row.source_type.clone(),
+            sql_flavor: driver.sql_flavor(&table).into(),
+            columns: schema
+                .columns
+                .into_iter()
+                .map(|c| Column {
+                    name: c.name,
+                    data_type: c.data_type,
+                    nullable: c.nullable,
+                    description: c.description,
+                })
+                .collect(),
+            partition_by: schema.partition_by,
+            clustered_by: schema.clustered_by,
+            where_dialect_hints: json!({}),
+        });
+        self.state.discovery.schema.insert(row.id, resp.clone());
+        Ok(resp)
+    }
+
+    async fn sample_inner(
+        &self,
+        caller: &Caller,
+        table_id: &str,
+        n: usize,
+    ) -> ApiResult<Arc<SampleResponse>> {
+        let row = self.readable(caller, table_id).await?;
+        // Internal rows differ per caller: never cached.
+        let cacheable = row.query_mode != QueryMode::Internal;
+        let key = (row.id.clone(), n);
+        if cacheable {
+            if let Some(hit) = self.state.discovery.sample.get(&key) {
+                return Ok(hit);
+            }
+        }
+        let driver = self.driver(&row)?;
+        let batches = driver
+            .sample(&table_ref(&row), n, &driver_caller(caller))
+            .await?;
+        let mut rows = encode::rows_as_objects(&batches);
+        rows.truncate(n);
+        let resp = Arc::new(SampleResponse {
+            table_id: row.id.clone(),
+            rows,
+            source: row.source_type.clone(),
+        });
+        if cacheable {
+            self.state.discovery.sample.insert(key, resp.clone());
+        }
+        Ok(resp)
+    }
+
+    /// Writes the audit row for a table operation, success or failure.
+    async fn audit<T>(
+        &self,
+        caller: &Caller,
+        event: Event,
+        started: Instant,
+        result: &ApiResult<T>,
+        rows: Option<usize>,
+    ) {
+        let event = match result {
+            Ok(_) => match rows {
+                Some(n) => event.param("rows_returned", n),
+                None => event,
+            },
+            Err(e) => event.failed(e.status().as_u16(), &e.to_string()),
+        };
+        self.state
+            .audit
+            .write(&caller.actor, event.timed(started))
+            .await;
+    }
+}
+
+#[OpenApi(tag = "Tag::Discovery")]
+impl DiscoveryApi {
+    /// Tables the caller can read (internal tables for everyone), with size and freshness
+    /// hints. Remote rows are enriched only from the metadata cache.
+    #[oai(path = "/api/v2/catalog", method = "get")]
+    async fn catalog(&self, auth: BearerAuth) -> ApiResult<Json<Catalog>> {
+        let started = Instant::now();
+        let result = self.catalog_inner(&auth.0).await;
+        let rows = result.as_ref().ok().map(Vec::len);
+        self.audit(
+            &auth.0,
+            Event::new("catalog.list").resource("catalog"),
+            started,
+            &result,
+            rows,
+        )
+        .await;
+        let server_time = crate::store::now();
+        result.map(|tables| {
+            Json(Catalog {
+                tables,
+                server_time,
+            })
+        })
+    }
+
+    /// A table's columns.
+    #[oai(path = "/api/v2/schema/:table_id", method = "get")]
+    async fn schema(
+        &self,
+        auth: BearerAuth,
+        table_id: Path<String>,
+    ) -> ApiResult<Json<SchemaResponse>> {
+        let started = Instant::now();
+        let result = self.schema_inner(&auth.0, &table_id).await;
+        let event = Event::new("catalog.schema").resource(format!("table:{}", *table_id));
+        self.audit(&auth.0, event, started, &result, None).await;
+        result.map(|r| Json((*r).clone()))
+    }
+
+    /// The first `n` rows of a table (default 5, 1–100).
+    #[oai(path = "/api/v2/sample/:table_id", method = "get")]
+    async fn sample(
+        &self,
+        auth: BearerAuth,
+        table_id: Path<String>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] n: Query<Option<i64>>,
+    ) -> ApiResult<Json<SampleResponse>> {
+        let started = Instant::now();
+        let n = usize::try_from(n.unwrap_or(5).clamp(1, 100)).unwrap_or(5);
+        let result = self.sample_inner(&auth.0, &table_id, n).await;
+        let rows = result.as_ref().ok().map(|r| r.rows.len());
+        let event = Event::new("catalog.sample")
+            .resource(format!("table:{}", *table_id))
+            .param("n", n);
+        self.audit(&auth.0, event, started, &result, rows).await;
+        result.map(|r| Json((*r).clone()))
+    }
+
+    /// Downloads a table's parquet file (local and materialized tables). Send the `ETag`
+    /// back in `If-None-Match` to skip an unchanged file.
+    #[oai(
+        path = "/api/data/:table_id/download",
+        method = "get",
+        tag = "Tag::Discovery"
+    )]
+    async fn download(
+        &self,
+        auth: BearerAuth,
+        table_id: Path<String>,
+        #[oai(name = "If-None-Match")] if_none_match: Header<Option<String>>,
+    ) -> ApiResult<Download> {
+        let started = Instant::now();
+        let result = self
+            .download_inner(&auth.0, &table_id, if_none_match.0.as_deref())
+            .await;
+        let mut event = Event::new("data.download").resource(format!("table:{}", *table_id));
+        if let Ok((_, bytes, not_modified)) = &result {
+            event = event
+                .param("bytes", *bytes)
+                .param("not_modified", *not_modified);
+        }
+        self.audit(&auth.0, event, started, &result, None).await;
+        result.map(|(d, _, _)| d)
+    }
+}
+
+impl DiscoveryApi {
+    async fn download_inner(
+        &self,
+        caller: &Caller,
+        table_id: &str,
+        if_none_match: Option<&str>,
+    ) -> ApiResult<(Download, u64, bool)> {
+        let row = self.readable(caller, table_id).await?;
+        let no_file = || {
+            ApiError::not_found(format!(
+                "Table '{table_id}' has no data file on this server to download"
+            ))
+        };
+        let path = self
+            .driver(&row)?
+            .local_file(&table_ref(&row))
+            .ok_or_else(no_file)?;
+        let file = tokio::fs::File::open(&path).await.map_err(|_| no_file())?;
+        let meta = file.metadata().await.map_err(ApiError::internal)?;
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let etag = format!("\"{:x}-{:x}\"", meta.len(), mtime);
+        let matches = if_none_match
+            .is_some_and(|h| h.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+        if matches {
+            return Ok((Download::NotModified(etag), 0, true));
+        }
+        let body = Body::from_async_read(file);
+        let disposition = format!("attachment; filename=\"{}.parquet\"", row.id);
+        Ok((
+            Download::File(Binary(body), etag, disposition),
+            meta.len(),
+            false,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_hints_follow_the_thresholds() {
+        const MIB: u64 = 1024 * 1024;
+        assert_eq!(size_hint(None), None);
+        assert_eq!(size_hint(Some(0)).as_deref(), Some("small"));
+        assert_eq!(size_hint(Some(100 * MIB)).as_deref(), Some("small"));
+        assert_eq!(size_hint(Some(100 * MIB + 1)).as_deref(), Some("medium"));
+        assert_eq!(size_hint(Some(1024 * MIB)).as_deref(), Some("medium"));
+        assert_eq!(size_hint(Some(10 * 1024 * MIB)).as_deref(), Some("large"));
+        assert_eq!(
+            size_hint(Some(10 * 1024 * MIB + 1)).as_deref(),
+            Some("very_large")
+        );
+    }
+
+    #[test]
+    fn where_examples_need_all_their_columns() {
+        assert!(where_examples(&[]).is_empty());
+        assert_eq!(
+            where_examples(&["event_date".into()]),
+            ["event_date > DATE '2026-01-01'"]
+        );
+        assert_eq!(
+            where_examples(&["country_code".into()]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            where_examples(&["platform".into(), "country_code".into()]).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn freshness_of_cache_rows() {
+        assert_eq!(freshness(None), "never_fetched");
+        let fresh = MetadataRow {
+            refreshed_at: Some(crate::store::now()),
+            ..Default::default()
+        };
+        assert_eq!(freshness(Some(&fresh)), "fresh");
+        let old = MetadataRow {
+            refreshed_at: Some("2020-01-01T00:00:00Z".into()),
+            ..Default::default()
+        };
+        assert_eq!(freshness(Some(&old)), "stale");
+        let failed = MetadataRow {
+            error_at: Some(crate::store::now()),
+            ..Default::default()
+        };
+        assert_eq!(freshness(Some(&failed)), "error");
+    }
+}

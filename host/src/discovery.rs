@@ -1,0 +1,61 @@
+//! In-memory caches of the discovery endpoints, and the table-level flush every registry
+//! change goes through.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use moka::sync::Cache;
+
+use crate::api::discovery::{SampleResponse, SchemaResponse};
+use crate::store::registry::RegistryRow;
+
+/// Registry rows for the catalog (one entry), schema payloads and sample payloads.
+#[derive(Clone)]
+pub struct DiscoveryCaches {
+    /// All registry rows; RBAC is applied per request on top.
+    pub registry: Cache<(), Arc<Vec<RegistryRow>>>,
+    /// Schema responses by table id.
+    pub schema: Cache<String, Arc<SchemaResponse>>,
+    /// Sample responses by `(table_id, n)`; never holds internal tables.
+    pub sample: Cache<(String, usize), Arc<SampleResponse>>,
+}
+
+impl std::fmt::Debug for DiscoveryCaches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiscoveryCaches")
+            .field("schema", &self.schema.entry_count())
+            .field("sample", &self.sample.entry_count())
+            .finish()
+    }
+}
+
+impl Default for DiscoveryCaches {
+    fn default() -> Self {
+        Self {
+            registry: Cache::builder()
+                .max_capacity(1)
+                .time_to_live(Duration::from_secs(300))
+                .build(),
+            schema: Cache::builder()
+                .max_capacity(512)
+                .time_to_live(Duration::from_secs(3600))
+                .build(),
+            sample: Cache::builder()
+                .max_capacity(512)
+                .time_to_live(Duration::from_secs(3600))
+                .support_invalidation_closures()
+                .build(),
+        }
+    }
+}
+
+impl DiscoveryCaches {
+    /// Drops everything cached about one table (and the registry snapshot).
+    pub fn flush_table(&self, table_id: &str) {
+        self.registry.invalidate_all();
+        self.schema.invalidate(table_id);
+        let id = table_id.to_string();
+        // Only fails when closures are not enabled, which the builder above does.
+        let _ = self.sample.invalidate_entries_if(move |(t, _), _| *t == id);
+    }
+}

@@ -1,0 +1,83 @@
+//! The persistent metadata cache of remote tables.
+
+use std::collections::HashMap;
+
+use sqlx::Row;
+
+use super::Store;
+
+/// One cached metadata row.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetadataRow {
+    /// `BASE TABLE`, `VIEW` or `MATERIALIZED VIEW`.
+    pub entity_type: Option<String>,
+    /// Row count.
+    pub rows: Option<i64>,
+    /// Logical size.
+    pub size_bytes: Option<i64>,
+    /// Partitioning column.
+    pub partition_by: Option<String>,
+    /// Clustering columns.
+    pub clustered_by: Vec<String>,
+    /// Column names.
+    pub known_columns: Vec<String>,
+    /// Last successful refresh.
+    pub refreshed_at: Option<String>,
+    /// Last failed refresh.
+    pub error_at: Option<String>,
+}
+
+fn json_list(s: Option<String>) -> Vec<String> {
+    s.and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default()
+}
+
+impl Store {
+    /// Every cached metadata row, by table id (one read per catalog request).
+    pub async fn all_metadata(&self) -> Result<HashMap<String, MetadataRow>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT table_id, entity_type, rows, size_bytes, partition_by, clustered_by, known_columns, \
+             refreshed_at, error_at FROM table_metadata_cache",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("table_id")?,
+                    MetadataRow {
+                        entity_type: r.try_get("entity_type")?,
+                        rows: r.try_get("rows")?,
+                        size_bytes: r.try_get("size_bytes")?,
+                        partition_by: r.try_get("partition_by")?,
+                        clustered_by: json_list(r.try_get("clustered_by")?),
+                        known_columns: json_list(r.try_get("known_columns")?),
+                        refreshed_at: r.try_get("refreshed_at")?,
+                        error_at: r.try_get("error_at")?,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// Removes a table's cached metadata (registry changes call this through the flush).
+    pub async fn forget_metadata(&self, table_id: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("DELETE FROM table_metadata_cache WHERE table_id = $1")
+            .bind(table_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Table ids granted to any of the user's groups.
+    pub async fn granted_table_ids(&self, user_id: &str) -> Result<Vec<String>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT r.resource_id FROM resource_grants r JOIN user_group_members m ON m.group_id = r.group_id \
+             WHERE m.user_id = $1 AND r.resource_type = 'table'",
+        )
+        .bind(user_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(|r| r.try_get("resource_id")).collect()
+    }
+}

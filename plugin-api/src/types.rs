@@ -1,0 +1,83 @@
+//! Values that cross the driver boundary.
+
+use serde::{Deserialize, Serialize};
+
+/// A registered table as a driver sees it (the registry row, minus bookkeeping).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableRef {
+    /// Registry id; names parquet files and grants.
+    pub id: String,
+    /// The driver's source kind.
+    pub source_type: String,
+    /// Grouping label (the dataset for warehouse tables).
+    pub bucket: Option<String>,
+    /// Name at the source; the id when empty.
+    pub source_table: Option<String>,
+    /// `local`, `remote`, `materialized` or `internal`.
+    pub query_mode: String,
+    /// SQL run at the source for materialized tables.
+    pub source_query: Option<String>,
+}
+
+impl TableRef {
+    /// The table's name at its source: `source_table`, or the id when that is empty.
+    pub fn source_name(&self) -> &str {
+        self.source_table
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&self.id)
+    }
+}
+
+/// Who is asking, for drivers that filter rows per caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    /// User id.
+    pub user_id: String,
+    /// The user's name in per-user data (session files, telemetry): their e-mail.
+    pub username: String,
+    /// Administrators see every row.
+    pub is_admin: bool,
+}
+
+/// One column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnInfo {
+    /// Column name.
+    pub name: String,
+    /// Type as the source names it (Arrow type names for parquet).
+    #[serde(rename = "type")]
+    pub data_type: String,
+    /// Whether nulls may occur.
+    pub nullable: bool,
+    /// Free text; empty when the source has none.
+    pub description: String,
+}
+
+/// A table's columns and layout hints.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableSchema {
+    /// Columns in source order.
+    pub columns: Vec<ColumnInfo>,
+    /// Partitioning column, if any.
+    pub partition_by: Option<String>,
+    /// Clustering columns, in order.
+    pub clustered_by: Vec<String>,
+}
+
+/// What the persistent metadata cache keeps about a remote table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableMetadata {
+    /// `BASE TABLE`, `VIEW` or `MATERIALIZED VIEW`.
+    pub entity_type: Option<String>,
+    /// Row count (None for views).
+    pub rows: Option<i64>,
+    /// Active plus long-term logical bytes (None for views).
+    pub size_bytes: Option<i64>,
+    /// Partitioning column.
+    pub partition_by: Option<String>,
+    /// Clustering columns.
+    pub clustered_by: Vec<String>,
+    /// Column names, for validating WHERE examples.
+    pub known_columns: Vec<String>,
+}

@@ -1,0 +1,414 @@
+//! Catalog, schema, sample and download over real parquet files.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::json;
+use svc_plugin_api::arrow::array::{Float64Array, Int64Array, StringArray};
+use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
+use svc_plugin_api::datafusion::parquet::arrow::ArrowWriter;
+use svc_plugin_api::RecordBatch;
+
+use crate::support::Server;
+
+/// Writes `extracts/<source_type>/data/<id>.parquet` with `rows` rows: id, name, score (the
+/// first three scores are NaN, +inf and -inf).
+fn write_parquet(data_dir: &Path, source_type: &str, id: &str, rows: i64, tag: &str) -> PathBuf {
+    let path = data_dir
+        .join("extracts")
+        .join(source_type)
+        .join("data")
+        .join(format!("{id}.parquet"));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("score", DataType::Float64, true),
+    ]));
+    let scores = (0..rows).map(|i| match i {
+        0 => f64::NAN,
+        1 => f64::INFINITY,
+        2 => f64::NEG_INFINITY,
+        _ => i as f64 / 2.0,
+    });
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..rows)),
+            Arc::new(StringArray::from_iter_values(
+                (0..rows).map(|i| format!("{tag}{i}")),
+            )),
+            Arc::new(Float64Array::from_iter_values(scores)),
+        ],
+    )
+    .unwrap();
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    path
+}
+
+fn register(s: &Server, admin: &str, body: serde_json::Value) {
+    let (status, resp) = s.post_json("/api/admin/register-table", admin, &body);
+    assert!(status == 201 || status == 200, "{resp}");
+}
+
+#[test]
+fn catalog_schema_and_sample_read_real_parquet() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    write_parquet(&s.dir.0, "local", "orders", 50, "o");
+    register(
+        &s,
+        &admin,
+        json!({"id": "orders", "name": "Orders", "source_type": "local", "description": "All orders"}),
+    );
+    register(
+        &s,
+        &admin,
+        json!({"id": "events", "source_type": "warehouse", "bucket": "analytics", "query_mode": "remote"}),
+    );
+
+    let (status, cat) = s.get_json("/api/v2/catalog", &admin);
+    assert_eq!(status, 200, "{cat}");
+    assert!(cat["server_time"].is_string());
+    let tables = cat["tables"].as_array().unwrap();
+    let orders = tables.iter().find(|t| t["id"] == "orders").unwrap();
+    assert_eq!(orders["rough_size_hint"], "small");
+    assert_eq!(orders["metadata_freshness"], "not_applicable");
+    assert_eq!(orders["description"], "All orders");
+    assert!(orders["fetch_via"].as_str().unwrap().contains("svc query"));
+    let keys: Vec<&String> = orders.as_object().unwrap().keys().collect();
+    assert_eq!(keys.len(), 15, "{keys:?}");
+    let events = tables.iter().find(|t| t["id"] == "events").unwrap();
+    assert_eq!(
+        (
+            events["metadata_freshness"].as_str(),
+            events["where_examples"].as_array().unwrap().len()
+        ),
+        (Some("never_fetched"), 0)
+    );
+    assert!(events["fetch_via"]
+        .as_str()
+        .unwrap()
+        .starts_with("svc snapshot create events"));
+    let internal: Vec<&str> = tables
+        .iter()
+        .filter(|t| t["source_type"] == "internal")
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(internal.len(), 3);
+
+    let (status, schema) = s.get_json("/api/v2/schema/orders", &admin);
+    assert_eq!(status, 200, "{schema}");
+    let cols: Vec<(&str, &str, bool)> = schema["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["type"].as_str().unwrap(),
+                c["nullable"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        cols,
+        [
+            ("id", "Int64", false),
+            ("name", "Utf8", true),
+            ("score", "Float64", true)
+        ]
+    );
+
+    let (status, sample) = s.get_json("/api/v2/sample/orders?n=4", &admin);
+    assert_eq!(status, 200, "{sample}");
+    assert_eq!(
+        (sample["table_id"].as_str(), sample["source"].as_str()),
+        (Some("orders"), Some("local"))
+    );
+    let rows = sample["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    assert_eq!(rows[0], json!({"id": 0, "name": "o0", "score": null}));
+    assert!(rows[1]["score"].is_null() && rows[2]["score"].is_null());
+    assert_eq!(rows[3]["score"], 1.5);
+    let (_, default) = s.get_json("/api/v2/sample/orders", &admin);
+    assert_eq!(default["rows"].as_array().unwrap().len(), 5);
+
+    let audit = s.audit_rows("catalog.sample", 2);
+    let params: serde_json::Value =
+        serde_json::from_str(audit[0]["params"].as_str().unwrap()).unwrap();
+    assert_eq!(params["rows_returned"], 4);
+    assert!(params["duration_ms"].is_number());
+    assert_eq!(audit[0]["resource"], "table:orders");
+    assert_eq!(s.audit_rows("catalog.list", 1)[0]["result"], "success");
+    assert_eq!(s.audit_rows("catalog.schema", 1)[0]["result"], "success");
+
+    // A remote warehouse table needs the warehouse configured.
+    let (status, body) = s.get_json("/api/v2/sample/events", &admin);
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(body["detail"]["error"], "not_configured");
+    assert!(body["detail"]["details"]["hint"]
+        .as_str()
+        .unwrap()
+        .contains("data_source.warehouse"));
+}
+
+#[test]
+fn grants_decide_visibility_and_a_cached_sample_never_outlives_a_revoke() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    write_parquet(&s.dir.0, "local", "orders", 10, "o");
+    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
+    let user = s.user_token("ana@example.com", false);
+
+    let (_, cat) = s.get_json("/api/v2/catalog", &user);
+    let ids: Vec<&str> = cat["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert!(!ids.contains(&"orders") && ids.len() == 3, "{ids:?}");
+    let (status, body) = s.get_json("/api/v2/sample/orders", &user);
+    assert_eq!(
+        (status, body["detail"].as_str()),
+        (403, Some("Access denied to table 'orders'"))
+    );
+    assert_eq!(s.get_json("/api/v2/schema/orders", &user).0, 403);
+
+    s.cli_ok(&[
+        "groups",
+        "add-member",
+        "--group",
+        "analysts",
+        "--email",
+        "ana@example.com",
+    ]);
+    s.cli_ok(&["grants", "add", "--group", "analysts", "--table", "orders"]);
+    let (_, cat) = s.get_json("/api/v2/catalog", &user);
+    assert!(cat["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["id"] == "orders"));
+    assert_eq!(s.get_json("/api/v2/sample/orders?n=3", &user).0, 200);
+    assert_eq!(
+        s.get_json("/api/v2/sample/orders?n=3", &user).0,
+        200,
+        "now cached"
+    );
+
+    s.cli_ok(&[
+        "grants", "remove", "--group", "analysts", "--table", "orders",
+    ]);
+    assert_eq!(
+        s.get_json("/api/v2/sample/orders?n=3", &user).0,
+        403,
+        "the cache sits behind the check"
+    );
+    assert_eq!(s.get_json("/api/v2/schema/orders", &user).0, 403);
+    let (_, cat) = s.get_json("/api/v2/catalog", &user);
+    assert!(!cat["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["id"] == "orders"));
+    let denied = s.audit_rows("catalog.sample", 4);
+    assert_eq!(
+        denied.iter().filter(|r| r["result"] == "error.403").count(),
+        2
+    );
+}
+
+#[test]
+fn registry_changes_flush_cached_samples_and_schemas() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    write_parquet(&s.dir.0, "local", "orders", 10, "old");
+    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
+    let (_, first) = s.get_json("/api/v2/sample/orders?n=2", &admin);
+    assert_eq!(first["rows"][0]["name"], "old0");
+    write_parquet(&s.dir.0, "local", "orders", 10, "new");
+    let (_, cached) = s.get_json("/api/v2/sample/orders?n=2", &admin);
+    assert_eq!(cached["rows"][0]["name"], "old0", "served from the cache");
+    let (status, _) = s.put_json(
+        "/api/admin/registry/orders",
+        &admin,
+        &json!({"description": "refreshed"}),
+    );
+    assert_eq!(status, 200);
+    let (_, fresh) = s.get_json("/api/v2/sample/orders?n=2", &admin);
+    assert_eq!(fresh["rows"][0]["name"], "new0");
+    let (_, cat) = s.get_json("/api/v2/catalog", &admin);
+    assert_eq!(
+        cat["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == "orders")
+            .unwrap()["description"],
+        "refreshed"
+    );
+}
+
+#[test]
+fn bad_input_on_discovery_endpoints() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    write_parquet(&s.dir.0, "local", "orders", 10, "o");
+    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
+
+    let (status, body) = s.get_json("/api/v2/sample/nope", &admin);
+    assert_eq!(
+        (status, body["detail"].as_str()),
+        (404, Some("Table 'nope' is not registered"))
+    );
+    for n in ["0", "101", "abc", "-1"] {
+        let (status, body) = s.get_json(&format!("/api/v2/sample/orders?n={n}"), &admin);
+        assert_eq!(status, 422, "n={n}: {body}");
+    }
+    for path in ["..", "%2e%2e", "..%2fx", "a%2fb", "x%00y", "%00"] {
+        let (status, _) = s.get_json(&format!("/api/v2/sample/{path}"), &admin);
+        assert_eq!(status, 404, "{path}");
+    }
+    // Registered, but no file yet: 404 naming the table.
+    register(&s, &admin, json!({"id": "later", "source_type": "local"}));
+    let (status, body) = s.get_json("/api/v2/sample/later", &admin);
+    assert_eq!(status, 404, "{body}");
+    assert!(body["detail"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("'later'"));
+    assert_eq!(s.get_json("/api/v2/schema/later", &admin).0, 404);
+
+    // Truncated and non-parquet files: a 500 envelope naming the table; the server stays up.
+    let path = write_parquet(&s.dir.0, "local", "broken", 100, "b");
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    register(&s, &admin, json!({"id": "broken", "source_type": "local"}));
+    let (status, body) = s.get_json("/api/v2/sample/broken", &admin);
+    assert_eq!(
+        (status, body["detail"]["error"].as_str()),
+        (500, Some("corrupt_data")),
+        "{body}"
+    );
+    assert!(body["detail"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("'broken'"));
+    std::fs::write(&path, b"this is not parquet").unwrap();
+    assert_eq!(s.get_json("/api/v2/schema/broken", &admin).0, 500);
+    let (status, _) = s.send(s.http.get(s.url("/api/health")));
+    assert_eq!(status, 200, "still serving");
+    assert_eq!(s.get_json("/api/v2/sample/orders", &admin).0, 200);
+    let errors = s.audit_rows("catalog.sample", 3);
+    assert!(errors.iter().any(|r| r["result"] == "error.500"));
+}
+
+#[test]
+fn internal_tables_filter_rows_per_caller() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    let user = s.user_token("bo@example.com", false);
+    let (_, me) = s.get_json("/api/me", &user);
+    let user_id = me["id"].as_str().unwrap().to_string();
+    // Both callers leave audit rows.
+    s.get_json("/api/v2/catalog", &admin);
+    s.get_json("/api/v2/catalog", &user);
+    s.audit_rows("catalog.list", 2);
+
+    let (status, mine) = s.get_json("/api/v2/sample/svc_audit?n=100", &user);
+    assert_eq!(status, 200, "{mine}");
+    let rows = mine["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    assert!(
+        rows.iter().all(|r| r["user_id"] == user_id.as_str()),
+        "only own rows: {rows:?}"
+    );
+    let (_, all) = s.get_json("/api/v2/sample/svc_audit?n=100", &admin);
+    assert!(all["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["user_id"] != user_id.as_str()));
+
+    let (status, schema) = s.get_json("/api/v2/schema/svc_audit", &user);
+    assert_eq!(status, 200);
+    let names: Vec<&str> = schema["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"action") && names.contains(&"correlation_id"),
+        "{names:?}"
+    );
+    assert_eq!(s.get_json("/api/v2/sample/svc_sessions", &user).0, 200);
+
+    // An identity with a quote is refused, never interpolated.
+    let odd = s.user_token("o'neil@example.com", false);
+    let (status, body) = s.get_json("/api/v2/sample/svc_sessions", &odd);
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["detail"]["error"], "unsafe_identity");
+    assert!(body["detail"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("svc_sessions"));
+}
+
+#[test]
+fn download_streams_the_file_with_an_etag() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    let path = write_parquet(&s.dir.0, "local", "orders", 1000, "o");
+    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
+    let r = s
+        .http
+        .get(s.url("/api/data/orders/download"))
+        .bearer_auth(&admin)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let etag = r.headers()["etag"].to_str().unwrap().to_string();
+    assert!(r.headers()["content-disposition"]
+        .to_str()
+        .unwrap()
+        .contains("orders.parquet"));
+    let body = r.bytes().unwrap();
+    assert_eq!(body.as_ref(), std::fs::read(&path).unwrap().as_slice());
+
+    let r = s
+        .http
+        .get(s.url("/api/data/orders/download"))
+        .bearer_auth(&admin)
+        .header("if-none-match", &etag)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 304);
+    write_parquet(&s.dir.0, "local", "orders", 1001, "o");
+    let r = s
+        .http
+        .get(s.url("/api/data/orders/download"))
+        .bearer_auth(&admin)
+        .header("if-none-match", &etag)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "a changed file is sent again");
+
+    let user = s.user_token("cy@example.com", false);
+    assert_eq!(s.get_json("/api/data/orders/download", &user).0, 403);
+    assert_eq!(s.get_json("/api/data/nope/download", &admin).0, 404);
+    register(
+        &s,
+        &admin,
+        json!({"id": "events", "source_type": "warehouse", "query_mode": "remote"}),
+    );
+    assert_eq!(s.get_json("/api/data/events/download", &admin).0, 404);
+    let rows = s.audit_rows("data.download", 3);
+    let first: serde_json::Value =
+        serde_json::from_str(rows[0]["params"].as_str().unwrap()).unwrap();
+    assert_eq!(first["bytes"].as_u64(), Some(body.len() as u64));
+}

@@ -7,20 +7,30 @@
 
 use std::collections::HashSet;
 
-use crate::api::ApiResult;
+use crate::api::{ApiError, ApiResult};
 use crate::auth::Caller;
 use crate::state::AppState;
 use crate::store::registry::{QueryMode, RegistryRow};
 
-/// Whether the caller may read this table.
-pub async fn can_read(state: &AppState, caller: &Caller, table: &RegistryRow) -> ApiResult<bool> {
-    if table.query_mode == QueryMode::Internal || caller.is_admin {
-        return Ok(true);
-    }
-    Ok(state
+/// The registered table the caller asked for: 404 when it is not registered, 403 when the
+/// caller may not read it. Runs before any cache is consulted.
+pub async fn readable_table(
+    state: &AppState,
+    caller: &Caller,
+    table_id: &str,
+) -> ApiResult<RegistryRow> {
+    let (row, granted) = state
         .store
-        .has_grant(&caller.user.id, "table", &table.id)
-        .await?)
+        .table_with_grant(table_id, &caller.user.id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("Table '{table_id}' is not registered")))?;
+    if row.query_mode == QueryMode::Internal || caller.is_admin || granted {
+        Ok(row)
+    } else {
+        Err(ApiError::forbidden(format!(
+            "Access denied to table '{table_id}'"
+        )))
+    }
 }
 
 /// The non-internal tables the caller may read; None means all (administrators).

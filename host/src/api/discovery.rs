@@ -213,18 +213,7 @@ impl DiscoveryApi {
 
     /// Registry lookup (404) then access check (403): the order every table endpoint uses.
     async fn readable(&self, caller: &Caller, table_id: &str) -> ApiResult<RegistryRow> {
-        let row = self
-            .state
-            .store
-            .table_by_id(table_id)
-            .await?
-            .ok_or_else(|| ApiError::not_found(format!("Table '{table_id}' is not registered")))?;
-        if !access::can_read(&self.state, caller, &row).await? {
-            return Err(ApiError::forbidden(format!(
-                "Access denied to table '{table_id}'"
-            )));
-        }
-        Ok(row)
+        access::readable_table(&self.state, caller, table_id).await
     }
 
     async fn registry_rows(&self) -> ApiResult<Arc<Vec<RegistryRow>>> {

@@ -167,21 +167,19 @@ impl Authenticator {
             .keys
             .verify(token)
             .ok_or(refused(AuthFailure::InvalidToken))?;
-        let user = self
+        let pat_id = (claims.typ == TokenType::Pat).then_some(claims.jti.as_str());
+        let identity = self
             .store
-            .user_by_id(&claims.sub)
+            .identity(&claims.sub, pat_id)
             .await?
             .ok_or(refused(AuthFailure::UserNotFound))?;
+        let user = identity.user;
         if !user.active {
             return Err(refused(AuthFailure::Deactivated));
         }
         let mut token_id = None;
         if claims.typ == TokenType::Pat {
-            let row = self
-                .store
-                .pat_by_id(&claims.jti)
-                .await?
-                .ok_or(refused(AuthFailure::TokenUnknown))?;
+            let row = identity.pat.ok_or(refused(AuthFailure::TokenUnknown))?;
             if row.revoked_at.is_some() {
                 return Err(refused(AuthFailure::TokenRevoked));
             }
@@ -202,7 +200,7 @@ impl Authenticator {
             self.touch_if_stale(&row, client_ip.as_deref());
             token_id = Some(row.id);
         }
-        let is_admin = self.store.is_admin(&user.id).await?;
+        let is_admin = identity.is_admin;
         let client_kind = match (claims.typ, via_cookie) {
             (TokenType::Pat, _) => ClientKind::Cli,
             (TokenType::Session, true) => ClientKind::Web,

@@ -395,23 +395,4 @@ impl Store {
             .rows_affected()
             > 0)
     }
-
-    /// Whether any of the user's groups holds a grant on the resource.
-    pub async fn has_grant(
-        &self,
-        user_id: &str,
-        resource_type: &str,
-        resource_id: &str,
-    ) -> Result<bool, sqlx::Error> {
-        Ok(sqlx::query(
-            "SELECT 1 AS one FROM resource_grants r JOIN user_group_members m ON m.group_id = r.group_id \
-             WHERE m.user_id = $1 AND r.resource_type = $2 AND r.resource_id = $3",
-        )
-        .bind(user_id)
-        .bind(resource_type)
-        .bind(resource_id)
-        .fetch_optional(self.pool())
-        .await?
-        .is_some())
-    }
 }

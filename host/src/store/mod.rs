@@ -350,8 +350,10 @@ mod tests {
                 .create_grant(&g.id, "table", "orders", "t")
                 .await
                 .unwrap();
-            assert!(store.has_grant(&u.id, "table", "orders").await.unwrap());
-            assert!(!store.has_grant(&u.id, "table", "other").await.unwrap());
+            assert_eq!(
+                store.granted_table_ids(&u.id).await.unwrap(),
+                vec!["orders".to_string()]
+            );
             assert_eq!(
                 store.list_grants(None, Some("table")).await.unwrap(),
                 vec![grant.clone()]
@@ -366,7 +368,7 @@ mod tests {
                 .collect();
             assert_eq!(names, ["Admin", "Everyone", "finance"]);
             store.delete_group(&g.id).await.unwrap();
-            assert!(!store.has_grant(&u.id, "table", "orders").await.unwrap());
+            assert!(store.granted_table_ids(&u.id).await.unwrap().is_empty());
 
             let row = RegistryRow {
                 id: "orders".into(),
@@ -391,6 +393,32 @@ mod tests {
                 .await
                 .unwrap();
             let stored = store.table_by_id("orders").await.unwrap().unwrap();
+            let g2 = store.create_group("readers", None, "t").await.unwrap();
+            store.add_member(&g2.id, &u.id, "admin", "t").await.unwrap();
+            let (_, granted) = store
+                .table_with_grant("orders", &u.id)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(!granted);
+            store
+                .create_grant(&g2.id, "table", "orders", "t")
+                .await
+                .unwrap();
+            let (row, granted) = store
+                .table_with_grant("orders", &u.id)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(granted && row.id == "orders");
+            assert!(store
+                .table_with_grant("nope", &u.id)
+                .await
+                .unwrap()
+                .is_none());
+            let who = store.identity(&u.id, None).await.unwrap().unwrap();
+            assert!(who.is_admin && who.pat.is_none() && !who.user.active);
+            assert!(store.identity("nobody", None).await.unwrap().is_none());
             assert_eq!(
                 stored.registered_by.as_deref(),
                 Some("first"),

@@ -152,6 +152,28 @@ impl Store {
         .await
     }
 
+    /// A table and whether any of the user's groups holds a grant on it, in one round trip
+    /// (the lookup and access check of every per-table request).
+    pub async fn table_with_grant(
+        &self,
+        id: &str,
+        user_id: &str,
+    ) -> Result<Option<(RegistryRow, bool)>, sqlx::Error> {
+        let cols: Vec<String> = COLUMNS.split(", ").map(|c| format!("t.{c}")).collect();
+        let row = sqlx::query(&format!(
+            "SELECT {}, EXISTS (SELECT 1 FROM resource_grants r JOIN user_group_members m ON m.group_id = r.group_id \
+             WHERE m.user_id = $2 AND r.resource_type = 'table' AND r.resource_id = t.id) AS granted \
+             FROM table_registry t WHERE t.id = $1",
+            cols.join(", ")
+        ))
+        .bind(id)
+        .bind(user_id)
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(|r| Ok((from_row(&r)?, super::flag(&r, "granted")?)))
+            .transpose()
+    }
+
     /// Every registered table, by id.
     pub async fn list_tables(&self) -> Result<Vec<RegistryRow>, sqlx::Error> {
         super::fetch_vec(

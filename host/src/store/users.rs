@@ -43,7 +43,62 @@ fn from_row(r: &AnyRow) -> Result<User, sqlx::Error> {
     })
 }
 
+/// Everything authentication needs about a token's user, read in one query.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The user.
+    pub user: User,
+    /// Member of the `Admin` group.
+    pub is_admin: bool,
+    /// The personal access token row, when one was asked for and exists.
+    pub pat: Option<super::tokens::PatRow>,
+}
+
 impl Store {
+    /// The user, their admin flag and (optionally) one of their PAT rows, in one round trip:
+    /// this runs on every authenticated request.
+    pub async fn identity(
+        &self,
+        user_id: &str,
+        pat_id: Option<&str>,
+    ) -> Result<Option<Identity>, sqlx::Error> {
+        let row = sqlx::query(
+            "SELECT u.id, u.email, u.name, u.password_hash, u.active, u.created_at, u.deactivated_at, \
+             EXISTS (SELECT 1 FROM user_group_members m JOIN user_groups g ON g.id = m.group_id \
+                     WHERE m.user_id = u.id AND g.name = $3) AS is_admin, \
+             p.id AS p_id, p.user_id AS p_user_id, p.name AS p_name, p.token_hash AS p_token_hash, \
+             p.prefix AS p_prefix, p.created_at AS p_created_at, p.expires_at AS p_expires_at, \
+             p.last_used_at AS p_last_used_at, p.last_used_ip AS p_last_used_ip, p.revoked_at AS p_revoked_at \
+             FROM users u LEFT JOIN personal_access_tokens p ON p.id = $2 WHERE u.id = $1",
+        )
+        .bind(user_id)
+        .bind(pat_id)
+        .bind(ADMIN_GROUP)
+        .fetch_optional(self.pool())
+        .await?;
+        let Some(r) = row else { return Ok(None) };
+        let pat = match r.try_get::<Option<String>, _>("p_id")? {
+            None => None,
+            Some(id) => Some(super::tokens::PatRow {
+                id,
+                user_id: r.try_get("p_user_id")?,
+                name: r.try_get("p_name")?,
+                token_hash: r.try_get("p_token_hash")?,
+                prefix: r.try_get("p_prefix")?,
+                created_at: r.try_get("p_created_at")?,
+                expires_at: r.try_get("p_expires_at")?,
+                last_used_at: r.try_get("p_last_used_at")?,
+                last_used_ip: r.try_get("p_last_used_ip")?,
+                revoked_at: r.try_get("p_revoked_at")?,
+            }),
+        };
+        Ok(Some(Identity {
+            user: from_row(&r)?,
+            is_admin: flag(&r, "is_admin")?,
+            pat,
+        }))
+    }
+
     /// Creates a user; fails on a duplicate e-mail (unique constraint).
     pub async fn create_user(
         &self,

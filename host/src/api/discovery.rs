@@ -260,7 +260,7 @@ impl DiscoveryApi {
                     row.id
                 );
                 out.metadata_freshness = freshness(meta).into();
-                if let Some(m) = meta {
+                if let Some(m) = meta.map(|m| &m.metadata) {
                     out.rows = m.rows;
                     out.size_bytes = m.size_bytes;
                     out.partition_by = m.partition_by.clone();

@@ -3,24 +3,15 @@
 use std::collections::HashMap;
 
 use sqlx::Row;
+use svc_plugin_api::TableMetadata;
 
 use super::Store;
 
-/// One cached metadata row.
+/// One cached metadata row: what the driver reported, and when.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetadataRow {
-    /// `BASE TABLE`, `VIEW` or `MATERIALIZED VIEW`.
-    pub entity_type: Option<String>,
-    /// Row count.
-    pub rows: Option<i64>,
-    /// Logical size.
-    pub size_bytes: Option<i64>,
-    /// Partitioning column.
-    pub partition_by: Option<String>,
-    /// Clustering columns.
-    pub clustered_by: Vec<String>,
-    /// Column names.
-    pub known_columns: Vec<String>,
+    /// The metadata itself.
+    pub metadata: TableMetadata,
     /// Last successful refresh.
     pub refreshed_at: Option<String>,
     /// Last failed refresh.
@@ -46,12 +37,14 @@ impl Store {
                 Ok((
                     r.try_get("table_id")?,
                     MetadataRow {
-                        entity_type: r.try_get("entity_type")?,
-                        rows: r.try_get("rows")?,
-                        size_bytes: r.try_get("size_bytes")?,
-                        partition_by: r.try_get("partition_by")?,
-                        clustered_by: json_list(r.try_get("clustered_by")?),
-                        known_columns: json_list(r.try_get("known_columns")?),
+                        metadata: TableMetadata {
+                            entity_type: r.try_get("entity_type")?,
+                            rows: r.try_get("rows")?,
+                            size_bytes: r.try_get("size_bytes")?,
+                            partition_by: r.try_get("partition_by")?,
+                            clustered_by: json_list(r.try_get("clustered_by")?),
+                            known_columns: json_list(r.try_get("known_columns")?),
+                        },
                         refreshed_at: r.try_get("refreshed_at")?,
                         error_at: r.try_get("error_at")?,
                     },

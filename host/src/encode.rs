@@ -64,20 +64,9 @@ fn column_values(array: &dyn Array) -> Vec<Value> {
         },
         DataType::Float32 => prim!(Float32Type, |v: f32| float(f64::from(v))),
         DataType::Float64 => prim!(Float64Type, float),
-        DataType::Utf8 => strings(array.as_string::<i32>()),
-        DataType::LargeUtf8 => strings(array.as_string::<i64>()),
-        DataType::Utf8View => {
-            let a = array.as_string_view();
-            (0..a.len())
-                .map(|i| {
-                    if a.is_null(i) {
-                        Value::Null
-                    } else {
-                        Value::String(a.value(i).to_string())
-                    }
-                })
-                .collect()
-        }
+        DataType::Utf8 => strings(array.as_string::<i32>().iter()),
+        DataType::LargeUtf8 => strings(array.as_string::<i64>().iter()),
+        DataType::Utf8View => strings(array.as_string_view().iter()),
         _ => {
             let options = FormatOptions::default();
             match ArrayFormatter::try_new(array, &options) {
@@ -96,17 +85,9 @@ fn column_values(array: &dyn Array) -> Vec<Value> {
     }
 }
 
-fn strings<O: svc_plugin_api::arrow::array::OffsetSizeTrait>(
-    a: &svc_plugin_api::arrow::array::GenericStringArray<O>,
-) -> Vec<Value> {
-    (0..a.len())
-        .map(|i| {
-            if a.is_null(i) {
-                Value::Null
-            } else {
-                Value::String(a.value(i).to_string())
-            }
-        })
+fn strings<'a>(values: impl Iterator<Item = Option<&'a str>>) -> Vec<Value> {
+    values
+        .map(|v| v.map_or(Value::Null, |s| Value::String(s.to_string())))
         .collect()
 }
 

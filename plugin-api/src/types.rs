@@ -65,6 +65,27 @@ pub struct TableSchema {
     pub clustered_by: Vec<String>,
 }
 
+impl TableSchema {
+    /// Columns of an Arrow schema, with Arrow's type names and no layout hints.
+    pub fn from_arrow(schema: &datafusion::arrow::datatypes::Schema) -> Self {
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| ColumnInfo {
+                name: f.name().clone(),
+                data_type: f.data_type().to_string(),
+                nullable: f.is_nullable(),
+                description: String::new(),
+            })
+            .collect();
+        Self {
+            columns,
+            partition_by: None,
+            clustered_by: Vec::new(),
+        }
+    }
+}
+
 /// What the persistent metadata cache keeps about a remote table.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableMetadata {

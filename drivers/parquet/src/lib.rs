@@ -16,8 +16,8 @@ use svc_plugin_api::datafusion::datasource::listing::{
 use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use svc_plugin_api::datafusion::prelude::SessionContext;
 use svc_plugin_api::{
-    Caller, ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, SourceDriver, TableProvider,
-    TableRef, TableSchema,
+    Caller, DriverError, ErrorKind, RecordBatch, Result, SourceDriver, TableProvider, TableRef,
+    TableSchema,
 };
 
 /// Reads `<data-dir>/extracts/<source_type>/data/<table_id>.parquet` files.
@@ -106,22 +106,7 @@ impl ParquetFiles {
             let (file, path) = this.open(&table)?;
             let builder = ParquetRecordBatchReaderBuilder::try_new(file)
                 .map_err(|e| this.corrupt(&table, &path, e))?;
-            let columns = builder
-                .schema()
-                .fields()
-                .iter()
-                .map(|f| ColumnInfo {
-                    name: f.name().clone(),
-                    data_type: f.data_type().to_string(),
-                    nullable: f.is_nullable(),
-                    description: String::new(),
-                })
-                .collect();
-            Ok(TableSchema {
-                columns,
-                partition_by: None,
-                clustered_by: Vec::new(),
-            })
+            Ok(TableSchema::from_arrow(builder.schema()))
         })
         .await
     }

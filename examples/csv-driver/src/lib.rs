@@ -12,8 +12,7 @@ use svc_plugin_api::arrow::array::{ArrayRef, StringArray};
 use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
 use svc_plugin_api::datafusion::datasource::MemTable;
 use svc_plugin_api::{
-    Caller, ColumnInfo, DriverError, RecordBatch, Result, SourceDriver, TableProvider, TableRef,
-    TableSchema,
+    Caller, DriverError, RecordBatch, Result, SourceDriver, TableProvider, TableRef, TableSchema,
 };
 
 /// Serves `source_type = "csv"` tables from CSV files.
@@ -85,21 +84,7 @@ impl SourceDriver for CsvDriver {
 
     async fn schema(&self, table: &TableRef, _caller: &Caller) -> Result<TableSchema> {
         let batch = self.read(table, Some(0))?;
-        let columns = batch
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| ColumnInfo {
-                name: f.name().clone(),
-                data_type: "Utf8".into(),
-                nullable: true,
-                description: String::new(),
-            })
-            .collect();
-        Ok(TableSchema {
-            columns,
-            ..Default::default()
-        })
+        Ok(TableSchema::from_arrow(&batch.schema()))
     }
 
     async fn sample(

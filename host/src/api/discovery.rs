@@ -145,18 +145,27 @@ fn size_hint(bytes: Option<u64>) -> Option<String> {
     )
 }
 
-/// Freshness of a metadata cache row: fresh within twice the refresh interval.
+/// How long a metadata refresh counts as fresh: twice the refresh interval. Read once per
+/// process, like the scheduler that sets the interval.
+fn freshness_window_secs() -> i64 {
+    static WINDOW: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *WINDOW.get_or_init(|| {
+        let interval = std::env::var("SCHEDULER_WAREHOUSE_METADATA_REFRESH_INTERVAL")
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|v| *v > 0)
+            .unwrap_or(14_400);
+        2 * interval
+    })
+}
+
+/// Freshness of a metadata cache row.
 fn freshness(meta: Option<&MetadataRow>) -> &'static str {
     let Some(m) = meta else {
         return "never_fetched";
     };
-    let interval = std::env::var("SCHEDULER_WAREHOUSE_METADATA_REFRESH_INTERVAL")
-        .ok()
-        .and_then(|v| v.parse::<i64>().ok())
-        .filter(|v| *v > 0)
-        .unwrap_or(14_400);
     match m.refreshed_at.as_deref().and_then(crate::store::parse_ts) {
-        Some(t) if (Utc::now() - t).num_seconds() <= 2 * interval => "fresh",
+        Some(t) if (Utc::now() - t).num_seconds() <= freshness_window_secs() => "fresh",
         Some(_) => "stale",
         None if m.error_at.is_some() => "error",
         None => "never_fetched",

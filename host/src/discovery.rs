@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use moka::sync::Cache;
 
-use crate::api::discovery::{SampleResponse, SchemaResponse};
+use crate::api::discovery::{CachedSample, SchemaResponse};
 use crate::store::registry::RegistryRow;
 
 /// Registry rows for the catalog (one entry), schema payloads and sample payloads.
@@ -17,7 +17,7 @@ pub struct DiscoveryCaches {
     /// Schema responses by table id.
     pub schema: Cache<String, Arc<SchemaResponse>>,
     /// Sample responses by `(table_id, n)`; never holds internal tables.
-    pub sample: Cache<(String, usize), Arc<SampleResponse>>,
+    pub sample: Cache<(String, usize), Arc<CachedSample>>,
 }
 
 impl std::fmt::Debug for DiscoveryCaches {

@@ -1,9 +1,11 @@
-//! The drivers this server can serve, keyed by `source_type`.
+//! The drivers this server can serve, keyed by `source_type`: the built-in ones, then any
+//! dynamic driver libraries found in the driver directory.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use svc_plugin_api::ffi::DriverConfig;
 use svc_plugin_api::SourceDriver;
 
 use crate::store::{Backend, Store};
@@ -38,6 +40,46 @@ impl Drivers {
         }
     }
 
+    /// The built-in drivers plus every loadable library in `driver_dir`.
+    ///
+    /// A library that cannot be used is refused with one log line naming the file and the
+    /// reason; the server starts without it.
+    pub fn load(data_dir: &Path, driver_dir: Option<&Path>, store: &Store) -> Self {
+        let mut drivers = Self::builtin(data_dir, store);
+        let Some(dir) = driver_dir else {
+            return drivers;
+        };
+        let config = DriverConfig {
+            data_dir: data_dir.to_owned(),
+        };
+        for path in library_files(dir) {
+            match svc_plugin_api::ffi::load(&path, &config) {
+                Ok(driver) => {
+                    if let Err(reason) = drivers.add(driver) {
+                        tracing::warn!(file = %path.display(), "driver library refused: {reason}");
+                    } else {
+                        tracing::info!(file = %path.display(), "driver library loaded");
+                    }
+                }
+                Err(reason) => {
+                    tracing::warn!(file = %path.display(), "driver library refused: {reason}");
+                }
+            }
+        }
+        drivers
+    }
+
+    fn add(&mut self, driver: Arc<dyn SourceDriver>) -> Result<(), String> {
+        let source_type = driver.source_type();
+        if self.by_type.contains_key(source_type) {
+            return Err(format!(
+                "source type '{source_type}' is already served by another driver"
+            ));
+        }
+        self.by_type.insert(source_type, driver);
+        Ok(())
+    }
+
     /// The driver for a source type, if this server has one.
     pub fn get(&self, source_type: &str) -> Option<&Arc<dyn SourceDriver>> {
         self.by_type.get(source_type)
@@ -51,4 +93,27 @@ impl Drivers {
             .map(|(t, _)| *t)
             .collect()
     }
+}
+
+/// Shared libraries in `dir`, in name order so start-up is deterministic.
+fn library_files(dir: &Path) -> Vec<PathBuf> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), "driver directory unreadable: {e}");
+            return Vec::new();
+        }
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("so" | "dylib" | "dll")
+                )
+        })
+        .collect();
+    files.sort();
+    files
 }

@@ -1,8 +1,9 @@
 //! Arrow batches to JSON rows for API responses.
 //!
-//! Numbers stay numbers, NaN and ±infinity become null (they have no JSON form), and types
-//! JSON lacks (dates, timestamps, decimals, binary, nested values) use Arrow's canonical
-//! text rendering: ISO-8601 for dates and times, exact digits for decimals.
+//! Numbers stay numbers, NaN and ±infinity become null (they have no JSON form), lists become
+//! arrays and structs and string-keyed maps become objects (recursively), and types JSON
+//! lacks (dates, timestamps, decimals, binary) use Arrow's canonical text rendering:
+//! ISO-8601 for dates and times, exact digits for decimals.
 
 use serde_json::{Map, Number, Value};
 use svc_plugin_api::arrow::array::{Array, AsArray};
@@ -67,6 +68,59 @@ fn column_values(array: &dyn Array) -> Vec<Value> {
         DataType::Utf8 => strings(array.as_string::<i32>().iter()),
         DataType::LargeUtf8 => strings(array.as_string::<i64>().iter()),
         DataType::Utf8View => strings(array.as_string_view().iter()),
+        DataType::List(_) => lists(array, |i| array.as_list::<i32>().value(i)),
+        DataType::LargeList(_) => lists(array, |i| array.as_list::<i64>().value(i)),
+        DataType::FixedSizeList(..) => lists(array, |i| array.as_fixed_size_list().value(i)),
+        DataType::Struct(fields) => {
+            let s = array.as_struct();
+            let children: Vec<Vec<Value>> = s
+                .columns()
+                .iter()
+                .map(|c| column_values(c.as_ref()))
+                .collect();
+            (0..s.len())
+                .map(|i| {
+                    if s.is_null(i) {
+                        return Value::Null;
+                    }
+                    let obj = fields
+                        .iter()
+                        .zip(&children)
+                        .map(|(f, values)| (f.name().clone(), values[i].clone()))
+                        .collect();
+                    Value::Object(obj)
+                })
+                .collect()
+        }
+        DataType::Map(..) => {
+            let m = array.as_map();
+            (0..m.len())
+                .map(|i| {
+                    if m.is_null(i) {
+                        return Value::Null;
+                    }
+                    let entries = m.value(i);
+                    let keys = column_values(entries.column(0).as_ref());
+                    let values = column_values(entries.column(1).as_ref());
+                    // String keys make an object; other keys keep their type as pairs.
+                    if keys.iter().all(Value::is_string) {
+                        let obj = keys
+                            .into_iter()
+                            .zip(values)
+                            .map(|(k, v)| (k.as_str().unwrap_or_default().to_owned(), v))
+                            .collect();
+                        Value::Object(obj)
+                    } else {
+                        Value::Array(
+                            keys.into_iter()
+                                .zip(values)
+                                .map(|(k, v)| Value::Array(vec![k, v]))
+                                .collect(),
+                        )
+                    }
+                })
+                .collect()
+        }
         _ => {
             let options = FormatOptions::default();
             match ArrayFormatter::try_new(array, &options) {
@@ -83,6 +137,22 @@ fn column_values(array: &dyn Array) -> Vec<Value> {
             }
         }
     }
+}
+
+/// A list column: each row's child slice, encoded recursively.
+fn lists(
+    array: &dyn Array,
+    row: impl Fn(usize) -> svc_plugin_api::arrow::array::ArrayRef,
+) -> Vec<Value> {
+    (0..array.len())
+        .map(|i| {
+            if array.is_null(i) {
+                Value::Null
+            } else {
+                Value::Array(column_values(row(i).as_ref()))
+            }
+        })
+        .collect()
 }
 
 fn strings<'a>(values: impl Iterator<Item = Option<&'a str>>) -> Vec<Value> {
@@ -182,5 +252,34 @@ mod tests {
         }
         assert_eq!(rows[1]["d"], "2024-01-01");
         assert!(rows[1]["i"].is_null());
+    }
+
+    #[test]
+    fn nested_values_become_json_arrays_and_objects() {
+        use svc_plugin_api::arrow::array::{ListArray, StructArray};
+        use svc_plugin_api::arrow::datatypes::Int32Type;
+
+        let list = ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
+            Some(vec![Some(1), None]),
+            None,
+        ]);
+        let inner = Arc::new(Float64Array::from(vec![Some(f64::NAN), Some(2.5)]));
+        let strukt = StructArray::from(vec![(
+            Arc::new(Field::new("x", DataType::Float64, true)),
+            inner as svc_plugin_api::arrow::array::ArrayRef,
+        )]);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("l", list.data_type().clone(), true),
+            Field::new("s", strukt.data_type().clone(), true),
+        ]));
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(list), Arc::new(strukt)]).unwrap();
+        let rows = rows_as_objects(&[batch]);
+        assert_eq!(
+            rows,
+            [
+                serde_json::json!({"l": [1, null], "s": {"x": null}}),
+                serde_json::json!({"l": null, "s": {"x": 2.5}}),
+            ]
+        );
     }
 }

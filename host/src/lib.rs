@@ -15,3 +15,4 @@ pub mod registry;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod warmup;

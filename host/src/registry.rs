@@ -261,15 +261,7 @@ mod tests {
     #[tokio::test]
     async fn every_change_flushes_the_table_once_and_internal_rows_are_protected() {
         let (store, dir) = crate::store::testing::sqlite().await;
-        let state = AppState::new(
-            store,
-            b"k",
-            crate::state::RuntimeConfig {
-                data_dir: dir.0.clone(),
-                max_body_bytes: 1 << 20,
-                trust_proxy: false,
-            },
-        );
+        let state = AppState::new(store, b"k", crate::server::console_config(dir.0.clone()));
         let flushed = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let count = Arc::new(AtomicUsize::new(0));
         {

@@ -29,6 +29,9 @@ pub struct ServeArgs {
     /// E-mail of the administrator created on first start with an empty store.
     #[arg(long, env = "SVC_ADMIN_EMAIL", default_value = "admin@localhost")]
     pub admin_email: String,
+    /// Directory of dynamic driver libraries (`*.so`, `*.dylib`, `*.dll`) loaded at start.
+    #[arg(long, env = "SVC_DRIVER_DIR")]
+    pub driver_dir: Option<PathBuf>,
 }
 
 /// Opens and migrates the store, seeds system groups and internal tables, and builds state.
@@ -52,6 +55,7 @@ pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
         data_dir,
         max_body_bytes: 0,
         trust_proxy: false,
+        driver_dir: None,
     }
 }
 
@@ -86,6 +90,7 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         data_dir: store_args.data_dir.clone(),
         max_body_bytes: args.max_body_bytes,
         trust_proxy: args.trust_proxy,
+        driver_dir: args.driver_dir.clone(),
     };
     let state = open_state(&store_args, config).await?;
     ensure_first_admin(&state, &args.admin_email, &store_args).await?;

@@ -10,6 +10,7 @@ use crate::auth::Authenticator;
 use crate::discovery::DiscoveryCaches;
 use crate::drivers::Drivers;
 use crate::store::Store;
+use crate::warmup::MetadataWarmer;
 
 /// Settings the request path needs.
 #[derive(Debug, Clone)]
@@ -20,6 +21,8 @@ pub struct RuntimeConfig {
     pub max_body_bytes: usize,
     /// Whether to take the client address from `X-Forwarded-For`.
     pub trust_proxy: bool,
+    /// Where dynamic driver libraries are loaded from, if anywhere.
+    pub driver_dir: Option<PathBuf>,
 }
 
 /// A cache that holds per-table entries and must drop them when the registry changes.
@@ -73,6 +76,8 @@ pub struct AppState {
     pub caches: CacheHooks,
     /// Catalog, schema and sample caches.
     pub discovery: DiscoveryCaches,
+    /// Refreshes remote tables' persistent metadata.
+    pub warmer: MetadataWarmer,
     /// Request-path settings.
     pub config: RuntimeConfig,
 }
@@ -86,10 +91,12 @@ impl AppState {
             let discovery = discovery.clone();
             caches.register(Arc::new(move |id: &str| discovery.flush_table(id)));
         }
+        let drivers = Drivers::load(&config.data_dir, config.driver_dir.as_deref(), &store);
         Arc::new(Self {
             auth: Authenticator::new(store.clone(), jwt_secret),
             audit: AuditWriter::start(store.clone()),
-            drivers: Drivers::builtin(&config.data_dir, &store),
+            warmer: MetadataWarmer::new(store.clone(), drivers.clone()),
+            drivers,
             login_limiter: LoginLimiter::new(10, Duration::from_secs(60)),
             caches,
             discovery,
@@ -99,12 +106,14 @@ impl AppState {
     }
 
     /// The one flush for a registry change: in-memory caches through their hooks, and the
-    /// table's persistent metadata (its source may have changed). A failure to forget the
-    /// metadata is logged; the registry change itself has already happened.
+    /// table's persistent metadata (its source may have changed), then a background re-warm
+    /// of that row. A failure to forget the metadata is logged; the registry change itself
+    /// has already happened.
     pub async fn flush_table(&self, table_id: &str) {
         self.caches.flush_table(table_id);
         if let Err(e) = self.store.forget_metadata(table_id).await {
             tracing::warn!(table = %table_id, error = %e, "could not forget cached metadata");
         }
+        self.warmer.schedule(table_id);
     }
 }

@@ -32,6 +32,27 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, for parsing names back (dynamic drivers send errors as JSON).
+    pub const ALL: [Self; 12] = [
+        Self::NotFound,
+        Self::UnsafeIdentifier,
+        Self::NotConfigured,
+        Self::UnsafeIdentity,
+        Self::CrossProjectForbidden,
+        Self::BadRequest,
+        Self::Upstream,
+        Self::RemoteScanTooLarge,
+        Self::Timeout,
+        Self::Corrupt,
+        Self::Unsupported,
+        Self::Internal,
+    ];
+
+    /// The kind named `name` (see [`ErrorKind::as_str`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     /// The machine-readable name used in error envelopes.
     pub fn as_str(self) -> &'static str {
         match self {

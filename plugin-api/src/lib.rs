@@ -12,6 +12,7 @@
 //! the host.
 
 mod error;
+pub mod ffi;
 mod types;
 
 use std::path::PathBuf;

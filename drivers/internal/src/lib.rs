@@ -5,11 +5,17 @@
 //! identity is bound as a query parameter (never interpolated) and must also match
 //! [`is_safe_identity`], so an odd value is refused outright rather than merely escaped.
 
+mod provider;
+#[cfg(test)]
+mod provider_tests;
 mod rows;
 
 use std::sync::Arc;
 
 use sqlx::{AnyPool, Row};
+
+pub use provider::{can_push, InternalProvider, Param, ScanSql};
+pub use rows::StoreColumn;
 use svc_plugin_api::{
     Caller, ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, SourceDriver, TableProvider,
     TableRef, TableSchema,
@@ -109,8 +115,8 @@ impl InternalDriver {
         })
     }
 
-    /// The backing table's columns as `(name, store type, nullable)`, in order.
-    async fn store_columns(&self, backing: &str) -> Result<Vec<(String, String, bool)>> {
+    /// The backing table's columns, in order.
+    async fn store_columns(&self, backing: &str) -> Result<Vec<StoreColumn>> {
         let sql = if self.postgres {
             "SELECT column_name::text AS name, data_type::text AS type, is_nullable::text AS nullable \
              FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 \
@@ -127,13 +133,17 @@ impl InternalDriver {
         rows.iter()
             .map(|r| {
                 let get = |c: &str| r.try_get::<String, _>(c).map_err(store_error);
-                Ok((get("name")?, get("type")?, get("nullable")? == "YES"))
+                Ok(StoreColumn {
+                    name: get("name")?,
+                    store_type: get("type")?,
+                    nullable: get("nullable")? == "YES",
+                })
             })
             .collect()
     }
 }
 
-fn store_error(e: sqlx::Error) -> DriverError {
+pub(crate) fn store_error(e: sqlx::Error) -> DriverError {
     DriverError::internal(format!("state store: {e}"))
 }
 
@@ -153,10 +163,10 @@ impl SourceDriver for InternalDriver {
             .store_columns(entry.backing_table)
             .await?
             .into_iter()
-            .map(|(name, ty, nullable)| ColumnInfo {
-                data_type: rows::arrow_type(&ty).to_string(),
-                name,
-                nullable,
+            .map(|c| ColumnInfo {
+                data_type: c.data_type().to_string(),
+                name: c.name,
+                nullable: c.nullable,
                 description: String::new(),
             })
             .collect();
@@ -176,43 +186,33 @@ impl SourceDriver for InternalDriver {
         let entry = Self::entry(table)?;
         let filter = row_filter(entry, caller)?;
         let columns = self.store_columns(entry.backing_table).await?;
-        let select: Vec<String> = columns.iter().map(|(c, _, _)| format!("\"{c}\"")).collect();
-        let limit = i64::try_from(n).unwrap_or(i64::MAX);
-        let rows = match &filter {
-            None => {
-                sqlx::query(&format!(
-                    "SELECT {} FROM {} LIMIT $1",
-                    select.join(", "),
-                    entry.backing_table
-                ))
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await
-            }
-            Some((column, value)) => {
-                sqlx::query(&format!(
-                    "SELECT {} FROM {} WHERE \"{column}\" = $1 LIMIT $2",
-                    select.join(", "),
-                    entry.backing_table
-                ))
-                .bind(value)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await
-            }
-        }
-        .map_err(store_error)?;
-        Ok(vec![rows::to_batch(&columns, &rows)?])
+        let scan = ScanSql::build(
+            entry,
+            &columns,
+            &columns,
+            filter.as_ref(),
+            &[],
+            Some(n),
+            self.postgres,
+        )
+        .map_err(DriverError::internal)?;
+        Ok(vec![scan.fetch_batch(&self.pool, &columns).await?])
     }
 
     async fn table_provider(
         &self,
         table: &TableRef,
-        _caller: &Caller,
+        caller: &Caller,
     ) -> Result<Arc<dyn TableProvider>> {
-        Err(DriverError::unsupported(format!(
-            "SQL over {} arrives with the query engine; use the sample endpoint for now",
-            table.id
+        let entry = Self::entry(table)?;
+        let filter = row_filter(entry, caller)?;
+        let columns = self.store_columns(entry.backing_table).await?;
+        Ok(Arc::new(InternalProvider::new(
+            self.pool.clone(),
+            self.postgres,
+            entry,
+            columns,
+            filter,
         )))
     }
 }

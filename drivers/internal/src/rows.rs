@@ -7,8 +7,37 @@ use sqlx::Row;
 use svc_plugin_api::arrow::array::{
     ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
 };
-use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
+use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use svc_plugin_api::arrow::record_batch::RecordBatchOptions;
 use svc_plugin_api::{DriverError, RecordBatch, Result};
+
+/// A backing-table column as the store declares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreColumn {
+    /// Column name.
+    pub name: String,
+    /// The store's type name.
+    pub store_type: String,
+    /// Whether nulls may occur.
+    pub nullable: bool,
+}
+
+impl StoreColumn {
+    /// The Arrow type rows of this column are read as.
+    pub fn data_type(&self) -> DataType {
+        arrow_type(&self.store_type)
+    }
+}
+
+/// The Arrow schema of rows read with `columns`.
+pub fn schema(columns: &[StoreColumn]) -> SchemaRef {
+    Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|c| Field::new(&c.name, c.data_type(), true))
+            .collect::<Vec<_>>(),
+    ))
+}
 
 /// The Arrow type for a store column type name.
 pub fn arrow_type(store_type: &str) -> DataType {
@@ -28,13 +57,12 @@ pub fn arrow_type(store_type: &str) -> DataType {
     }
 }
 
-/// Builds one batch from rows whose columns are `columns` (name, store type, nullable).
-pub fn to_batch(columns: &[(String, String, bool)], rows: &[AnyRow]) -> Result<RecordBatch> {
-    let mut fields = Vec::with_capacity(columns.len());
+/// Builds one batch from rows read with `columns` (no columns: a batch of row count only).
+pub fn to_batch(columns: &[StoreColumn], rows: &[AnyRow]) -> Result<RecordBatch> {
     let mut arrays: Vec<ArrayRef> = Vec::with_capacity(columns.len());
-    for (i, (name, ty, _)) in columns.iter().enumerate() {
-        let dt = arrow_type(ty);
-        let array: ArrayRef = match dt {
+    for (i, column) in columns.iter().enumerate() {
+        let name = &column.name;
+        let array: ArrayRef = match column.data_type() {
             DataType::Boolean => {
                 let mut b = BooleanBuilder::new();
                 for r in rows {
@@ -68,10 +96,10 @@ pub fn to_batch(columns: &[(String, String, bool)], rows: &[AnyRow]) -> Result<R
                 Arc::new(b.finish())
             }
         };
-        fields.push(Field::new(name, dt, true));
         arrays.push(array);
     }
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
+    let options = RecordBatchOptions::new().with_row_count(Some(rows.len()));
+    RecordBatch::try_new_with_options(schema(columns), arrays, &options)
         .map_err(|e| DriverError::internal(format!("building rows: {e}")))
 }
 

@@ -2,8 +2,11 @@
 //!
 //! A table's data is `<data-dir>/extracts/csv/data/<table_id>.csv` with a header line. The
 //! parsing is deliberately minimal (no quoting) — the point is the shape of a third-party
-//! driver against the plugin-api contract. Loading it at run time from a shared library is
-//! the dynamic-driver work still to come; today it is used as a library.
+//! driver against the plugin-api contract.
+//!
+//! Built as a `cdylib`, the library is a dynamic driver: put `libsvc_example_csv_driver.so`
+//! in the directory named by `svc-server serve --driver-dir` and register tables with
+//! `source_type = "csv"`. The last line of this file is all it takes to export it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,8 +14,10 @@ use std::sync::Arc;
 use svc_plugin_api::arrow::array::{ArrayRef, StringArray};
 use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
 use svc_plugin_api::datafusion::datasource::MemTable;
+use svc_plugin_api::ffi::DriverConfig;
 use svc_plugin_api::{
-    Caller, DriverError, RecordBatch, Result, SourceDriver, TableProvider, TableRef, TableSchema,
+    Caller, DriverError, RecordBatch, Result, SourceDriver, TableMetadata, TableProvider, TableRef,
+    TableSchema,
 };
 
 /// Serves `source_type = "csv"` tables from CSV files.
@@ -29,17 +34,31 @@ impl CsvDriver {
         }
     }
 
-    fn read(&self, table: &TableRef, limit: Option<usize>) -> Result<RecordBatch> {
+    /// The driver for a server's configuration; creates its data directory, and fails when
+    /// that is impossible (so a misconfigured server refuses the driver at start).
+    pub fn open(config: &DriverConfig) -> Result<Self> {
+        let dir = config.data_dir.join("extracts/csv/data");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| DriverError::internal(format!("cannot create {}: {e}", dir.display())))?;
+        Ok(Self::new(&config.data_dir))
+    }
+
+    /// The table's file; ids with path characters never reach the filesystem.
+    fn path(&self, table: &TableRef) -> Result<PathBuf> {
         if table.id.contains(['/', '\\', '\0']) || table.id.starts_with('.') {
             return Err(DriverError::not_found(format!(
                 "Table '{}' has no CSV file",
                 table.id
             )));
         }
-        let path = self
+        Ok(self
             .data_dir
             .join("extracts/csv/data")
-            .join(format!("{}.csv", table.id));
+            .join(format!("{}.csv", table.id)))
+    }
+
+    fn read(&self, table: &TableRef, limit: Option<usize>) -> Result<RecordBatch> {
+        let path = self.path(table)?;
         let text = std::fs::read_to_string(&path).map_err(|e| {
             DriverError::not_found(format!(
                 "Table '{}': cannot read {}: {e}",
@@ -106,4 +125,25 @@ impl SourceDriver for CsvDriver {
             .map_err(|e| DriverError::internal(e.to_string()))?;
         Ok(Arc::new(provider))
     }
+
+    /// Row count, size and columns, for the catalog of tables registered as `remote`.
+    async fn refresh_metadata(&self, table: &TableRef) -> Result<TableMetadata> {
+        let batch = self.read(table, None)?;
+        let size = std::fs::metadata(self.path(table)?).map(|m| m.len()).ok();
+        Ok(TableMetadata {
+            entity_type: Some("BASE TABLE".into()),
+            rows: i64::try_from(batch.num_rows()).ok(),
+            size_bytes: size.and_then(|s| i64::try_from(s).ok()),
+            partition_by: None,
+            clustered_by: Vec::new(),
+            known_columns: batch
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect(),
+        })
+    }
 }
+
+svc_plugin_api::export_driver!(CsvDriver::open);

@@ -14,8 +14,9 @@ use poem_openapi::param::{Header, Path, Query};
 use poem_openapi::payload::{Binary, Json};
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::{json, Value};
-use svc_plugin_api::{SourceDriver, TableRef};
+use svc_plugin_api::SourceDriver;
 
+use super::encoded::EncodedJson;
 use super::{ApiError, ApiResult, BearerAuth, Tag};
 use crate::audit::Event;
 use crate::auth::Caller;
@@ -105,6 +106,15 @@ pub struct SchemaResponse {
     where_dialect_hints: Value,
 }
 
+/// A sample encoded once, as cached and served.
+#[derive(Debug)]
+pub struct CachedSample {
+    /// Rows in the body.
+    pub rows: usize,
+    /// The encoded [`SampleResponse`].
+    pub body: EncodedJson<SampleResponse>,
+}
+
 /// The first rows of a table.
 #[derive(Object, Clone)]
 pub struct SampleResponse {
@@ -188,17 +198,6 @@ fn where_examples(known_columns: &[String]) -> Vec<String> {
         .collect()
 }
 
-pub(crate) fn table_ref(row: &RegistryRow) -> TableRef {
-    TableRef {
-        id: row.id.clone(),
-        source_type: row.source_type.clone(),
-        bucket: row.bucket.clone(),
-        source_table: row.source_table.clone(),
-        query_mode: row.query_mode.as_str().into(),
-        source_query: row.source_query.clone(),
-    }
-}
-
 pub(crate) fn driver_caller(c: &Caller) -> svc_plugin_api::Caller {
     svc_plugin_api::Caller {
         user_id: c.user.id.clone(),
@@ -238,7 +237,7 @@ impl DiscoveryApi {
 
     fn catalog_row(&self, row: &RegistryRow, meta: Option<&MetadataRow>) -> CatalogRow {
         let driver = self.state.drivers.get(&row.source_type);
-        let table = table_ref(row);
+        let table = row.table_ref();
         let mut out = CatalogRow {
             id: row.id.clone(),
             name: row.name.clone(),
@@ -309,7 +308,7 @@ impl DiscoveryApi {
             return Ok(hit);
         }
         let driver = self.driver(&row)?;
-        let table = table_ref(&row);
+        let table = row.table_ref();
         let schema = driver.schema(&table, &driver_caller(caller)).await?;
         let resp = Arc::new(SchemaResponse {
             table_id: row.id.clone(),
@@ -338,7 +337,7 @@ impl DiscoveryApi {
         caller: &Caller,
         table_id: &str,
         n: usize,
-    ) -> ApiResult<Arc<SampleResponse>> {
+    ) -> ApiResult<Arc<CachedSample>> {
         let row = self.readable(caller, table_id).await?;
         // Internal rows differ per caller: never cached.
         let cacheable = row.query_mode != QueryMode::Internal;
@@ -350,14 +349,17 @@ impl DiscoveryApi {
         }
         let driver = self.driver(&row)?;
         let batches = driver
-            .sample(&table_ref(&row), n, &driver_caller(caller))
+            .sample(&row.table_ref(), n, &driver_caller(caller))
             .await?;
         let mut rows = encode::rows_as_objects(&batches);
         rows.truncate(n);
-        let resp = Arc::new(SampleResponse {
-            table_id: row.id.clone(),
-            rows,
-            source: row.source_type.clone(),
+        let resp = Arc::new(CachedSample {
+            rows: rows.len(),
+            body: EncodedJson::new(&SampleResponse {
+                table_id: row.id.clone(),
+                rows,
+                source: row.source_type.clone(),
+            }),
         });
         if cacheable {
             self.state.discovery.sample.insert(key, resp.clone());
@@ -435,16 +437,16 @@ impl DiscoveryApi {
         auth: BearerAuth,
         table_id: Path<String>,
         #[oai(validator(minimum(value = "1"), maximum(value = "100")))] n: Query<Option<i64>>,
-    ) -> ApiResult<Json<SampleResponse>> {
+    ) -> ApiResult<EncodedJson<SampleResponse>> {
         let started = Instant::now();
         let n = usize::try_from(n.unwrap_or(5).clamp(1, 100)).unwrap_or(5);
         let result = self.sample_inner(&auth.0, &table_id, n).await;
-        let rows = result.as_ref().ok().map(|r| r.rows.len());
+        let rows = result.as_ref().ok().map(|r| r.rows);
         let event = Event::new("catalog.sample")
             .resource(format!("table:{}", *table_id))
             .param("n", n);
         self.audit(&auth.0, event, started, &result, rows).await;
-        result.map(|r| Json((*r).clone()))
+        result.map(|r| r.body.clone())
     }
 
     /// Downloads a table's parquet file (local and materialized tables). Send the `ETag`
@@ -490,7 +492,7 @@ impl DiscoveryApi {
         };
         let path = self
             .driver(&row)?
-            .local_file(&table_ref(&row))
+            .local_file(&row.table_ref())
             .ok_or_else(no_file)?;
         let file = tokio::fs::File::open(&path).await.map_err(|_| no_file())?;
         let meta = file.metadata().await.map_err(ApiError::internal)?;

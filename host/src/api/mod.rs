@@ -5,6 +5,7 @@ mod admin_groups;
 mod admin_users;
 mod auth;
 pub(crate) mod discovery;
+pub mod encoded;
 pub mod error;
 mod health;
 mod me;

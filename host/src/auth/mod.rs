@@ -4,13 +4,15 @@ pub mod jwt;
 pub mod password;
 pub mod ratelimit;
 
+use std::sync::Arc;
+
 use chrono::{Duration, Utc};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::audit::{Actor, ClientKind};
 use crate::store::tokens::PatRow;
-use crate::store::users::User;
+use crate::store::users::{Identity, User};
 use crate::store::{format_ts, new_id, parse_ts, Store};
 use jwt::{Claims, JwtKeys, TokenType};
 
@@ -21,12 +23,22 @@ pub const MAX_PAT_DAYS: i64 = 3650;
 /// `last_used_at` is written at most this often per token.
 const TOUCH_INTERVAL_SECS: i64 = 60;
 
+/// How long a resolved identity (user, admin flag, PAT row) is reused without a store read.
+///
+/// Changes made through this server (deactivation, membership, token revocation) forget
+/// cached identities at once; changes made by another process (an `svc-server` shell command,
+/// another replica) take effect within this bound.
+pub const IDENTITY_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Cache key: the user id and the PAT id (None for sessions).
+type IdentityKey = (String, Option<String>);
+
 /// An authenticated caller, with the request context every audit row needs.
 #[derive(Debug, Clone)]
 pub struct Caller {
     /// The user.
     pub user: User,
-    /// Member of the `Admin` group (read per request).
+    /// Member of the `Admin` group (read from the store at most [`IDENTITY_TTL`] ago).
     pub is_admin: bool,
     /// Session or PAT.
     pub token_type: TokenType,
@@ -87,10 +99,19 @@ pub fn token_hash(token: &str) -> String {
 }
 
 /// Issues and checks tokens.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Authenticator {
     keys: JwtKeys,
     store: Store,
+    identities: moka::sync::Cache<IdentityKey, Arc<Identity>>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("cached_identities", &self.identities.entry_count())
+            .finish()
+    }
 }
 
 impl Authenticator {
@@ -99,7 +120,30 @@ impl Authenticator {
         Self {
             keys: JwtKeys::new(secret),
             store,
+            identities: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(IDENTITY_TTL)
+                .build(),
         }
+    }
+
+    /// Forgets every cached identity. Called after any change to users, memberships or
+    /// tokens, so this server never acts on an identity it has changed.
+    pub fn forget_identities(&self) {
+        self.identities.invalidate_all();
+    }
+
+    /// The identity behind a token's claims: cached, or read in one store query.
+    async fn identity(&self, key: IdentityKey) -> Result<Option<Arc<Identity>>, sqlx::Error> {
+        if let Some(hit) = self.identities.get(&key) {
+            return Ok(Some(hit));
+        }
+        let Some(identity) = self.store.identity(&key.0, key.1.as_deref()).await? else {
+            return Ok(None);
+        };
+        let identity = Arc::new(identity);
+        self.identities.insert(key, identity.clone());
+        Ok(Some(identity))
     }
 
     /// A session token for a user; returns the token and its expiry.
@@ -167,19 +211,22 @@ impl Authenticator {
             .keys
             .verify(token)
             .ok_or(refused(AuthFailure::InvalidToken))?;
-        let pat_id = (claims.typ == TokenType::Pat).then_some(claims.jti.as_str());
+        let pat_id = (claims.typ == TokenType::Pat).then(|| claims.jti.clone());
+        let key = (claims.sub.clone(), pat_id);
         let identity = self
-            .store
-            .identity(&claims.sub, pat_id)
+            .identity(key.clone())
             .await?
             .ok_or(refused(AuthFailure::UserNotFound))?;
-        let user = identity.user;
+        let user = identity.user.clone();
         if !user.active {
             return Err(refused(AuthFailure::Deactivated));
         }
         let mut token_id = None;
         if claims.typ == TokenType::Pat {
-            let row = identity.pat.ok_or(refused(AuthFailure::TokenUnknown))?;
+            let row = identity
+                .pat
+                .as_ref()
+                .ok_or(refused(AuthFailure::TokenUnknown))?;
             if row.revoked_at.is_some() {
                 return Err(refused(AuthFailure::TokenRevoked));
             }
@@ -197,8 +244,8 @@ impl Authenticator {
             {
                 return Err(refused(AuthFailure::TokenMismatch));
             }
-            self.touch_if_stale(&row, client_ip.as_deref());
-            token_id = Some(row.id);
+            self.touch_if_stale(&key, &identity, row, client_ip.as_deref());
+            token_id = Some(row.id.clone());
         }
         let is_admin = identity.is_admin;
         let client_kind = match (claims.typ, via_cookie) {
@@ -220,8 +267,15 @@ impl Authenticator {
         })
     }
 
-    /// Updates `last_used_at` off the request path, at most once a minute per token.
-    fn touch_if_stale(&self, row: &PatRow, ip: Option<&str>) {
+    /// Updates `last_used_at` off the request path, at most once a minute per token (the
+    /// cached identity is updated too, so the next request sees the touch).
+    fn touch_if_stale(
+        &self,
+        key: &IdentityKey,
+        identity: &Identity,
+        row: &PatRow,
+        ip: Option<&str>,
+    ) {
         let fresh = row
             .last_used_at
             .as_deref()
@@ -230,6 +284,12 @@ impl Authenticator {
         if fresh && row.last_used_ip.as_deref() == ip {
             return;
         }
+        let mut touched = identity.clone();
+        if let Some(pat) = touched.pat.as_mut() {
+            pat.last_used_at = Some(format_ts(Utc::now()));
+            pat.last_used_ip = ip.map(str::to_string);
+        }
+        self.identities.insert(key.clone(), Arc::new(touched));
         let store = self.store.clone();
         let (id, ip) = (row.id.clone(), ip.map(str::to_string));
         tokio::spawn(async move {

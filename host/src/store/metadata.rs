@@ -53,6 +53,45 @@ impl Store {
             .collect()
     }
 
+    /// Records a successful refresh of a table's metadata (clearing any earlier error).
+    pub async fn save_metadata(
+        &self,
+        table_id: &str,
+        m: &TableMetadata,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO table_metadata_cache (table_id, entity_type, rows, size_bytes, partition_by,              clustered_by, known_columns, refreshed_at, error_at, error_msg)              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL)              ON CONFLICT (table_id) DO UPDATE SET entity_type = excluded.entity_type, rows = excluded.rows,              size_bytes = excluded.size_bytes, partition_by = excluded.partition_by,              clustered_by = excluded.clustered_by, known_columns = excluded.known_columns,              refreshed_at = excluded.refreshed_at, error_at = NULL, error_msg = NULL",
+        )
+        .bind(table_id)
+        .bind(m.entity_type.clone())
+        .bind(m.rows)
+        .bind(m.size_bytes)
+        .bind(m.partition_by.clone())
+        .bind(serde_json::to_string(&m.clustered_by).unwrap_or_default())
+        .bind(serde_json::to_string(&m.known_columns).unwrap_or_default())
+        .bind(super::now())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Records a failed refresh; earlier metadata is kept (stale beats nothing).
+    pub async fn record_metadata_error(
+        &self,
+        table_id: &str,
+        message: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO table_metadata_cache (table_id, error_at, error_msg) VALUES ($1, $2, $3)              ON CONFLICT (table_id) DO UPDATE SET error_at = excluded.error_at, error_msg = excluded.error_msg",
+        )
+        .bind(table_id)
+        .bind(super::now())
+        .bind(message.chars().take(200).collect::<String>())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
     /// Removes a table's cached metadata (registry changes call this through the flush).
     pub async fn forget_metadata(&self, table_id: &str) -> Result<(), sqlx::Error> {
         sqlx::query("DELETE FROM table_metadata_cache WHERE table_id = $1")

@@ -82,6 +82,20 @@ pub struct RegistryRow {
     pub updated_at: Option<String>,
 }
 
+impl RegistryRow {
+    /// The row as drivers see it.
+    pub fn table_ref(&self) -> svc_plugin_api::TableRef {
+        svc_plugin_api::TableRef {
+            id: self.id.clone(),
+            source_type: self.source_type.clone(),
+            bucket: self.bucket.clone(),
+            source_table: self.source_table.clone(),
+            query_mode: self.query_mode.as_str().into(),
+            source_query: self.source_query.clone(),
+        }
+    }
+}
+
 const COLUMNS: &str = "id, name, source_type, bucket, source_table, query_mode, source_query, \
      sync_schedule, description, registered_by, registered_at, updated_at";
 

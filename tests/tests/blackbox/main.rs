@@ -6,6 +6,7 @@ mod access;
 mod auth;
 mod cli;
 mod discovery;
+mod drivers;
 mod openapi;
 mod registry;
 mod store;

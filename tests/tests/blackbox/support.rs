@@ -8,22 +8,53 @@ use std::time::{Duration, Instant};
 use reqwest::blocking::{Client, RequestBuilder};
 use serde_json::Value;
 
-/// Path of the `svc-server` binary, built once per test run.
-pub fn server_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
+/// Builds what the tests run — `svc-server` and the example driver library — once per test
+/// run, and returns the target profile directory holding them.
+///
+/// One cargo invocation for both: its feature resolution matches a build of svc-host alone,
+/// so dependencies compiled for the server are reused for the driver library.
+fn built_artifacts() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "svc-host", "--bin", "svc-server"])
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "svc-host",
+                "-p",
+                "svc-example-csv-driver",
+                "--bin",
+                "svc-server",
+                "--lib",
+            ])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .expect("run cargo build");
-        assert!(status.success(), "building svc-server failed");
-        // target/<profile>/deps/<this test> -> target/<profile>/svc-server
+        assert!(
+            status.success(),
+            "building svc-server and the example driver failed"
+        );
+        // target/<profile>/deps/<this test> -> target/<profile>
         let exe = std::env::current_exe().unwrap();
-        exe.parent().unwrap().parent().unwrap().join("svc-server")
+        exe.parent().unwrap().parent().unwrap().to_path_buf()
     })
     .clone()
+}
+
+/// Path of the `svc-server` binary.
+pub fn server_bin() -> PathBuf {
+    built_artifacts().join("svc-server")
+}
+
+/// Path of the example CSV driver built as a shared library.
+pub fn csv_driver_lib() -> PathBuf {
+    built_artifacts().join(format!(
+        "{}svc_example_csv_driver{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ))
 }
 
 /// A temporary directory removed on drop.
@@ -99,6 +130,15 @@ impl Server {
 
     /// A server on the given backend with extra environment variables.
     pub fn start_with(backend: Backend, env: &[(&str, &str)]) -> Self {
+        Self::start_prepared(backend, env, |_| {})
+    }
+
+    /// Like [`Server::start_with`], letting `prepare` fill the data directory before start.
+    pub fn start_prepared(
+        backend: Backend,
+        env: &[(&str, &str)],
+        prepare: impl FnOnce(&Path),
+    ) -> Self {
         let database_url = match backend {
             Backend::Sqlite => None,
             Backend::Postgres => Some(fresh_postgres_url().expect("postgres configured")),
@@ -117,6 +157,7 @@ impl Server {
                 .build()
                 .unwrap(),
         };
+        prepare(&s.dir.0);
         s.spawn();
         s
     }

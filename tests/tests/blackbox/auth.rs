@@ -313,3 +313,28 @@ fn shutdown_flushes_the_audit_queue() {
     let n = s.query("SELECT COUNT(*) AS n FROM audit_log WHERE action = 'user_group.created'");
     assert_eq!(n[0]["n"], 50);
 }
+
+#[test]
+fn changes_from_another_process_apply_within_the_identity_cache_bound() {
+    let s = Server::start();
+    let token = s.user_token("dee@example.com", false);
+    // Warm the server's identity cache with the non-admin identity.
+    assert_eq!(s.get_json("/api/admin/users", &token).0, 403);
+    // A shell command writes the store directly; the running server was not told.
+    s.cli_ok(&[
+        "groups",
+        "add-member",
+        "--group",
+        "Admin",
+        "--email",
+        "dee@example.com",
+    ]);
+    let changed = std::time::Instant::now();
+    while s.get_json("/api/admin/users", &token).0 != 200 {
+        assert!(
+            changed.elapsed() < std::time::Duration::from_secs(4),
+            "still not admin 4 s after the change (bound: 2 s)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

@@ -11,6 +11,7 @@ pub mod config;
 pub mod discovery;
 pub mod drivers;
 pub mod encode;
+pub mod query;
 pub mod registry;
 pub mod server;
 pub mod state;

@@ -51,15 +51,7 @@ fn a_driver_library_serves_catalog_schema_and_sample() {
     );
     assert_eq!(status, 201, "{body}");
 
-    let (status, cat) = s.get_json("/api/v2/catalog", &admin);
-    assert_eq!(status, 200, "{cat}");
-    let row = cat["tables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["id"] == "cities")
-        .cloned()
-        .unwrap();
+    let row = s.catalog_row(&admin, "cities").unwrap();
     assert_eq!(row["source_type"], "csv");
     assert_eq!(row["description"], "From a CSV file");
 
@@ -178,14 +170,7 @@ fn registering_a_remote_table_rewarms_its_catalog_metadata_through_the_library()
     assert_eq!(status, 201, "{body}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let row = loop {
-        let (_, cat) = s.get_json("/api/v2/catalog", &admin);
-        let row = cat["tables"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["id"] == "people")
-            .cloned()
-            .unwrap();
+        let row = s.catalog_row(&admin, "people").unwrap();
         if row["metadata_freshness"] == "fresh" || std::time::Instant::now() > deadline {
             break row;
         }

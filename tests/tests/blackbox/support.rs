@@ -319,6 +319,18 @@ impl Server {
         self.send(self.http.delete(self.url(path)).bearer_auth(token))
     }
 
+    /// The catalog row for `id` as `token` sees it, if listed.
+    pub fn catalog_row(&self, token: &str, id: &str) -> Option<Value> {
+        let (status, cat) = self.get_json("/api/v2/catalog", token);
+        assert_eq!(status, 200, "{cat}");
+        cat["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id)
+            .cloned()
+    }
+
     /// The store URL the server uses.
     pub fn store_url(&self) -> String {
         self.database_url

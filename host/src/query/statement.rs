@@ -1,0 +1,157 @@
+//! What a query request may run: one read-only statement, and the tables it names.
+//!
+//! The SQL is parsed (with the parser DataFusion uses) instead of searched for keywords, so
+//! a table name inside a string literal or a comment is not a reference, and a write hidden
+//! behind odd spacing or casing is still a write.
+
+use std::collections::BTreeSet;
+use std::ops::ControlFlow;
+
+use svc_plugin_api::datafusion::sql::sqlparser::ast::{
+    ObjectName, Query, Statement, Visit, Visitor,
+};
+use svc_plugin_api::datafusion::sql::sqlparser::dialect::GenericDialect;
+use svc_plugin_api::datafusion::sql::sqlparser::parser::Parser;
+
+/// Why a statement is refused (a 400 with this message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+const ALLOWED: &str =
+    "Only one read-only query is allowed: SELECT (with WITH, JOIN, UNION …) or EXPLAIN of one";
+
+/// A statement that may run, with the table names it references.
+#[derive(Debug, Clone)]
+pub struct ReadOnlyQuery {
+    /// The parsed statement.
+    pub statement: Statement,
+    /// Referenced table names as written (CTE names excluded), without duplicates, in order
+    /// of name. Multi-part names keep their dots (`schema.table`).
+    pub tables: Vec<String>,
+}
+
+/// Parses `sql` and accepts exactly one query (or EXPLAIN of one).
+pub fn parse_read_only(sql: &str) -> Result<ReadOnlyQuery, Refused> {
+    let mut statements = Parser::parse_sql(&GenericDialect {}, sql)
+        .map_err(|e| Refused(format!("SQL syntax error: {e}")))?;
+    let statement = match statements.len() {
+        0 => return Err(Refused("Empty SQL: send one SELECT statement".into())),
+        1 => statements.remove(0),
+        n => {
+            return Err(Refused(format!(
+                "{n} statements sent; {ALLOWED}, one per request"
+            )))
+        }
+    };
+    let inner = match &statement {
+        Statement::Explain { statement, .. } => statement.as_ref(),
+        other => other,
+    };
+    if !matches!(inner, Statement::Query(_)) {
+        let kind = inner.to_string();
+        let kind = kind
+            .split_whitespace()
+            .next()
+            .unwrap_or("this")
+            .to_uppercase();
+        return Err(Refused(format!(
+            "{kind} statements are not allowed. {ALLOWED}"
+        )));
+    }
+    let mut names = Names::default();
+    let _ = statement.visit(&mut names);
+    let tables = names
+        .relations
+        .into_iter()
+        .filter(|t| !names.ctes.contains(&t.to_ascii_lowercase()))
+        .collect();
+    Ok(ReadOnlyQuery { statement, tables })
+}
+
+/// Collects relation names and CTE names.
+#[derive(Default)]
+struct Names {
+    relations: BTreeSet<String>,
+    ctes: BTreeSet<String>,
+}
+
+impl Visitor for Names {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+        if let Some(with) = &query.with {
+            for cte in &with.cte_tables {
+                self.ctes.insert(cte.alias.name.value.to_ascii_lowercase());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_relation(&mut self, relation: &ObjectName) -> ControlFlow<()> {
+        let name = relation
+            .0
+            .iter()
+            .map(|part| part.to_string().trim_matches('"').to_owned())
+            .collect::<Vec<_>>()
+            .join(".");
+        self.relations.insert(name);
+        ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tables(sql: &str) -> Vec<String> {
+        parse_read_only(sql).unwrap().tables
+    }
+
+    #[test]
+    fn references_come_from_the_syntax_tree_not_from_text() {
+        assert_eq!(
+            tables("SELECT * FROM orders o JOIN customers c ON o.cid = c.id WHERE note = 'FROM audit_log'"),
+            ["customers", "orders"]
+        );
+        assert_eq!(
+            tables("-- svc_audit\nSELECT 1 FROM /* audit_log */ events"),
+            ["events"]
+        );
+        assert_eq!(
+            tables("WITH recent AS (SELECT * FROM events) SELECT * FROM recent UNION ALL SELECT * FROM \"Events2\""),
+            ["Events2", "events"]
+        );
+        assert_eq!(
+            tables("SELECT * FROM (SELECT id FROM a) x WHERE id IN (SELECT id FROM b)"),
+            ["a", "b"]
+        );
+        assert_eq!(tables("EXPLAIN SELECT * FROM a"), ["a"]);
+        assert!(tables("SELECT 1 + 1").is_empty());
+    }
+
+    #[test]
+    fn anything_but_one_query_is_refused_with_what_is_allowed() {
+        for (sql, kind) in [
+            ("DROP TABLE orders", "DROP"),
+            ("insert into orders values (1)", "INSERT"),
+            (
+                "  CREATE EXTERNAL TABLE x STORED AS PARQUET LOCATION '/etc'",
+                "CREATE",
+            ),
+            ("COPY orders TO '/tmp/x.parquet'", "COPY"),
+            ("SET datafusion.execution.batch_size = 1", "SET"),
+            ("EXPLAIN ANALYZE INSERT INTO orders VALUES (1)", "INSERT"),
+        ] {
+            let Refused(msg) = parse_read_only(sql).unwrap_err();
+            assert!(msg.starts_with(kind), "{sql}: {msg}");
+            assert!(msg.contains("Only one read-only query"), "{msg}");
+        }
+        let Refused(msg) = parse_read_only("SELECT 1; SELECT 2").unwrap_err();
+        assert!(msg.starts_with("2 statements"), "{msg}");
+        let Refused(msg) = parse_read_only("   ").unwrap_err();
+        assert!(msg.starts_with("Empty SQL"), "{msg}");
+        let Refused(msg) = parse_read_only("SELEC 1").unwrap_err();
+        assert!(msg.starts_with("SQL syntax error"), "{msg}");
+    }
+}

@@ -182,3 +182,59 @@ fn registering_a_remote_table_rewarms_its_catalog_metadata_through_the_library()
     // Both templates apply: every column they name is a known column.
     assert_eq!(row["where_examples"].as_array().unwrap().len(), 2, "{row}");
 }
+
+#[test]
+fn the_library_table_provider_answers_sql_across_the_ffi_boundary() {
+    use svc_plugin_api::arrow::array::AsArray;
+    use svc_plugin_api::datafusion::prelude::SessionContext;
+    use svc_plugin_api::ffi::DriverConfig;
+    use svc_plugin_api::{Caller, TableRef};
+
+    let data = TempDir::new();
+    std::fs::create_dir_all(data.0.join("extracts/csv/data")).unwrap();
+    std::fs::write(
+        data.0.join("extracts/csv/data/cities.csv"),
+        "city,country\nOslo,NO\nPorto,PT\nLisbon,PT\n",
+    )
+    .unwrap();
+    let config = DriverConfig {
+        data_dir: data.0.clone(),
+    };
+    let driver = svc_plugin_api::ffi::load(&csv_driver_lib(), &config).unwrap();
+    let table = TableRef {
+        id: "cities".into(),
+        source_type: "csv".into(),
+        bucket: None,
+        source_table: None,
+        query_mode: "local".into(),
+        source_query: None,
+    };
+    let caller = Caller {
+        user_id: "u".into(),
+        username: "u@example.com".into(),
+        is_admin: false,
+    };
+    let cities: Vec<String> = crate::support::run_async(async {
+        let provider = driver.table_provider(&table, &caller).await.unwrap();
+        let ctx = SessionContext::new();
+        ctx.register_table("cities", provider).unwrap();
+        let batches = ctx
+            .sql("SELECT city FROM cities WHERE country = 'PT' ORDER BY city")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        batches
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|v| v.unwrap().to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    });
+    assert_eq!(cities, ["Lisbon", "Porto"]);
+}

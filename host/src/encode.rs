@@ -182,6 +182,27 @@ pub fn rows_as_objects(batches: &[RecordBatch]) -> Vec<Value> {
     out
 }
 
+/// Rows as arrays in column order (the query endpoint's shape), in batch order.
+pub fn rows_as_arrays(batches: &[RecordBatch]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(batches.iter().map(|b| b.num_rows()).sum());
+    for batch in batches {
+        let mut columns: Vec<std::vec::IntoIter<Value>> = batch
+            .columns()
+            .iter()
+            .map(|c| column_values(c.as_ref()).into_iter())
+            .collect();
+        for _ in 0..batch.num_rows() {
+            out.push(Value::Array(
+                columns
+                    .iter_mut()
+                    .map(|c| c.next().unwrap_or(Value::Null))
+                    .collect(),
+            ));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

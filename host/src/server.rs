@@ -32,6 +32,15 @@ pub struct ServeArgs {
     /// Directory of dynamic driver libraries (`*.so`, `*.dylib`, `*.dll`) loaded at start.
     #[arg(long, env = "SVC_DRIVER_DIR")]
     pub driver_dir: Option<PathBuf>,
+    /// Largest `limit` a query may ask for.
+    #[arg(long, env = "SVC_QUERY_MAX_ROWS", default_value_t = 1_000_000)]
+    pub query_max_rows: usize,
+    /// Seconds one query may run before it is stopped (504 `query_timeout`).
+    #[arg(long, env = "SVC_QUERY_TIMEOUT_SECONDS", default_value_t = 120)]
+    pub query_timeout_seconds: u64,
+    /// Memory one query may use, in MiB (beyond it: 503 `resources_exhausted`).
+    #[arg(long, env = "SVC_QUERY_MEMORY_MB", default_value_t = 2048)]
+    pub query_memory_mb: usize,
 }
 
 /// Opens and migrates the store, seeds system groups and internal tables, and builds state.
@@ -56,6 +65,7 @@ pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
         max_body_bytes: 0,
         trust_proxy: false,
         driver_dir: None,
+        query: crate::query::QueryLimits::default(),
     }
 }
 
@@ -91,6 +101,11 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         max_body_bytes: args.max_body_bytes,
         trust_proxy: args.trust_proxy,
         driver_dir: args.driver_dir.clone(),
+        query: crate::query::QueryLimits {
+            max_rows: args.query_max_rows,
+            timeout: Duration::from_secs(args.query_timeout_seconds.max(1)),
+            memory_bytes: args.query_memory_mb.max(16) << 20,
+        },
     };
     let state = open_state(&store_args, config).await?;
     ensure_first_admin(&state, &args.admin_email, &store_args).await?;

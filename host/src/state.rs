@@ -23,6 +23,8 @@ pub struct RuntimeConfig {
     pub trust_proxy: bool,
     /// Where dynamic driver libraries are loaded from, if anywhere.
     pub driver_dir: Option<PathBuf>,
+    /// Per-query limits.
+    pub query: crate::query::QueryLimits,
 }
 
 /// A cache that holds per-table entries and must drop them when the registry changes.

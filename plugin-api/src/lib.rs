@@ -23,7 +23,7 @@ pub use datafusion::arrow;
 pub use datafusion::arrow::record_batch::RecordBatch;
 pub use datafusion::catalog::TableProvider;
 pub use error::{DriverError, ErrorKind, Result};
-pub use types::{Caller, ColumnInfo, TableMetadata, TableRef, TableSchema};
+pub use types::{type_name, Caller, ColumnInfo, TableMetadata, TableRef, TableSchema};
 
 /// Version of this contract. Dynamically loaded drivers state the version they were built
 /// against; the host refuses a library whose version differs.

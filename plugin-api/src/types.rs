@@ -73,7 +73,7 @@ impl TableSchema {
             .iter()
             .map(|f| ColumnInfo {
                 name: f.name().clone(),
-                data_type: f.data_type().to_string(),
+                data_type: type_name(f.data_type()),
                 nullable: f.is_nullable(),
                 description: String::new(),
             })
@@ -83,6 +83,18 @@ impl TableSchema {
             partition_by: None,
             clustered_by: Vec::new(),
         }
+    }
+}
+
+/// The type name shown to users. Arrow's view layouts are an in-memory detail of how a
+/// value is held, not a different type: `Utf8View` is shown as `Utf8` (and so on), so the
+/// schema endpoint and query results agree.
+pub fn type_name(data_type: &datafusion::arrow::datatypes::DataType) -> String {
+    use datafusion::arrow::datatypes::DataType;
+    match data_type {
+        DataType::Utf8View => DataType::Utf8.to_string(),
+        DataType::BinaryView => DataType::Binary.to_string(),
+        other => other.to_string(),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod encoded;
 pub mod error;
 mod health;
 mod me;
+mod query;
 mod registry;
 mod types;
 
@@ -42,6 +43,8 @@ enum Tag {
     Registry,
     /// Catalog, schema, sample and download.
     Discovery,
+    /// SQL over registered tables.
+    Query,
 }
 
 /// An empty success.
@@ -122,6 +125,7 @@ type Apis = (
     admin_groups::AccessApi,
     registry::RegistryApi,
     discovery::DiscoveryApi,
+    query::QueryApi,
 );
 
 fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
@@ -145,6 +149,9 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
             state: state.clone(),
         },
         discovery::DiscoveryApi {
+            state: state.clone(),
+        },
+        query::QueryApi {
             state: state.clone(),
         },
     );

@@ -1,4 +1,7 @@
-//! The query engine's front half (issue 4, in progress): which statements may run and which
-//! tables they name. Planning and execution with DataFusion come next.
+//! The query engine: which statements may run, which tables they name, and running them with
+//! DataFusion over the drivers' table providers.
 
+pub mod engine;
 pub mod statement;
+
+pub use engine::{QueryLimits, Route};

@@ -7,11 +7,10 @@
 use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 
+use svc_plugin_api::datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use svc_plugin_api::datafusion::sql::sqlparser::ast::{
     ObjectName, Query, Statement, Visit, Visitor,
 };
-use svc_plugin_api::datafusion::sql::sqlparser::dialect::GenericDialect;
-use svc_plugin_api::datafusion::sql::sqlparser::parser::Parser;
 
 /// Why a statement is refused (a 400 with this message).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -24,49 +23,63 @@ const ALLOWED: &str =
 /// A statement that may run, with the table names it references.
 #[derive(Debug, Clone)]
 pub struct ReadOnlyQuery {
-    /// The parsed statement.
-    pub statement: Statement,
     /// Referenced table names as written (CTE names excluded), without duplicates, in order
     /// of name. Multi-part names keep their dots (`schema.table`).
     pub tables: Vec<String>,
 }
 
-/// Parses `sql` and accepts exactly one query (or EXPLAIN of one).
+/// Parses `sql` (DataFusion's own parser, so its extensions such as `CREATE EXTERNAL TABLE`
+/// and `COPY … TO` are recognised and refused by name) and accepts exactly one query, or
+/// EXPLAIN of one.
 pub fn parse_read_only(sql: &str) -> Result<ReadOnlyQuery, Refused> {
-    let mut statements = Parser::parse_sql(&GenericDialect {}, sql)
-        .map_err(|e| Refused(format!("SQL syntax error: {e}")))?;
+    let mut statements =
+        DFParser::parse_sql(sql).map_err(|e| Refused(format!("SQL syntax error: {e}")))?;
     let statement = match statements.len() {
         0 => return Err(Refused("Empty SQL: send one SELECT statement".into())),
-        1 => statements.remove(0),
+        1 => statements.pop_front().expect("one statement"),
         n => {
             return Err(Refused(format!(
                 "{n} statements sent; {ALLOWED}, one per request"
             )))
         }
     };
-    let inner = match &statement {
-        Statement::Explain { statement, .. } => statement.as_ref(),
-        other => other,
-    };
-    if !matches!(inner, Statement::Query(_)) {
-        let kind = inner.to_string();
-        let kind = kind
-            .split_whitespace()
-            .next()
-            .unwrap_or("this")
-            .to_uppercase();
-        return Err(Refused(format!(
-            "{kind} statements are not allowed. {ALLOWED}"
-        )));
-    }
+    let query = query_inside(&statement)?;
     let mut names = Names::default();
-    let _ = statement.visit(&mut names);
+    let _ = query.visit(&mut names);
     let tables = names
         .relations
         .into_iter()
         .filter(|t| !names.ctes.contains(&t.to_ascii_lowercase()))
         .collect();
-    Ok(ReadOnlyQuery { statement, tables })
+    Ok(ReadOnlyQuery { tables })
+}
+
+/// The query a statement runs, or why it is refused.
+fn query_inside(statement: &DfStatement) -> Result<&Statement, Refused> {
+    let refuse = |kind: &str| Refused(format!("{kind} statements are not allowed. {ALLOWED}"));
+    match statement {
+        DfStatement::Statement(s) => match s.as_ref() {
+            Statement::Query(_) => Ok(s),
+            Statement::Explain { statement, .. } if matches!(**statement, Statement::Query(_)) => {
+                Ok(s)
+            }
+            Statement::Explain { statement, .. } => Err(refuse(&first_word(statement))),
+            other => Err(refuse(&first_word(other))),
+        },
+        DfStatement::Explain(explain) => query_inside(&explain.statement),
+        DfStatement::CreateExternalTable(_) => Err(refuse("CREATE EXTERNAL TABLE")),
+        DfStatement::CopyTo(_) => Err(refuse("COPY")),
+        DfStatement::Reset(_) => Err(refuse("RESET")),
+    }
+}
+
+fn first_word(statement: &Statement) -> String {
+    statement
+        .to_string()
+        .split_whitespace()
+        .next()
+        .unwrap_or("this")
+        .to_uppercase()
 }
 
 /// Collects relation names and CTE names.

@@ -13,7 +13,13 @@ use crate::support::Server;
 
 /// Writes `extracts/<source_type>/data/<id>.parquet` with `rows` rows: id, name, score (the
 /// first three scores are NaN, +inf and -inf).
-fn write_parquet(data_dir: &Path, source_type: &str, id: &str, rows: i64, tag: &str) -> PathBuf {
+pub(crate) fn write_parquet(
+    data_dir: &Path,
+    source_type: &str,
+    id: &str,
+    rows: i64,
+    tag: &str,
+) -> PathBuf {
     let path = data_dir
         .join("extracts")
         .join(source_type)
@@ -48,7 +54,7 @@ fn write_parquet(data_dir: &Path, source_type: &str, id: &str, rows: i64, tag: &
     path
 }
 
-fn register(s: &Server, admin: &str, body: serde_json::Value) {
+pub(crate) fn register(s: &Server, admin: &str, body: serde_json::Value) {
     let (status, resp) = s.post_json("/api/admin/register-table", admin, &body);
     assert!(status == 201 || status == 200, "{resp}");
 }

@@ -8,6 +8,7 @@ mod cli;
 mod discovery;
 mod drivers;
 mod openapi;
+mod query;
 mod registry;
 mod store;
 mod support;

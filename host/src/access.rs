@@ -33,6 +33,12 @@ pub async fn readable_table(
     }
 }
 
+/// Whether a registry row is listed for a caller whose readable ids are `readable` (the
+/// answer of [`readable_ids`]): internal tables always, others when readable.
+pub fn is_visible(row: &RegistryRow, readable: Option<&HashSet<String>>) -> bool {
+    row.query_mode == QueryMode::Internal || readable.is_none_or(|ids| ids.contains(&row.id))
+}
+
 /// The non-internal tables the caller may read; None means all (administrators).
 pub async fn readable_ids(state: &AppState, caller: &Caller) -> ApiResult<Option<HashSet<String>>> {
     if caller.is_admin {

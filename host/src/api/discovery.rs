@@ -290,10 +290,7 @@ impl DiscoveryApi {
         let metadata = self.state.store.all_metadata().await?;
         Ok(rows
             .iter()
-            .filter(|r| {
-                r.query_mode == QueryMode::Internal
-                    || readable.as_ref().is_none_or(|ids| ids.contains(&r.id))
-            })
+            .filter(|r| access::is_visible(r, readable.as_ref()))
             .map(|r| self.catalog_row(r, metadata.get(&r.id)))
             .collect())
     }

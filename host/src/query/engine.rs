@@ -88,7 +88,7 @@ impl Route {
 /// A finished query: at most `limit` rows, and whether more existed.
 #[derive(Debug)]
 pub struct QueryOutput {
-    /// Result batches (schema from the first, or `schema` when empty).
+    /// Result batches.
     pub batches: Vec<RecordBatch>,
     /// The result schema.
     pub schema: svc_plugin_api::arrow::datatypes::SchemaRef,
@@ -243,10 +243,7 @@ async fn unknown_table(state: &AppState, caller: &Caller, name: &str) -> ApiErro
     ) {
         (Ok(all), Ok(readable)) => all
             .into_iter()
-            .filter(|r| {
-                r.query_mode == QueryMode::Internal
-                    || readable.as_ref().is_none_or(|ids| ids.contains(&r.id))
-            })
+            .filter(|r| access::is_visible(r, readable.as_ref()))
             .map(|r| r.id)
             .collect(),
         _ => Vec::new(),

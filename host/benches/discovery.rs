@@ -9,8 +9,8 @@
 //! reqwest. `SVC_BENCH_BIG_GIB` sets the big file's size (default 1).
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,9 @@ use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
 use svc_plugin_api::datafusion::parquet::arrow::ArrowWriter;
 use svc_plugin_api::RecordBatch;
 
-const SERVER: &str = env!("CARGO_BIN_EXE_svc-server");
+mod common;
+
+use common::{percentile, Server};
 
 fn write_parquet(path: &Path, min_bytes: u64) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -52,89 +54,6 @@ fn write_parquet(path: &Path, min_bytes: u64) {
         }
     }
     w.close().unwrap();
-}
-
-struct Server {
-    child: Child,
-    base: String,
-    dir: PathBuf,
-}
-
-impl Server {
-    fn start(dir: &Path) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(SERVER)
-            .args([
-                "--data-dir",
-                dir.to_str().unwrap(),
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .env("SVC_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let base = format!("http://127.0.0.1:{port}");
-        let http = Client::new();
-        for _ in 0..200 {
-            if http
-                .get(format!("{base}/api/health"))
-                .send()
-                .is_ok_and(|r| r.status().is_success())
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self {
-            child,
-            base,
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new(SERVER)
-            .arg("--data-dir")
-            .arg(&self.dir)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    }
-
-    fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn wrk(url: &str, token: &str) -> Option<(String, String)> {

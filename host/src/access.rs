@@ -2,29 +2,130 @@
 //!
 //! Internal tables: every authenticated caller (their row filter is the guard). Other
 //! tables: administrators, or a `table` grant on one of the caller's groups. There is no
-//! public flag and no wildcard. Checks read the store on every request — before any cache —
-//! so a revoked grant takes effect at once.
+//! public flag and no wildcard.
+//!
+//! The check runs before any cache of table data, on two in-memory views of the store: the
+//! registry snapshot (flushed by every registry change, [`crate::state::AppState::flush_table`])
+//! and each caller's granted table ids, kept at most [`IDENTITY_TTL`] and dropped at once by
+//! every grant, group or membership change made through this server
+//! ([`crate::state::AppState::access_changed`]). A change made by another process takes
+//! effect within that bound, like identities. A table id missing from the snapshot is looked
+//! up in the store, so a table registered elsewhere is never reported missing.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use moka::sync::Cache;
 
 use crate::api::{ApiError, ApiResult};
-use crate::auth::Caller;
+use crate::auth::{Caller, IDENTITY_TTL};
 use crate::state::AppState;
 use crate::store::registry::{QueryMode, RegistryRow};
 
+/// Every registered table, sorted by display name then id, with an index by id.
+#[derive(Debug, Default)]
+pub struct RegistrySnapshot {
+    rows: Vec<RegistryRow>,
+    by_id: HashMap<String, usize>,
+}
+
+impl RegistrySnapshot {
+    fn new(mut rows: Vec<RegistryRow>) -> Self {
+        rows.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
+        let by_id = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.id.clone(), i))
+            .collect();
+        Self { rows, by_id }
+    }
+
+    /// All rows, in catalog order.
+    pub fn rows(&self) -> &[RegistryRow] {
+        &self.rows
+    }
+
+    /// The row with this id.
+    pub fn get(&self, id: &str) -> Option<&RegistryRow> {
+        self.by_id.get(id).map(|&i| &self.rows[i])
+    }
+}
+
+/// The in-memory views the access check reads.
+#[derive(Clone)]
+pub struct AccessCaches {
+    registry: Cache<(), Arc<RegistrySnapshot>>,
+    grants: Cache<String, Arc<HashSet<String>>>,
+}
+
+impl std::fmt::Debug for AccessCaches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessCaches")
+            .field("cached_grant_sets", &self.grants.entry_count())
+            .finish()
+    }
+}
+
+impl Default for AccessCaches {
+    fn default() -> Self {
+        Self {
+            registry: Cache::builder()
+                .max_capacity(1)
+                .time_to_live(Duration::from_secs(300))
+                .build(),
+            grants: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(IDENTITY_TTL)
+                .build(),
+        }
+    }
+}
+
+impl AccessCaches {
+    /// Drops the registry snapshot (a registry change).
+    pub fn forget_registry(&self) {
+        self.registry.invalidate_all();
+    }
+
+    /// Drops every caller's grant set (a grant, group or membership change).
+    pub fn forget_grants(&self) {
+        self.grants.invalidate_all();
+    }
+}
+
+/// The registry snapshot: cached, or read from the store.
+pub async fn registry(state: &AppState) -> ApiResult<Arc<RegistrySnapshot>> {
+    if let Some(hit) = state.access.registry.get(&()) {
+        return Ok(hit);
+    }
+    let snapshot = Arc::new(RegistrySnapshot::new(state.store.list_tables().await?));
+    state.access.registry.insert((), snapshot.clone());
+    Ok(snapshot)
+}
+
 /// The registered table the caller asked for: 404 when it is not registered, 403 when the
-/// caller may not read it. Runs before any cache is consulted.
+/// caller may not read it. Runs before any cache of table data is consulted.
 pub async fn readable_table(
     state: &AppState,
     caller: &Caller,
     table_id: &str,
 ) -> ApiResult<RegistryRow> {
-    let (row, granted) = state
-        .store
-        .table_with_grant(table_id, &caller.user.id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("Table '{table_id}' is not registered")))?;
-    if row.query_mode == QueryMode::Internal || caller.is_admin || granted {
+    let row = match registry(state).await?.get(table_id) {
+        Some(row) => row.clone(),
+        None => {
+            let row = state.store.table_by_id(table_id).await?.ok_or_else(|| {
+                ApiError::not_found(format!("Table '{table_id}' is not registered"))
+            })?;
+            // Registered by another process since the snapshot was taken.
+            state.access.forget_registry();
+            row
+        }
+    };
+    if row.query_mode == QueryMode::Internal || caller.is_admin {
+        return Ok(row);
+    }
+    if granted_ids(state, caller).await?.contains(&row.id) {
         Ok(row)
     } else {
         Err(ApiError::forbidden(format!(
@@ -40,16 +141,29 @@ pub fn is_visible(row: &RegistryRow, readable: Option<&HashSet<String>>) -> bool
 }
 
 /// The non-internal tables the caller may read; None means all (administrators).
-pub async fn readable_ids(state: &AppState, caller: &Caller) -> ApiResult<Option<HashSet<String>>> {
+pub async fn readable_ids(
+    state: &AppState,
+    caller: &Caller,
+) -> ApiResult<Option<Arc<HashSet<String>>>> {
     if caller.is_admin {
         return Ok(None);
     }
-    Ok(Some(
+    Ok(Some(granted_ids(state, caller).await?))
+}
+
+async fn granted_ids(state: &AppState, caller: &Caller) -> ApiResult<Arc<HashSet<String>>> {
+    let user_id = &caller.user.id;
+    if let Some(hit) = state.access.grants.get(user_id) {
+        return Ok(hit);
+    }
+    let ids: Arc<HashSet<String>> = Arc::new(
         state
             .store
-            .granted_table_ids(&caller.user.id)
+            .granted_table_ids(user_id)
             .await?
             .into_iter()
             .collect(),
-    ))
+    );
+    state.access.grants.insert(user_id.clone(), ids.clone());
+    Ok(ids)
 }

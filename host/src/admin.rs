@@ -102,7 +102,7 @@ pub async fn rename_user(
     name: Option<&str>,
 ) -> Result<()> {
     state.store.set_user_name(&user.id, name).await?;
-    state.auth.forget_identities();
+    state.access_changed();
     state
         .audit
         .write(
@@ -158,7 +158,7 @@ pub async fn set_active(state: &AppState, actor: &Actor, user: &User, active: bo
         .store
         .set_user_active(&user.id, active, actor.user_id.as_deref())
         .await?;
-    state.auth.forget_identities();
+    state.access_changed();
     state
         .audit
         .write(
@@ -183,7 +183,7 @@ pub async fn delete_user(state: &AppState, actor: &Actor, user: &User) -> Result
     }
     guard_last_admin(state, user, "Cannot delete the last active admin").await?;
     state.store.delete_user(&user.id).await?;
-    state.auth.forget_identities();
+    state.access_changed();
     state
         .audit
         .write(
@@ -321,7 +321,7 @@ pub async fn delete_group(state: &AppState, actor: &Actor, group: &Group) -> Res
         return Err(ApiError::conflict("Cannot delete a system group"));
     }
     state.store.delete_group(&group.id).await?;
-    state.auth.forget_identities();
+    state.access_changed();
     state
         .audit
         .write(
@@ -351,7 +351,7 @@ pub async fn add_member(
         )
         .await?;
     if added {
-        state.auth.forget_identities();
+        state.access_changed();
         state
             .audit
             .write(
@@ -387,7 +387,7 @@ pub async fn remove_member(
             user.email, group.name
         )));
     }
-    state.auth.forget_identities();
+    state.access_changed();
     state
         .audit
         .write(
@@ -429,6 +429,7 @@ pub async fn create_grant(
                 "Grant already exists for this group/resource_type/resource_id",
             )
         })?;
+    state.access_changed();
     state
         .audit
         .write(
@@ -446,6 +447,7 @@ pub async fn create_grant(
 /// Revokes a grant.
 pub async fn delete_grant(state: &AppState, actor: &Actor, grant: &Grant) -> Result<()> {
     state.store.delete_grant(&grant.id).await?;
+    state.access_changed();
     state
         .audit
         .write(

@@ -7,13 +7,11 @@ use std::time::Duration;
 use moka::sync::Cache;
 
 use crate::api::discovery::{CachedSample, SchemaResponse};
-use crate::store::registry::RegistryRow;
 
-/// Registry rows for the catalog (one entry), schema payloads and sample payloads.
+/// Schema payloads and sample payloads. (The registry snapshot lives with the access
+/// check, [`crate::access::AccessCaches`].)
 #[derive(Clone)]
 pub struct DiscoveryCaches {
-    /// All registry rows; RBAC is applied per request on top.
-    pub registry: Cache<(), Arc<Vec<RegistryRow>>>,
     /// Schema responses by table id.
     pub schema: Cache<String, Arc<SchemaResponse>>,
     /// Sample responses by `(table_id, n)`; never holds internal tables.
@@ -32,10 +30,6 @@ impl std::fmt::Debug for DiscoveryCaches {
 impl Default for DiscoveryCaches {
     fn default() -> Self {
         Self {
-            registry: Cache::builder()
-                .max_capacity(1)
-                .time_to_live(Duration::from_secs(300))
-                .build(),
             schema: Cache::builder()
                 .max_capacity(512)
                 .time_to_live(Duration::from_secs(3600))
@@ -50,9 +44,8 @@ impl Default for DiscoveryCaches {
 }
 
 impl DiscoveryCaches {
-    /// Drops everything cached about one table (and the registry snapshot).
+    /// Drops everything cached about one table.
     pub fn flush_table(&self, table_id: &str) {
-        self.registry.invalidate_all();
         self.schema.invalidate(table_id);
         let id = table_id.to_string();
         // Only fails when closures are not enabled, which the builder above does.

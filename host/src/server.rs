@@ -41,6 +41,15 @@ pub struct ServeArgs {
     /// Memory one query may use, in MiB (beyond it: 503 `resources_exhausted`).
     #[arg(long, env = "SVC_QUERY_MEMORY_MB", default_value_t = 2048)]
     pub query_memory_mb: usize,
+    /// Most rows one `/api/v2/scan` returns.
+    #[arg(long, env = "SVC_SCAN_MAX_ROWS", default_value_t = 10_000_000)]
+    pub scan_max_rows: usize,
+    /// Scans and queries one user may run at once (beyond: 429 `quota_exceeded`).
+    #[arg(long, env = "SVC_SCAN_MAX_CONCURRENT_PER_USER", default_value_t = 5)]
+    pub scan_max_concurrent_per_user: usize,
+    /// Bytes one user's scans and queries may read per UTC day (beyond: 429 `quota_exceeded`).
+    #[arg(long, env = "SVC_SCAN_MAX_DAILY_BYTES_PER_USER", default_value_t = 50 << 30)]
+    pub scan_max_daily_bytes_per_user: u64,
 }
 
 /// Opens and migrates the store, seeds system groups and internal tables, and builds state.
@@ -105,6 +114,9 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
             max_rows: args.query_max_rows,
             timeout: Duration::from_secs(args.query_timeout_seconds.max(1)),
             memory_bytes: args.query_memory_mb.max(16) << 20,
+            scan_max_rows: args.scan_max_rows.max(1),
+            max_concurrent_per_user: args.scan_max_concurrent_per_user.max(1),
+            max_daily_bytes_per_user: args.scan_max_daily_bytes_per_user,
         },
     };
     let state = open_state(&store_args, config).await?;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::access::AccessCaches;
 use crate::audit::AuditWriter;
 use crate::auth::ratelimit::LoginLimiter;
 use crate::auth::Authenticator;
@@ -76,10 +77,14 @@ pub struct AppState {
     pub login_limiter: LoginLimiter,
     /// Registry-change cache flush.
     pub caches: CacheHooks,
-    /// Catalog, schema and sample caches.
+    /// Schema and sample caches.
     pub discovery: DiscoveryCaches,
+    /// The registry snapshot and grant sets the access check reads.
+    pub access: AccessCaches,
     /// Refreshes remote tables' persistent metadata.
     pub warmer: MetadataWarmer,
+    /// Per-user scan and query quotas.
+    pub quotas: Arc<crate::query::quota::Quotas>,
     /// Request-path settings.
     pub config: RuntimeConfig,
 }
@@ -88,10 +93,13 @@ impl AppState {
     /// State over an open, migrated store.
     pub fn new(store: Store, jwt_secret: &[u8], config: RuntimeConfig) -> Arc<Self> {
         let discovery = DiscoveryCaches::default();
+        let access = AccessCaches::default();
         let caches = CacheHooks::default();
         {
             let discovery = discovery.clone();
             caches.register(Arc::new(move |id: &str| discovery.flush_table(id)));
+            let access = access.clone();
+            caches.register(Arc::new(move |_: &str| access.forget_registry()));
         }
         let drivers = Drivers::load(&config.data_dir, config.driver_dir.as_deref(), &store);
         Arc::new(Self {
@@ -102,9 +110,22 @@ impl AppState {
             login_limiter: LoginLimiter::new(10, Duration::from_secs(60)),
             caches,
             discovery,
+            access,
+            quotas: crate::query::quota::Quotas::new(
+                config.query.max_concurrent_per_user,
+                config.query.max_daily_bytes_per_user,
+            ),
             config,
             store,
         })
+    }
+
+    /// The one flush for an access change (users, tokens, groups, memberships, grants):
+    /// cached identities and grant sets are dropped, so this server never acts on access it
+    /// has just changed.
+    pub fn access_changed(&self) {
+        self.auth.forget_identities();
+        self.access.forget_grants();
     }
 
     /// The one flush for a registry change: in-memory caches through their hooks, and the

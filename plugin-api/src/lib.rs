@@ -23,7 +23,9 @@ pub use datafusion::arrow;
 pub use datafusion::arrow::record_batch::RecordBatch;
 pub use datafusion::catalog::TableProvider;
 pub use error::{DriverError, ErrorKind, Result};
-pub use types::{type_name, Caller, ColumnInfo, TableMetadata, TableRef, TableSchema};
+pub use types::{
+    type_name, Caller, ColumnInfo, ScanEstimate, ScanSpec, TableMetadata, TableRef, TableSchema,
+};
 
 /// Version of this contract. Dynamically loaded drivers state the version they were built
 /// against; the host refuses a library whose version differs.
@@ -67,6 +69,16 @@ pub trait SourceDriver: Send + Sync {
     async fn refresh_metadata(&self, table: &TableRef) -> Result<TableMetadata> {
         Err(DriverError::unsupported(format!(
             "source type '{}' keeps no remote metadata for '{}'",
+            self.source_type(),
+            table.id
+        )))
+    }
+
+    /// What `scan` would read, without reading it (parquet statistics, a warehouse dry
+    /// run). The host enforces `guard_bytes` and the user quotas on this estimate.
+    async fn estimate(&self, table: &TableRef, _scan: &ScanSpec) -> Result<ScanEstimate> {
+        Err(DriverError::unsupported(format!(
+            "source type '{}' cannot estimate scans of '{}'",
             self.source_type(),
             table.id
         )))

@@ -114,3 +114,27 @@ pub struct TableMetadata {
     /// Column names, for validating WHERE examples.
     pub known_columns: Vec<String>,
 }
+
+/// A scan the host has validated: which columns, which rows, how many.
+#[derive(Debug, Clone, Default)]
+pub struct ScanSpec {
+    /// Columns read; None means all.
+    pub columns: Option<Vec<String>>,
+    /// Row filter over the table's (unqualified) columns.
+    pub filter: Option<datafusion::logical_expr::Expr>,
+    /// Most rows wanted.
+    pub limit: Option<u64>,
+}
+
+/// What a scan would read, from the source's metadata or a dry run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanEstimate {
+    /// Bytes the scan would read from the source.
+    pub bytes: u64,
+    /// Rows it would return (an upper bound unless `exact`).
+    pub rows: Option<u64>,
+    /// Whether `bytes` and `rows` are exact rather than bounds.
+    pub exact: bool,
+    /// The most bytes this source lets one scan read (its size guard), when it has one.
+    pub guard_bytes: Option<u64>,
+}

@@ -16,8 +16,8 @@ use svc_plugin_api::datafusion::datasource::listing::{
 use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use svc_plugin_api::datafusion::prelude::SessionContext;
 use svc_plugin_api::{
-    Caller, DriverError, ErrorKind, RecordBatch, Result, SourceDriver, TableProvider, TableRef,
-    TableSchema,
+    Caller, DriverError, ErrorKind, RecordBatch, Result, ScanEstimate, ScanSpec, SourceDriver,
+    TableProvider, TableRef, TableSchema,
 };
 
 /// Reads `<data-dir>/extracts/<source_type>/data/<table_id>.parquet` files.
@@ -138,6 +138,24 @@ impl ParquetFiles {
         .await
     }
 
+    /// What a scan would read, from the footer alone.
+    pub async fn estimate(&self, table: &TableRef, scan: &ScanSpec) -> Result<ScanEstimate> {
+        let this = self.clone();
+        let table = table.clone();
+        let scan = scan.clone();
+        blocking(move || {
+            let (file, path) = this.open(&table)?;
+            let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+                .map_err(|e| this.corrupt(&table, &path, e))?;
+            Ok(estimate::estimate(
+                builder.metadata(),
+                builder.schema(),
+                &scan,
+            ))
+        })
+        .await
+    }
+
     /// A DataFusion provider over the file, for the query and scan paths.
     pub async fn table_provider(&self, table: &TableRef) -> Result<Arc<dyn TableProvider>> {
         let (_, path) = self.open(table)?;
@@ -214,10 +232,16 @@ impl SourceDriver for ParquetDriver {
         self.files.table_provider(table).await
     }
 
+    async fn estimate(&self, table: &TableRef, scan: &ScanSpec) -> Result<ScanEstimate> {
+        self.files.estimate(table, scan).await
+    }
+
     fn local_file(&self, table: &TableRef) -> Option<PathBuf> {
         self.files.path(table).ok()
     }
 }
+
+mod estimate;
 
 #[cfg(test)]
 mod tests;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use serde_json::json;
 use svc_driver_parquet::ParquetFiles;
 use svc_plugin_api::{
-    Caller, DriverError, ErrorKind, RecordBatch, Result, SourceDriver, TableProvider, TableRef,
-    TableSchema,
+    Caller, DriverError, ErrorKind, RecordBatch, Result, ScanEstimate, ScanSpec, SourceDriver,
+    TableProvider, TableRef, TableSchema,
 };
 
 /// The `warehouse` source driver.
@@ -72,6 +72,13 @@ impl SourceDriver for WarehouseDriver {
     ) -> Result<Arc<dyn TableProvider>> {
         if is_materialized(table) {
             return self.materialized.table_provider(table).await;
+        }
+        Err(Self::not_configured())
+    }
+
+    async fn estimate(&self, table: &TableRef, scan: &ScanSpec) -> Result<ScanEstimate> {
+        if is_materialized(table) {
+            return self.materialized.estimate(table, scan).await;
         }
         Err(Self::not_configured())
     }

@@ -224,17 +224,6 @@ impl DiscoveryApi {
         access::readable_table(&self.state, caller, table_id).await
     }
 
-    async fn registry_rows(&self) -> ApiResult<Arc<Vec<RegistryRow>>> {
-        if let Some(rows) = self.state.discovery.registry.get(&()) {
-            return Ok(rows);
-        }
-        let mut rows = self.state.store.list_tables().await?;
-        rows.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
-        let rows = Arc::new(rows);
-        self.state.discovery.registry.insert((), rows.clone());
-        Ok(rows)
-    }
-
     fn catalog_row(&self, row: &RegistryRow, meta: Option<&MetadataRow>) -> CatalogRow {
         let driver = self.state.drivers.get(&row.source_type);
         let table = row.table_ref();
@@ -285,12 +274,13 @@ impl DiscoveryApi {
     }
 
     async fn catalog_inner(&self, caller: &Caller) -> ApiResult<Vec<CatalogRow>> {
-        let rows = self.registry_rows().await?;
+        let registry = access::registry(&self.state).await?;
         let readable = access::readable_ids(&self.state, caller).await?;
         let metadata = self.state.store.all_metadata().await?;
-        Ok(rows
+        Ok(registry
+            .rows()
             .iter()
-            .filter(|r| access::is_visible(r, readable.as_ref()))
+            .filter(|r| access::is_visible(r, readable.as_deref()))
             .map(|r| self.catalog_row(r, metadata.get(&r.id)))
             .collect())
     }

@@ -77,6 +77,11 @@ impl ApiError {
         e.retry_after = Some(retry_after_secs);
         e
     }
+    /// Adds a `Retry-After` header (seconds).
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
     /// 500 for a store failure; the cause is logged, never sent.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "internal error");

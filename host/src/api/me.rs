@@ -194,7 +194,7 @@ impl MeApi {
             .filter(|r| r.user_id == c.user.id)
             .ok_or_else(|| ApiError::not_found("Token not found"))?;
         self.state.store.revoke_pat(&row.id).await?;
-        self.state.auth.forget_identities();
+        self.state.access_changed();
         self.state
             .audit
             .write(

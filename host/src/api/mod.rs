@@ -11,6 +11,8 @@ mod health;
 mod me;
 mod query;
 mod registry;
+mod result_body;
+mod scan;
 mod types;
 
 use std::net::IpAddr;
@@ -126,6 +128,7 @@ type Apis = (
     registry::RegistryApi,
     discovery::DiscoveryApi,
     query::QueryApi,
+    scan::ScanApi,
 );
 
 fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
@@ -152,6 +155,9 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
             state: state.clone(),
         },
         query::QueryApi {
+            state: state.clone(),
+        },
+        scan::ScanApi {
             state: state.clone(),
         },
     );

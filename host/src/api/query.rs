@@ -4,26 +4,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use poem_openapi::payload::Json;
-use poem_openapi::{Enum, Object, OpenApi};
-use serde_json::Value;
+use poem_openapi::{Object, OpenApi};
 
+use super::result_body::{serve_rows, ResultBody};
 use super::types::Str;
-use super::{ApiResult, BearerAuth, Tag};
+use super::{ApiError, ApiResult, BearerAuth, Tag};
 use crate::audit::Event;
-use crate::query::engine::{self, QueryPlan};
+use crate::query::engine::{self, QueryPlan, Route};
+use crate::query::format::Format;
 use crate::state::AppState;
+use poem::http::StatusCode;
 
 pub struct QueryApi {
     pub state: Arc<AppState>,
-}
-
-/// Result formats.
-#[derive(Enum, Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[oai(rename_all = "lowercase")]
-enum Format {
-    /// `{"columns", "column_types", "rows", "row_count", "truncated"}`.
-    #[default]
-    Json,
 }
 
 /// One read-only SQL statement.
@@ -43,40 +36,49 @@ fn default_limit() -> u64 {
     1000
 }
 
-/// A query result.
-#[derive(Object)]
-struct QueryResponse {
-    /// Column names in order.
-    columns: Vec<String>,
-    /// Arrow type of each column.
-    column_types: Vec<String>,
-    /// Rows as arrays in column order; dates and timestamps as ISO-8601 text, decimals as
-    /// text, NaN and infinities as null.
-    rows: Vec<Value>,
-    /// Rows returned.
-    row_count: usize,
-    /// More rows existed than `limit`.
-    truncated: bool,
+/// Longest SQL text accepted.
+const MAX_SQL_BYTES: usize = 256 * 1024;
+
+impl QueryApi {
+    /// Request checks the engine does not make: SQL size and the row cap.
+    fn checked(&self, sql: &str, limit: usize) -> ApiResult<()> {
+        if sql.len() > MAX_SQL_BYTES {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "The SQL is {} bytes; the most accepted is {MAX_SQL_BYTES}",
+                    sql.len()
+                ),
+            ));
+        }
+        let max = self.state.config.query.max_rows;
+        if limit > max {
+            return Err(ApiError::unprocessable(format!(
+                "limit {limit} is above this server's cap of {max} rows (SVC_QUERY_MAX_ROWS)"
+            )));
+        }
+        Ok(())
+    }
 }
 
 #[OpenApi(tag = "Tag::Query")]
 impl QueryApi {
-    /// Runs one read-only SQL statement over the registered tables the caller may read.
+    /// Runs one read-only SQL statement over the registered tables the caller may read and
+    /// streams the result.
     #[oai(path = "/api/query", method = "post")]
-    async fn query(
-        &self,
-        auth: BearerAuth,
-        body: Json<QueryRequest>,
-    ) -> ApiResult<Json<QueryResponse>> {
+    async fn query(&self, auth: BearerAuth, body: Json<QueryRequest>) -> ApiResult<ResultBody> {
         let started = Instant::now();
         let caller = &auth.0;
-        let Format::Json = body.format;
         let limit = usize::try_from(body.limit).unwrap_or(usize::MAX);
         let mut plan: Option<QueryPlan> = None;
-        let result = engine::run(&self.state, caller, &body.sql, limit, &mut plan).await;
+        let rows = match self.checked(&body.sql, limit) {
+            Err(e) => Err(e),
+            Ok(()) => engine::run(&self.state, caller, &body.sql, limit, &mut plan)
+                .await
+                .and_then(|rows| Ok((rows, self.state.quotas.acquire(&caller.user.id)?))),
+        };
 
-        let action = plan.as_ref().map_or("query.local", |p| p.route.action());
-        let mut event = Event::new(action)
+        let mut event = Event::new(plan.as_ref().map_or("query.local", |p| p.route.action()))
             .resource("query")
             .param(
                 "sql_preview",
@@ -85,43 +87,20 @@ impl QueryApi {
             .param(
                 "tables",
                 plan.as_ref().map(|p| p.tables.clone()).unwrap_or_default(),
-            );
-        if plan
-            .as_ref()
-            .is_some_and(|p| p.route == engine::Route::Internal)
-        {
+            )
+            .param("format", body.format.name());
+        if plan.as_ref().is_some_and(|p| p.route == Route::Internal) {
             event = event.param("is_admin", caller.is_admin);
         }
-        let event = match &result {
-            Ok(out) => event.param(
-                "rows_returned",
-                out.batches.iter().map(|b| b.num_rows()).sum::<usize>(),
-            ),
-            Err(e) => event.failed(e.status().as_u16(), &e.to_string()),
-        };
-        self.state
-            .audit
-            .write(&caller.actor, event.timed(started))
-            .await;
-
-        let out = result?;
-        let rows = crate::encode::rows_as_arrays(&out.batches);
-        Ok(Json(QueryResponse {
-            columns: out
-                .schema
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect(),
-            column_types: out
-                .schema
-                .fields()
-                .iter()
-                .map(|f| svc_plugin_api::type_name(f.data_type()))
-                .collect(),
-            row_count: rows.len(),
+        serve_rows(
+            &self.state,
+            &caller.actor,
+            started,
+            event,
+            body.format,
+            None,
             rows,
-            truncated: out.truncated,
-        }))
+        )
+        .await
     }
 }

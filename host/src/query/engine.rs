@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use poem::http::StatusCode;
 use serde_json::json;
 use svc_plugin_api::datafusion::common::TableReference;
@@ -14,10 +16,11 @@ use svc_plugin_api::datafusion::error::DataFusionError;
 use svc_plugin_api::datafusion::execution::context::SQLOptions;
 use svc_plugin_api::datafusion::execution::memory_pool::FairSpillPool;
 use svc_plugin_api::datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use svc_plugin_api::datafusion::physical_plan::execute_stream;
 use svc_plugin_api::datafusion::prelude::{SessionConfig, SessionContext};
-use svc_plugin_api::RecordBatch;
 
 use super::statement::parse_read_only;
+use super::stream::{timeout_error, RowStream};
 use crate::access;
 use crate::api::discovery::driver_caller;
 use crate::api::{ApiError, ApiResult};
@@ -34,6 +37,12 @@ pub struct QueryLimits {
     pub timeout: Duration,
     /// Memory one query may use for sorts, joins and aggregations.
     pub memory_bytes: usize,
+    /// Most rows one scan returns.
+    pub scan_max_rows: usize,
+    /// Scans and queries one user may run at once.
+    pub max_concurrent_per_user: usize,
+    /// Bytes one user may read per UTC day.
+    pub max_daily_bytes_per_user: u64,
 }
 
 impl Default for QueryLimits {
@@ -42,6 +51,9 @@ impl Default for QueryLimits {
             max_rows: 1_000_000,
             timeout: Duration::from_secs(120),
             memory_bytes: 2048 << 20,
+            scan_max_rows: 10_000_000,
+            max_concurrent_per_user: 5,
+            max_daily_bytes_per_user: 50 << 30,
         }
     }
 }
@@ -85,17 +97,6 @@ impl Route {
     }
 }
 
-/// A finished query: at most `limit` rows, and whether more existed.
-#[derive(Debug)]
-pub struct QueryOutput {
-    /// Result batches.
-    pub batches: Vec<RecordBatch>,
-    /// The result schema.
-    pub schema: svc_plugin_api::arrow::datatypes::SchemaRef,
-    /// More rows existed than were returned.
-    pub truncated: bool,
-}
-
 /// What the audit row needs whether or not the query succeeded.
 #[derive(Debug, Clone)]
 pub struct QueryPlan {
@@ -105,24 +106,19 @@ pub struct QueryPlan {
     pub route: Route,
 }
 
-/// Resolves, checks and runs `sql`, returning at most `limit` rows.
+/// Resolves, checks and starts `sql`; the stream yields at most `limit` rows.
 ///
 /// `plan` is filled as soon as the tables are known, so a failure later is audited under the
-/// right route.
+/// right route. The deadline covers planning and every later pull of the stream.
 pub async fn run(
     state: &AppState,
     caller: &Caller,
     sql: &str,
     limit: usize,
     plan: &mut Option<QueryPlan>,
-) -> ApiResult<QueryOutput> {
+) -> ApiResult<RowStream> {
     let limits = state.config.query;
-    if limit > limits.max_rows {
-        return Err(ApiError::unprocessable(format!(
-            "limit {limit} is above this server's cap of {} rows (SVC_QUERY_MAX_ROWS)",
-            limits.max_rows
-        )));
-    }
+    let deadline = Instant::now() + limits.timeout;
     let parsed = parse_read_only(sql).map_err(|e| ApiError::bad_request(e.0))?;
     let tables = resolve(state, caller, &parsed.tables).await?;
     let route = Route::of(&tables);
@@ -154,7 +150,7 @@ pub async fn run(
         .with_allow_ddl(false)
         .with_allow_dml(false)
         .with_allow_statements(false);
-    let execute = async {
+    let start = async {
         let df = ctx
             .sql_with_options(sql, options)
             .await
@@ -163,33 +159,20 @@ pub async fn run(
         let df = df
             .limit(0, Some(limit.saturating_add(1)))
             .map_err(engine_error)?;
-        let schema = Arc::new(df.schema().as_arrow().clone());
-        let batches = df.collect().await.map_err(engine_error)?;
-        Ok::<_, ApiError>((schema, batches))
+        let physical = df.create_physical_plan().await.map_err(engine_error)?;
+        let stream = execute_stream(physical.clone(), ctx.task_ctx()).map_err(engine_error)?;
+        Ok::<_, ApiError>((physical, stream))
     };
-    let (schema, mut batches) = tokio::time::timeout(limits.timeout, execute)
+    let (physical, stream) = tokio::time::timeout_at(deadline, start)
         .await
-        .map_err(|_| {
-            ApiError::kind(
-                StatusCode::GATEWAY_TIMEOUT,
-                "query_timeout",
-                format!(
-                    "The query ran longer than {} s and was stopped; narrow it with WHERE or LIMIT",
-                    limits.timeout.as_secs()
-                ),
-                json!({ "timeout_seconds": limits.timeout.as_secs() }),
-            )
-        })??;
-    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let truncated = total > limit;
-    if truncated {
-        batches = cut(batches, limit);
-    }
-    Ok(QueryOutput {
-        batches,
-        schema,
-        truncated,
-    })
+        .map_err(|_| timeout_error(limits.timeout))??;
+    Ok(RowStream::new(
+        physical,
+        stream,
+        limit,
+        deadline,
+        limits.timeout,
+    ))
 }
 
 /// A fresh context: only the tables registered next, identifiers as written (registry ids
@@ -238,13 +221,14 @@ async fn unknown_table(state: &AppState, caller: &Caller, name: &str) -> ApiErro
         ));
     }
     let visible: Vec<String> = match (
-        state.store.list_tables().await,
+        access::registry(state).await,
         access::readable_ids(state, caller).await,
     ) {
         (Ok(all), Ok(readable)) => all
-            .into_iter()
-            .filter(|r| access::is_visible(r, readable.as_ref()))
-            .map(|r| r.id)
+            .rows()
+            .iter()
+            .filter(|r| access::is_visible(r, readable.as_deref()))
+            .map(|r| r.id.clone())
             .collect(),
         _ => Vec::new(),
     };
@@ -301,23 +285,8 @@ fn internal_ids() -> String {
         .join(", ")
 }
 
-/// Keeps the first `n` rows.
-fn cut(batches: Vec<RecordBatch>, n: usize) -> Vec<RecordBatch> {
-    let mut left = n;
-    let mut out = Vec::new();
-    for b in batches {
-        if left == 0 {
-            break;
-        }
-        let take = b.num_rows().min(left);
-        out.push(b.slice(0, take));
-        left -= take;
-    }
-    out
-}
-
 /// Engine errors are the user's to fix (400), except exhausted resources (503) and bugs.
-fn engine_error(e: DataFusionError) -> ApiError {
+pub(super) fn engine_error(e: DataFusionError) -> ApiError {
     match e.find_root() {
         DataFusionError::ResourcesExhausted(msg) => ApiError::kind(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -2,6 +2,11 @@
 //! DataFusion over the drivers' table providers.
 
 pub mod engine;
+pub mod format;
+pub mod predicate;
+pub mod quota;
+pub mod scan;
 pub mod statement;
+pub mod stream;
 
 pub use engine::{QueryLimits, Route};

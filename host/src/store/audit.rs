@@ -38,56 +38,86 @@ const COLUMNS: &str =
     "id, timestamp, user_id, action, resource, params, params_before, client_ip, \
      client_kind, correlation_id, result, duration_ms";
 
-/// Rows per statement; bounds the size of one JSON parameter.
+/// Rows per statement: 12 parameters each stays far below SQLite's 32,766-parameter limit,
+/// and bounds the size of PostgreSQL's one JSON parameter.
 const ROWS_PER_STATEMENT: usize = 1_000;
 
 fn json_text(v: &Option<serde_json::Value>) -> Option<String> {
     v.as_ref().filter(|v| !v.is_null()).map(|v| v.to_string())
 }
 
+/// `INSERT … VALUES ($1, …, $12), ($13, …)` for `rows` rows (SQLite).
+fn values_insert(rows: usize) -> String {
+    let width = COLUMNS.split(", ").count();
+    let tuples: Vec<String> = (0..rows)
+        .map(|r| {
+            let params: Vec<String> = (1..=width).map(|c| format!("${}", r * width + c)).collect();
+            format!("({})", params.join(", "))
+        })
+        .collect();
+    format!(
+        "INSERT INTO audit_log ({COLUMNS}) VALUES {}",
+        tuples.join(", ")
+    )
+}
+
 impl Store {
     /// Stores a batch of audit rows in one transaction (the group commit).
     ///
-    /// Each chunk travels as one JSON array bound to one parameter and is unpacked by the
-    /// database (`json_each` / `json_to_recordset`): one round trip per chunk instead of
-    /// one per row, which is what makes group commit fast through the driver.
+    /// Each chunk is one statement: on SQLite a multi-row `VALUES` with bound parameters, on
+    /// PostgreSQL one JSON array unpacked by `json_to_recordset`. One round trip per chunk
+    /// instead of one per row is what makes group commit fast through the driver.
     pub async fn insert_audit_batch(&self, records: &[AuditRecord]) -> Result<(), sqlx::Error> {
-        let sql = match self.backend() {
-            Backend::Sqlite => format!(
-                "INSERT INTO audit_log ({COLUMNS}) SELECT {} FROM json_each($1)",
-                COLUMNS
-                    .split(", ")
-                    .map(|c| format!("json_extract(value, '$.{c}')"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            Backend::Postgres => format!(
-                "INSERT INTO audit_log ({COLUMNS}) SELECT {COLUMNS} FROM json_to_recordset($1::json) AS x({})",
-                COLUMNS
-                    .split(", ")
-                    .map(|c| format!("{c} {}", if c == "duration_ms" { "bigint" } else { "text" }))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
         let mut tx = self.pool().begin().await?;
         for chunk in records.chunks(ROWS_PER_STATEMENT) {
-            let rows: Vec<serde_json::Value> = chunk
-                .iter()
-                .map(|r| {
-                    serde_json::json!({
-                        "id": r.id, "timestamp": r.timestamp, "user_id": r.user_id, "action": r.action,
-                        "resource": r.resource, "params": json_text(&r.params),
-                        "params_before": json_text(&r.params_before), "client_ip": r.client_ip,
-                        "client_kind": r.client_kind, "correlation_id": r.correlation_id,
-                        "result": r.result, "duration_ms": r.duration_ms,
-                    })
-                })
-                .collect();
-            sqlx::query(&sql)
-                .bind(serde_json::Value::Array(rows).to_string())
-                .execute(&mut *tx)
-                .await?;
+            match self.backend() {
+                Backend::Sqlite => {
+                    let sql = values_insert(chunk.len());
+                    let mut q = sqlx::query(&sql);
+                    for r in chunk {
+                        q = q
+                            .bind(r.id.clone())
+                            .bind(r.timestamp.clone())
+                            .bind(r.user_id.clone())
+                            .bind(r.action.clone())
+                            .bind(r.resource.clone())
+                            .bind(json_text(&r.params))
+                            .bind(json_text(&r.params_before))
+                            .bind(r.client_ip.clone())
+                            .bind(r.client_kind.clone())
+                            .bind(r.correlation_id.clone())
+                            .bind(r.result.clone())
+                            .bind(r.duration_ms);
+                    }
+                    q.execute(&mut *tx).await?;
+                }
+                Backend::Postgres => {
+                    let sql = format!(
+                        "INSERT INTO audit_log ({COLUMNS}) SELECT {COLUMNS} FROM json_to_recordset($1::json) AS x({})",
+                        COLUMNS
+                            .split(", ")
+                            .map(|c| format!("{c} {}", if c == "duration_ms" { "bigint" } else { "text" }))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    let rows: Vec<serde_json::Value> = chunk
+                        .iter()
+                        .map(|r| {
+                            serde_json::json!({
+                                "id": r.id, "timestamp": r.timestamp, "user_id": r.user_id, "action": r.action,
+                                "resource": r.resource, "params": json_text(&r.params),
+                                "params_before": json_text(&r.params_before), "client_ip": r.client_ip,
+                                "client_kind": r.client_kind, "correlation_id": r.correlation_id,
+                                "result": r.result, "duration_ms": r.duration_ms,
+                            })
+                        })
+                        .collect();
+                    sqlx::query(&sql)
+                        .bind(serde_json::Value::Array(rows).to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+            }
         }
         tx.commit().await
     }

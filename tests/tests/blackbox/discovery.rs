@@ -20,6 +20,18 @@ pub(crate) fn write_parquet(
     rows: i64,
     tag: &str,
 ) -> PathBuf {
+    write_parquet_groups(data_dir, source_type, id, rows, tag, 1 << 20)
+}
+
+/// Like [`write_parquet`], in row groups of `group_rows` rows.
+pub(crate) fn write_parquet_groups(
+    data_dir: &Path,
+    source_type: &str,
+    id: &str,
+    rows: i64,
+    tag: &str,
+    group_rows: usize,
+) -> PathBuf {
     let path = data_dir
         .join("extracts")
         .join(source_type)
@@ -48,7 +60,11 @@ pub(crate) fn write_parquet(
         ],
     )
     .unwrap();
-    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, None).unwrap();
+    let props = svc_plugin_api::datafusion::parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(group_rows))
+        .build();
+    let mut w =
+        ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, Some(props)).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
     path
@@ -168,15 +184,18 @@ fn grants_decide_visibility_and_a_cached_sample_never_outlives_a_revoke() {
     write_parquet(&s.dir.0, "local", "orders", 10, "o");
     register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
     let user = s.user_token("ana@example.com", false);
+    let visible = |token: &str| {
+        let (_, cat) = s.get_json("/api/v2/catalog", token);
+        cat["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
 
-    let (_, cat) = s.get_json("/api/v2/catalog", &user);
-    let ids: Vec<&str> = cat["tables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].as_str().unwrap())
-        .collect();
-    assert!(!ids.contains(&"orders") && ids.len() == 3, "{ids:?}");
+    let ids = visible(&user);
+    assert!(!ids.contains(&"orders".into()) && ids.len() == 3, "{ids:?}");
     let (status, body) = s.get_json("/api/v2/sample/orders", &user);
     assert_eq!(
         (status, body["detail"].as_str()),
@@ -184,21 +203,27 @@ fn grants_decide_visibility_and_a_cached_sample_never_outlives_a_revoke() {
     );
     assert_eq!(s.get_json("/api/v2/schema/orders", &user).0, 403);
 
-    s.cli_ok(&[
-        "groups",
-        "add-member",
-        "--group",
-        "analysts",
-        "--email",
-        "ana@example.com",
-    ]);
-    s.cli_ok(&["grants", "add", "--group", "analysts", "--table", "orders"]);
-    let (_, cat) = s.get_json("/api/v2/catalog", &user);
-    assert!(cat["tables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|t| t["id"] == "orders"));
+    // Changes through this server apply to its very next request, although it has just
+    // cached this caller's (empty) grant set.
+    let (_, group) = s.post_json("/api/admin/groups", &admin, &json!({"name": "analysts"}));
+    let group_id = group["id"].as_str().unwrap().to_string();
+    let (status, _) = s.post_json(
+        &format!("/api/admin/groups/{group_id}/members"),
+        &admin,
+        &json!({"email": "ana@example.com"}),
+    );
+    assert!(status < 300, "{status}");
+    let grant = |s: &Server| {
+        let (status, g) = s.post_json(
+            "/api/admin/grants",
+            &admin,
+            &json!({"group_id": group_id, "resource_id": "orders"}),
+        );
+        assert_eq!(status, 201, "{g}");
+        g["id"].as_str().unwrap().to_string()
+    };
+    let grant_id = grant(&s);
+    assert!(visible(&user).contains(&"orders".into()));
     assert_eq!(s.get_json("/api/v2/sample/orders?n=3", &user).0, 200);
     assert_eq!(
         s.get_json("/api/v2/sample/orders?n=3", &user).0,
@@ -206,26 +231,38 @@ fn grants_decide_visibility_and_a_cached_sample_never_outlives_a_revoke() {
         "now cached"
     );
 
-    s.cli_ok(&[
-        "grants", "remove", "--group", "analysts", "--table", "orders",
-    ]);
+    assert_eq!(
+        s.delete(&format!("/api/admin/grants/{grant_id}"), &admin).0,
+        204
+    );
     assert_eq!(
         s.get_json("/api/v2/sample/orders?n=3", &user).0,
         403,
         "the cache sits behind the check"
     );
     assert_eq!(s.get_json("/api/v2/schema/orders", &user).0, 403);
-    let (_, cat) = s.get_json("/api/v2/catalog", &user);
-    assert!(!cat["tables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|t| t["id"] == "orders"));
+    assert!(!visible(&user).contains(&"orders".into()));
     let denied = s.audit_rows("catalog.sample", 4);
     assert_eq!(
         denied.iter().filter(|r| r["result"] == "error.403").count(),
         2
     );
+
+    // A revoke by another process (a shell command on the store) applies within the
+    // identity bound of 2 s.
+    grant(&s);
+    assert_eq!(s.get_json("/api/v2/sample/orders?n=3", &user).0, 200);
+    s.cli_ok(&[
+        "grants", "remove", "--group", "analysts", "--table", "orders",
+    ]);
+    let revoked = std::time::Instant::now();
+    while s.get_json("/api/v2/sample/orders?n=3", &user).0 != 403 {
+        assert!(
+            revoked.elapsed() < std::time::Duration::from_secs(4),
+            "cached sample still served 4 s after a revoke (bound: 2 s)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 #[test]
@@ -417,4 +454,25 @@ fn download_streams_the_file_with_an_etag() {
     let first: serde_json::Value =
         serde_json::from_str(rows[0]["params"].as_str().unwrap()).unwrap();
     assert_eq!(first["bytes"].as_u64(), Some(body.len() as u64));
+}
+
+#[test]
+fn a_table_registered_by_another_process_is_found_at_once() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    // The server now holds a registry snapshot without `late`.
+    assert!(s.catalog_row(&admin, "late").is_none());
+    write_parquet(&s.dir.0, "local", "late", 4, "l");
+    crate::support::exec_store(&s.store_url(), &[
+        "INSERT INTO table_registry (id, name, source_type, query_mode) VALUES ('late', 'late', 'local', 'local')",
+    ]);
+    let (status, body) = s.get_json("/api/v2/sample/late?n=2", &admin);
+    assert_eq!(
+        (status, body["rows"][1]["name"].as_str()),
+        (200, Some("l1"))
+    );
+    assert!(
+        s.catalog_row(&admin, "late").is_some(),
+        "the miss refreshed the snapshot"
+    );
 }

@@ -10,5 +10,6 @@ mod drivers;
 mod openapi;
 mod query;
 mod registry;
+mod scan;
 mod store;
 mod support;

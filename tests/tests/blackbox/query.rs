@@ -173,3 +173,205 @@ fn internal_tables_answer_only_the_callers_rows_and_stay_apart() {
         .iter()
         .any(|r| r["params"].as_str().unwrap().contains("\"is_admin\":false")));
 }
+
+/// POSTs a query and returns the raw response.
+pub(crate) fn post_raw(
+    s: &Server,
+    path: &str,
+    token: &str,
+    body: &serde_json::Value,
+) -> reqwest::blocking::Response {
+    s.http
+        .post(s.url(path))
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .unwrap()
+}
+
+pub(crate) fn header(r: &reqwest::blocking::Response, name: &str) -> Option<String> {
+    r.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_string())
+}
+
+pub(crate) fn arrow_rows(bytes: &[u8]) -> Vec<svc_plugin_api::RecordBatch> {
+    svc_plugin_api::arrow::ipc::reader::StreamReader::try_new(bytes, None)
+        .unwrap()
+        .map(|b| b.unwrap())
+        .collect()
+}
+
+#[test]
+fn every_format_streams_and_reports_truncation() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    write_parquet(&s.dir.0, "local", "orders", 50, "o");
+    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
+    let sql = "SELECT id, name FROM orders ORDER BY id";
+
+    let r = post_raw(
+        &s,
+        "/api/query",
+        &admin,
+        &json!({"sql": sql, "limit": 10, "format": "arrow"}),
+    );
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header(&r, "content-type").as_deref(),
+        Some("application/vnd.apache.arrow.stream")
+    );
+    assert_eq!(header(&r, "x-svc-truncated").as_deref(), Some("true"));
+    let batches = arrow_rows(&r.bytes().unwrap());
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 10);
+    assert_eq!(batches[0].schema().field(1).name(), "name");
+
+    let r = post_raw(
+        &s,
+        "/api/query",
+        &admin,
+        &json!({"sql": sql, "limit": 100, "format": "csv"}),
+    );
+    assert_eq!(header(&r, "x-svc-truncated").as_deref(), Some("false"));
+    let csv = r.text().unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!((lines.len(), lines[0], lines[1]), (51, "id,name", "0,o0"));
+
+    let r = post_raw(
+        &s,
+        "/api/query",
+        &admin,
+        &json!({"sql": sql, "limit": 5, "format": "parquet"}),
+    );
+    assert_eq!(r.status(), 200);
+    let file = r.bytes().unwrap();
+    let reader =
+        svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap();
+    let kv = reader
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .unwrap()
+        .clone();
+    assert!(kv
+        .iter()
+        .any(|e| e.key == "svc:truncated" && e.value.as_deref() == Some("true")));
+    let rows: usize = reader.build().unwrap().map(|b| b.unwrap().num_rows()).sum();
+    assert_eq!(rows, 5);
+
+    let r = post_raw(&s, "/api/query", &admin, &json!({"sql": sql, "limit": 50}));
+    assert_eq!(header(&r, "x-svc-truncated").as_deref(), Some("false"));
+    let body: serde_json::Value = r.json().unwrap();
+    assert_eq!(
+        (body["row_count"].as_u64(), body["truncated"].as_bool()),
+        (Some(50), Some(false))
+    );
+
+    // CSV cannot hold nested values: refused before any byte.
+    let (status, body) = s.post_json(
+        "/api/query",
+        &admin,
+        &json!({"sql": "SELECT make_array(id, id) AS pair FROM orders", "format": "csv"}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("pair"), "{body}");
+    let (status, body) = s.post_json(
+        "/api/query",
+        &admin,
+        &json!({"sql": "SELECT make_array(id, id) AS pair FROM orders WHERE id = 3"}),
+    );
+    assert_eq!((status, &body["rows"]), (200, &json!([[[3, 3]]])));
+
+    // A megabyte of SQL is refused at once.
+    let huge = format!("SELECT {} FROM orders", vec!["id"; 200_000].join(", "));
+    let started = std::time::Instant::now();
+    let (status, body) = s.post_json("/api/query", &admin, &json!({ "sql": huge }));
+    assert_eq!(status, 413, "{body}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+
+    // The audit row is written when the body is done, with what was read.
+    let rows = s.audit_rows("query.local", 5);
+    let params: Vec<serde_json::Value> = rows
+        .iter()
+        .filter(|r| r["result"] == "success")
+        .map(|r| serde_json::from_str(r["params"].as_str().unwrap()).unwrap())
+        .collect();
+    let csv_row = params.iter().find(|p| p["format"] == "csv").unwrap();
+    assert_eq!(csv_row["rows_returned"], 50);
+    assert!(csv_row["bytes_scanned"].as_u64().unwrap() > 0, "{csv_row}");
+}
+
+#[test]
+fn a_client_that_goes_away_cancels_its_query_and_frees_its_slot() {
+    let s = Server::start_with(
+        crate::support::Backend::Sqlite,
+        &[("SVC_SCAN_MAX_CONCURRENT_PER_USER", "1")],
+    );
+    let admin = s.admin_token();
+    write_parquet(&s.dir.0, "local", "orders", 200, "o");
+    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
+    // 1.6 billion rows: far more than would ever finish during this test.
+    let endless =
+        "SELECT a.id, b.id AS b, c.id AS c, d.id AS d FROM orders a, orders b, orders c, orders d";
+    let mut r = post_raw(
+        &s,
+        "/api/query",
+        &admin,
+        &json!({"sql": endless, "limit": 1_000_000, "format": "csv"}),
+    );
+    assert_eq!(r.status(), 200);
+    let mut first = [0u8; 4096];
+    std::io::Read::read_exact(&mut r, &mut first).unwrap();
+
+    // While it streams, the user's one slot is taken.
+    let (status, body) = s.post_json("/api/query", &admin, &json!({"sql": "SELECT 1"}));
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["detail"]["details"]["kind"], "concurrent_scans");
+
+    drop(r);
+    let gone = std::time::Instant::now();
+    loop {
+        let (status, _) = s.post_json("/api/query", &admin, &json!({"sql": "SELECT 1"}));
+        if status == 200 {
+            break;
+        }
+        assert!(
+            gone.elapsed() < std::time::Duration::from_secs(10),
+            "the slot was not freed after the client left"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let cancelled = s.query(
+        "SELECT result FROM audit_log WHERE action = 'query.local' AND result = 'error.499'",
+    );
+    assert_eq!(cancelled.len(), 1, "{cancelled:?}");
+}
+
+#[test]
+fn the_daily_byte_allowance_answers_429_with_retry_after() {
+    let s = Server::start_with(
+        crate::support::Backend::Sqlite,
+        &[("SVC_SCAN_MAX_DAILY_BYTES_PER_USER", "1")],
+    );
+    let admin = s.admin_token();
+    write_parquet(&s.dir.0, "local", "orders", 20, "o");
+    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
+    let ask = json!({"sql": "SELECT * FROM orders"});
+    assert_eq!(s.post_json("/api/query", &admin, &ask).0, 200);
+    let r = post_raw(&s, "/api/query", &admin, &ask);
+    assert_eq!(r.status(), 429);
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    let body: serde_json::Value = r.json().unwrap();
+    assert_eq!(body["detail"]["error"], "quota_exceeded");
+    assert_eq!(body["detail"]["details"]["kind"], "daily_bytes");
+    assert_eq!(body["detail"]["details"]["retry_after_seconds"], retry);
+    assert!((1..=86_400).contains(&retry));
+    // Another user is unaffected.
+    let ana = s.user_token("ana@example.com", false);
+    assert_eq!(
+        s.post_json("/api/query", &ana, &json!({"sql": "SELECT 1"}))
+            .0,
+        200
+    );
+}

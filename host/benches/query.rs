@@ -1,0 +1,337 @@
+//! Query benchmarks against a real release `svc-server` on loopback:
+//!
+//! 1. three queries over a generated 10-million-row parquet file (filtered count, group-by
+//!    aggregate, top-N sort), through `POST /api/query` with `format=arrow`, next to DuckDB
+//!    (the PyPI package) on the same file in the same run: medians and the svc/DuckDB ratio;
+//! 2. result encoding: 100,000 rows × 10 columns as json, arrow and csv (MB/s of body and
+//!    the time ratio to json);
+//! 3. a non-admin's `SELECT count(*) FROM svc_audit` over 1,000,000 audit rows of which 1%
+//!    are theirs (p50).
+//!
+//! `cargo bench -p svc-host --bench query`. DuckDB runs from a virtualenv at
+//! `$SVC_BENCH_VENV` (default `~/.cache/svc-bench-venv`), created with `duckdb` on first use.
+
+mod common;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::Client;
+use serde_json::json;
+use svc_host::store::audit::AuditRecord;
+use svc_host::store::Store;
+use svc_plugin_api::arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray};
+use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
+use svc_plugin_api::datafusion::parquet::arrow::ArrowWriter;
+use svc_plugin_api::RecordBatch;
+
+use common::{percentile, Server};
+
+const QUERIES: [(&str, &str); 3] = [
+    (
+        "filtered count",
+        "SELECT count(*) AS n FROM facts WHERE amount > 500 AND category = 'cat-07'",
+    ),
+    (
+        "group-by aggregate",
+        "SELECT category, count(*) AS n, sum(amount) AS total, avg(quantity) AS q FROM facts GROUP BY category ORDER BY category",
+    ),
+    (
+        "top-N sort",
+        "SELECT id, amount FROM facts ORDER BY amount DESC, id LIMIT 100",
+    ),
+];
+
+const RUNS: usize = 5;
+
+fn write_facts(path: &Path, rows: i64) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("category", DataType::Utf8, false),
+        Field::new("amount", DataType::Float64, false),
+        Field::new("quantity", DataType::Int64, false),
+    ]));
+    let mut w = ArrowWriter::try_new(File::create(path).unwrap(), schema.clone(), None).unwrap();
+    let chunk = 1_000_000i64;
+    for start in (0..rows).step_by(chunk as usize) {
+        let ids = start..(start + chunk).min(rows);
+        // A cheap, deterministic scramble so sorts and filters have work to do.
+        let amount = |i: i64| ((i.wrapping_mul(2_654_435_761) % 100_003) as f64) / 100.0;
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from_iter_values(ids.clone())),
+            Arc::new(StringArray::from_iter_values(
+                ids.clone().map(|i| format!("cat-{:02}", (i * 7919) % 100)),
+            )),
+            Arc::new(Float64Array::from_iter_values(ids.clone().map(amount))),
+            Arc::new(Int64Array::from_iter_values(ids.map(|i| i % 50))),
+        ];
+        w.write(&RecordBatch::try_new(schema.clone(), cols).unwrap())
+            .unwrap();
+    }
+    w.close().unwrap();
+}
+
+fn write_wide(path: &Path, rows: i64) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut fields = Vec::new();
+    let mut cols: Vec<ArrayRef> = Vec::new();
+    for c in 0..5 {
+        fields.push(Field::new(format!("n{c}"), DataType::Float64, false));
+        cols.push(Arc::new(Float64Array::from_iter_values(
+            (0..rows).map(|i| (i * (c + 3)) as f64 / 7.0),
+        )));
+        fields.push(Field::new(format!("s{c}"), DataType::Utf8, false));
+        cols.push(Arc::new(StringArray::from_iter_values(
+            (0..rows).map(|i| format!("value-{c}-{i:08}")),
+        )));
+    }
+    let schema = Arc::new(Schema::new(fields));
+    let mut w = ArrowWriter::try_new(File::create(path).unwrap(), schema.clone(), None).unwrap();
+    w.write(&RecordBatch::try_new(schema, cols).unwrap())
+        .unwrap();
+    w.close().unwrap();
+}
+
+/// Seconds for one query through HTTP, reading the whole body; returns (seconds, bytes).
+fn time_query(
+    http: &Client,
+    s: &Server,
+    token: &str,
+    sql: &str,
+    format: &str,
+    limit: u64,
+) -> (f64, usize) {
+    let t = Instant::now();
+    let r = http
+        .post(format!("{}/api/query", s.base))
+        .bearer_auth(token)
+        .json(&json!({"sql": sql, "format": format, "limit": limit}))
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().unwrap());
+    let bytes = r.bytes().unwrap().len();
+    (t.elapsed().as_secs_f64(), bytes)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    percentile(&v, 0.5)
+}
+
+fn python() -> Option<PathBuf> {
+    let venv = std::env::var_os("SVC_BENCH_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/svc-bench-venv")
+        });
+    let py = venv.join("bin/python");
+    let has_duckdb = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import duckdb"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if has_duckdb(&py) {
+        return Some(py);
+    }
+    eprintln!("creating {} with duckdb", venv.display());
+    let ok = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new(&py)
+            .args(["-m", "pip", "install", "-q", "duckdb", "pyarrow"])
+            .status()
+            .is_ok_and(|s| s.success());
+    (ok && has_duckdb(&py)).then_some(py)
+}
+
+/// DuckDB medians (seconds) for the queries over the same file.
+fn duckdb_medians(py: &Path, file: &Path) -> Vec<f64> {
+    let script = format!(
+        r#"
+import duckdb, json, statistics, sys, time
+con = duckdb.connect()
+con.execute("CREATE VIEW facts AS SELECT * FROM read_parquet('{}')")
+out = []
+for sql in json.loads(sys.argv[1]):
+    con.execute(sql).fetch_arrow_table()
+    times = []
+    for _ in range({RUNS}):
+        t = time.perf_counter()
+        con.execute(sql).fetch_arrow_table()
+        times.append(time.perf_counter() - t)
+    out.append(statistics.median(times))
+print(json.dumps(out))
+"#,
+        file.display()
+    );
+    let sqls: Vec<&str> = QUERIES.iter().map(|(_, q)| *q).collect();
+    let out = Command::new(py)
+        .args(["-c", &script, &serde_json::to_string(&sqls).unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn seed_audit(dir: &Path, rows: usize, share: usize) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = Store::open(&svc_host::store::default_sqlite_url(dir))
+            .await
+            .unwrap();
+        store.seed_system_groups().await.unwrap();
+        let user = store
+            .create_user("analyst@example.com", None, None)
+            .await
+            .unwrap();
+        let mut batch = Vec::with_capacity(10_000);
+        for i in 0..rows {
+            batch.push(AuditRecord {
+                id: format!("bench-{i:08}"),
+                timestamp: svc_host::store::now(),
+                user_id: Some(if i % share == 0 {
+                    user.id.clone()
+                } else {
+                    format!("other-{}", i % 997)
+                }),
+                action: "catalog.sample".into(),
+                resource: Some(format!("table:t{}", i % 100)),
+                params: Some(json!({"n": 5, "rows_returned": 5})),
+                params_before: None,
+                client_ip: Some("127.0.0.1".into()),
+                client_kind: Some("cli".into()),
+                correlation_id: None,
+                result: "success".into(),
+                duration_ms: Some(1),
+            });
+            if batch.len() == 10_000 {
+                store.insert_audit_batch(&batch).await.unwrap();
+                batch.clear();
+            }
+        }
+        store.insert_audit_batch(&batch).await.unwrap();
+        store.close().await;
+    });
+}
+
+fn main() {
+    let dir = std::env::temp_dir().join(format!("svc-bench-query-{}", std::process::id()));
+    let data = dir.join("extracts/local/data");
+    let http = Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .unwrap();
+
+    let t = Instant::now();
+    let facts = data.join("facts.parquet");
+    write_facts(&facts, 10_000_000);
+    write_wide(&data.join("wide.parquet"), 100_000);
+    eprintln!("wrote the data in {:.1}s", t.elapsed().as_secs_f64());
+
+    let s = Server::start(&dir);
+    let admin = s.cli(&["tokens", "create", "--email", "admin@localhost"]);
+    for id in ["facts", "wide"] {
+        let r = http
+            .post(format!("{}/api/admin/register-table", s.base))
+            .bearer_auth(&admin)
+            .json(&json!({"id": id, "source_type": "local"}))
+            .send()
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+
+    // 1. svc against DuckDB.
+    let ours: Vec<f64> = QUERIES
+        .iter()
+        .map(|(_, sql)| {
+            time_query(&http, &s, &admin, sql, "arrow", 1000);
+            median(
+                (0..RUNS)
+                    .map(|_| time_query(&http, &s, &admin, sql, "arrow", 1000).0)
+                    .collect(),
+            )
+        })
+        .collect();
+    let theirs = python().map(|py| duckdb_medians(&py, &facts));
+    for (i, (name, _)) in QUERIES.iter().enumerate() {
+        match &theirs {
+            Some(d) => println!(
+                "10M rows, {name}: svc {:.1} ms, DuckDB {:.1} ms, ratio {:.2}x (target ≤ 1.5x)",
+                ours[i] * 1e3,
+                d[i] * 1e3,
+                ours[i] / d[i]
+            ),
+            None => println!(
+                "10M rows, {name}: svc {:.1} ms; DuckDB unavailable",
+                ours[i] * 1e3
+            ),
+        }
+    }
+
+    // 2. Encoding.
+    let sql = "SELECT * FROM wide";
+    let mut json_secs = 0.0;
+    for format in ["json", "arrow", "csv"] {
+        time_query(&http, &s, &admin, sql, format, 100_000);
+        let runs: Vec<(f64, usize)> = (0..RUNS)
+            .map(|_| time_query(&http, &s, &admin, sql, format, 100_000))
+            .collect();
+        let secs = median(runs.iter().map(|r| r.0).collect());
+        let bytes = runs[0].1;
+        if format == "json" {
+            json_secs = secs;
+        }
+        println!(
+            "encode 100,000 rows x 10 columns as {format}: {:.1} ms, {:.1} MB, {:.0} MB/s, {:.2}x the speed of json (target arrow ≥ 5x)",
+            secs * 1e3,
+            bytes as f64 / 1e6,
+            bytes as f64 / 1e6 / secs,
+            json_secs / secs
+        );
+    }
+    drop(s);
+
+    // 3. A non-admin's count over the internal audit table.
+    let dir2 = dir.join("internal");
+    let t = Instant::now();
+    seed_audit(&dir2, 1_000_000, 100);
+    eprintln!(
+        "seeded 1,000,000 audit rows in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    let s = Server::start(&dir2);
+    let token = s.cli(&["tokens", "create", "--email", "analyst@example.com"]);
+    let mut times = Vec::new();
+    let mut count = 0;
+    for _ in 0..30 {
+        let t = Instant::now();
+        let r = http
+            .post(format!("{}/api/query", s.base))
+            .bearer_auth(&token)
+            .json(&json!({"sql": "SELECT count(*) AS n FROM svc_audit"}))
+            .send()
+            .unwrap();
+        let body: serde_json::Value = r.json().unwrap();
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        count = body["rows"][0][0].as_i64().unwrap_or(-1);
+    }
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "non-admin count(*) over svc_audit (1,000,000 rows, 1% theirs → {count}): p50 {:.1} ms, p95 {:.1} ms (target p50 ≤ 50 ms)",
+        percentile(&times, 0.5),
+        percentile(&times, 0.95)
+    );
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,238 @@
+//! `POST /api/v2/scan` and `POST /api/v2/scan/estimate`: one table, validated parts.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use poem_openapi::payload::Json;
+use poem_openapi::{Object, OpenApi};
+use svc_plugin_api::{ErrorKind, ScanEstimate, SourceDriver};
+
+use super::discovery::driver_caller;
+use super::result_body::{serve_rows, ResultBody};
+use super::types::Str;
+use super::{ApiError, ApiResult, BearerAuth, Tag};
+use crate::access;
+use crate::audit::Event;
+use crate::auth::Caller;
+use crate::query::engine;
+use crate::query::format::Format;
+use crate::query::scan::{check_guard, Guarded, ScanAsk, ValidScan};
+use crate::state::AppState;
+use crate::store::registry::{QueryMode, RegistryRow};
+
+pub struct ScanApi {
+    pub state: Arc<AppState>,
+}
+
+fn default_format() -> Format {
+    Format::Arrow
+}
+
+/// A scan of one table.
+#[derive(Object)]
+struct ScanRequest {
+    /// Registry id of the table.
+    table_id: Str,
+    /// Columns to return (default: all).
+    select: Option<Vec<String>>,
+    /// A predicate over the table's columns: comparisons, AND/OR/NOT, IN, BETWEEN,
+    /// LIKE/ILIKE, IS [NOT] NULL, CASE, CAST, literals and an allow-list of scalar functions.
+    #[oai(rename = "where")]
+    predicate: Option<String>,
+    /// `column` or `column ASC|DESC` entries.
+    order_by: Option<Vec<String>>,
+    /// Most rows (default and maximum: the server's cap, announced in `X-Svc-Row-Cap`).
+    #[oai(validator(minimum(value = "1")))]
+    limit: Option<u64>,
+    /// Result format (default `arrow`).
+    #[oai(default = "default_format")]
+    format: Format,
+}
+
+impl ScanRequest {
+    fn ask(&self) -> ScanAsk<'_> {
+        ScanAsk {
+            table_id: &self.table_id,
+            select: self.select.as_deref(),
+            predicate: self.predicate.as_deref(),
+            order_by: self.order_by.as_deref(),
+            limit: self.limit,
+        }
+    }
+
+    fn event(&self, action: &str) -> Event {
+        Event::new(action)
+            .resource(format!("table:{}", &*self.table_id))
+            .param("select", self.select.clone())
+            .param("where_present", self.predicate.is_some())
+            .param("limit", self.limit)
+    }
+}
+
+/// What a scan would read.
+#[derive(Object)]
+struct EstimateResponse {
+    /// Registry id.
+    table_id: String,
+    /// Bytes the scan would read; null when the source cannot tell.
+    estimated_bytes: Option<u64>,
+    /// Rows it would return (an upper bound unless `exact`); null when unknown.
+    estimated_rows: Option<u64>,
+    /// Whether the figures are exact rather than bounds.
+    exact: bool,
+    /// The source's size guard, when it has one.
+    guard_bytes: Option<u64>,
+    /// Whether the scan would be refused with `remote_scan_too_large`.
+    would_exceed_guard: bool,
+}
+
+/// A table the caller may read, its driver, and the scan checked against its columns.
+struct Prepared {
+    row: RegistryRow,
+    driver: Arc<dyn SourceDriver>,
+    scan: ValidScan,
+    schema: svc_plugin_api::arrow::datatypes::SchemaRef,
+}
+
+impl ScanApi {
+    async fn prepare(&self, caller: &Caller, req: &ScanRequest) -> ApiResult<Prepared> {
+        let row = access::readable_table(&self.state, caller, &req.table_id).await?;
+        let driver = self
+            .state
+            .drivers
+            .get(&row.source_type)
+            .cloned()
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Table '{}' has source type '{}', which this server has no driver for",
+                    row.id, row.source_type
+                ))
+            })?;
+        let provider = driver
+            .table_provider(&row.table_ref(), &driver_caller(caller))
+            .await?;
+        let schema = provider.schema();
+        let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        let scan = ValidScan::new(req.ask(), &columns, self.state.config.query.scan_max_rows)?;
+        Ok(Prepared {
+            row,
+            driver,
+            scan,
+            schema,
+        })
+    }
+
+    /// The driver's estimate; None when the source cannot estimate.
+    async fn estimate(&self, p: &Prepared) -> ApiResult<Option<ScanEstimate>> {
+        let spec = p.scan.spec(&p.schema)?;
+        match p.driver.estimate(&p.row.table_ref(), &spec).await {
+            Ok(e) => Ok(Some(e)),
+            Err(e) if e.kind == ErrorKind::Unsupported => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn is_view(&self, table_id: &str) -> bool {
+        self.state
+            .store
+            .all_metadata()
+            .await
+            .ok()
+            .and_then(|m| m.get(table_id)?.metadata.entity_type.clone())
+            .is_some_and(|t| t == "VIEW" || t == "MATERIALIZED VIEW")
+    }
+
+    /// Guards remote reads on their estimate (local data needs no guard).
+    async fn guard(&self, p: &Prepared) -> ApiResult<()> {
+        if p.row.query_mode != QueryMode::Remote {
+            return Ok(());
+        }
+        let Some(estimate) = self.estimate(p).await? else {
+            return Ok(());
+        };
+        check_guard(&[Guarded {
+            table_id: &p.row.id,
+            is_view: self.is_view(&p.row.id).await,
+            estimate: &estimate,
+        }])
+    }
+}
+
+#[OpenApi(tag = "Tag::Query")]
+impl ScanApi {
+    /// Streams the rows of one table selected by validated columns, `where`, `order_by`
+    /// and limit (Arrow IPC stream by default).
+    #[oai(path = "/api/v2/scan", method = "post")]
+    async fn scan(&self, auth: BearerAuth, body: Json<ScanRequest>) -> ApiResult<ResultBody> {
+        let started = Instant::now();
+        let caller = &auth.0;
+        let mut cap = None;
+        let rows = async {
+            let p = self.prepare(caller, &body).await?;
+            self.guard(&p).await?;
+            if p.scan.capped {
+                cap = Some(p.scan.limit);
+            }
+            let mut plan = None;
+            let rows =
+                engine::run(&self.state, caller, &p.scan.sql(), p.scan.limit, &mut plan).await?;
+            Ok((rows, self.state.quotas.acquire(&caller.user.id)?))
+        }
+        .await;
+        let event = body.event("scan").param("format", body.format.name());
+        serve_rows(
+            &self.state,
+            &caller.actor,
+            started,
+            event,
+            body.format,
+            cap,
+            rows,
+        )
+        .await
+    }
+
+    /// What a scan would read, without reading it: parquet statistics for local data, the
+    /// source's dry run for remote tables.
+    #[oai(path = "/api/v2/scan/estimate", method = "post")]
+    async fn scan_estimate(
+        &self,
+        auth: BearerAuth,
+        body: Json<ScanRequest>,
+    ) -> ApiResult<Json<EstimateResponse>> {
+        let started = Instant::now();
+        let caller = &auth.0;
+        let result = async {
+            let p = self.prepare(caller, &body).await?;
+            let estimate = self.estimate(&p).await?;
+            let would_exceed = match &estimate {
+                Some(e) if p.row.query_mode == QueryMode::Remote => check_guard(&[Guarded {
+                    table_id: &p.row.id,
+                    is_view: self.is_view(&p.row.id).await,
+                    estimate: e,
+                }])
+                .is_err(),
+                _ => false,
+            };
+            Ok::<_, ApiError>(EstimateResponse {
+                table_id: p.row.id.clone(),
+                estimated_bytes: estimate.as_ref().map(|e| e.bytes),
+                estimated_rows: estimate.as_ref().and_then(|e| e.rows),
+                exact: estimate.as_ref().is_some_and(|e| e.exact),
+                guard_bytes: estimate.as_ref().and_then(|e| e.guard_bytes),
+                would_exceed_guard: would_exceed,
+            })
+        }
+        .await;
+        let mut event = body.event("scan.estimate");
+        event = match &result {
+            Ok(r) => event.param("bytes_estimated", r.estimated_bytes),
+            Err(e) => event.failed(e.status().as_u16(), &e.to_string()),
+        };
+        self.state
+            .audit
+            .write(&caller.actor, event.timed(started))
+            .await;
+        result.map(Json)
+    }
+}

@@ -159,6 +159,23 @@ fn internal_tables_answer_only_the_callers_rows_and_stay_apart() {
     );
     assert_eq!(status, 400, "{body}");
     assert!(body.to_string().contains("svc_audit"), "{body}");
+    // A CTE named like the backing table is only a name: the rows are still the caller's.
+    let (status, body) = s.post_json(
+        "/api/query",
+        &ana,
+        &json!({"sql": "WITH audit_log AS (SELECT * FROM svc_audit) SELECT DISTINCT user_id FROM audit_log -- svc_sessions"}),
+    );
+    assert_eq!((status, &body["rows"]), (200, &json!([[ana_id]])), "{body}");
+    // An internal id inside a literal is not a reference.
+    let (status, body) = s.post_json(
+        "/api/query",
+        &ana,
+        &json!({"sql": "SELECT 'svc_audit' AS t FROM orders"}),
+    );
+    assert_eq!(
+        status, 403,
+        "orders is the only table, and ana has no grant: {body}"
+    );
 
     let (status, body) = s.post_json(
         "/api/query",
@@ -374,4 +391,49 @@ fn the_daily_byte_allowance_answers_429_with_retry_after() {
             .0,
         200
     );
+}
+
+#[test]
+fn the_deadline_and_the_memory_pool_stop_a_query_and_the_server_stays_up() {
+    let s = Server::start_with(
+        crate::support::Backend::Sqlite,
+        &[
+            ("SVC_QUERY_TIMEOUT_SECONDS", "1"),
+            ("SVC_QUERY_MEMORY_MB", "16"),
+        ],
+    );
+    let admin = s.admin_token();
+    write_parquet(&s.dir.0, "local", "orders", 200, "o");
+    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
+
+    let started = std::time::Instant::now();
+    let (status, body) = s.post_json(
+        "/api/query",
+        &admin,
+        &json!({"sql": "SELECT count(*) FROM orders a, orders b, orders c, orders d WHERE a.id + b.id + c.id + d.id = -1"}),
+    );
+    assert_eq!(
+        (status, &body["detail"]["error"]),
+        (504, &json!("query_timeout")),
+        "{body}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+
+    let (status, body) = s.post_json(
+        "/api/query",
+        &admin,
+        &json!({"sql": "SELECT array_agg(a.name || b.name) FROM orders a, orders b"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = s.post_json(
+        "/api/query",
+        &admin,
+        &json!({"sql": "SELECT array_agg(a.name || b.name || c.name) FROM orders a, orders b, orders c"}),
+    );
+    assert_eq!(
+        (status, &body["detail"]["error"]),
+        (503, &json!("resources_exhausted")),
+        "{body}"
+    );
+    assert_eq!(s.get_json("/api/health", "").0, 200);
 }

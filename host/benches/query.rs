@@ -9,7 +9,7 @@
 //!    are theirs (p50).
 //!
 //! `cargo bench -p svc-host --bench query`. DuckDB runs from a virtualenv at
-//! `$SVC_BENCH_VENV` (default `~/.cache/svc-bench-venv`), created with `duckdb` on first use.
+//! `$SVC_BENCH_VENV` (default `~/.cache/svc-venv`, the one the tests use for bqemulator), created with `duckdb` on first use.
 
 mod common;
 
@@ -126,7 +126,7 @@ fn python() -> Option<PathBuf> {
     let venv = std::env::var_os("SVC_BENCH_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/svc-bench-venv")
+            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/svc-venv")
         });
     let py = venv.join("bin/python");
     let has_duckdb = |py: &Path| {

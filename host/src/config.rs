@@ -16,6 +16,58 @@ pub struct StoreArgs {
     /// State store URL: `sqlite://PATH` or `postgres://…` [default: SQLite at DATA_DIR/state/svc.db]
     #[arg(long, env = "SVC_DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
+    /// Instance config file (TOML) [default: DATA_DIR/svc.toml, when present]
+    #[arg(long, env = "SVC_CONFIG", global = true)]
+    pub config: Option<PathBuf>,
+}
+
+/// The instance config file: `[data_source.warehouse]` today. Every key has an environment
+/// override (`SVC_WAREHOUSE_<KEY>`), which wins over the file.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InstanceConfig {
+    /// Source settings.
+    data_source: DataSources,
+    /// `[data_source.warehouse]`, after overrides (filled by [`InstanceConfig::load`]).
+    #[serde(skip)]
+    pub warehouse: svc_driver_warehouse::WarehouseConfig,
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct DataSources {
+    warehouse: svc_driver_warehouse::WarehouseConfig,
+}
+
+impl InstanceConfig {
+    /// Reads `path` (which must exist when given) or `DATA_DIR/svc.toml` (when present), then
+    /// applies the environment. Errors name the file and the key.
+    pub fn load(path: Option<&Path>, data_dir: &Path) -> anyhow::Result<Self> {
+        let default = data_dir.join("svc.toml");
+        let file = match path {
+            Some(p) => Some(p.to_path_buf()),
+            None => default.exists().then_some(default),
+        };
+        let mut config: Self = match &file {
+            None => Self::default(),
+            Some(f) => {
+                let text = std::fs::read_to_string(f)
+                    .with_context(|| format!("reading config file {}", f.display()))?;
+                toml::from_str(&text).with_context(|| format!("config file {}", f.display()))?
+            }
+        };
+        let mut warehouse = std::mem::take(&mut config.data_source.warehouse);
+        for key in svc_driver_warehouse::WarehouseConfig::KEYS {
+            let var = format!("SVC_WAREHOUSE_{}", key.to_ascii_uppercase());
+            if let Ok(value) = std::env::var(&var) {
+                warehouse
+                    .set(key, &value)
+                    .map_err(|e| anyhow::anyhow!("{var}: {e}"))?;
+            }
+        }
+        config.warehouse = warehouse;
+        Ok(config)
+    }
 }
 
 impl StoreArgs {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use svc_driver_warehouse::WarehouseConfig;
 
 use svc_plugin_api::ffi::DriverConfig;
 use svc_plugin_api::SourceDriver;
@@ -24,10 +25,13 @@ impl std::fmt::Debug for Drivers {
 
 impl Drivers {
     /// The drivers compiled into svc-server.
-    pub fn builtin(data_dir: &Path, store: &Store) -> Self {
+    pub fn builtin(data_dir: &Path, store: &Store, warehouse: &WarehouseConfig) -> Self {
         let all: [Arc<dyn SourceDriver>; 5] = [
             Arc::new(svc_driver_parquet::ParquetDriver::new(data_dir)),
-            Arc::new(svc_driver_warehouse::WarehouseDriver::new(data_dir)),
+            Arc::new(svc_driver_warehouse::WarehouseDriver::new(
+                data_dir,
+                warehouse.clone(),
+            )),
             Arc::new(svc_driver_integration::driver(data_dir)),
             Arc::new(svc_driver_ticketing::driver(data_dir)),
             Arc::new(svc_driver_internal::InternalDriver::new(
@@ -44,8 +48,13 @@ impl Drivers {
     ///
     /// A library that cannot be used is refused with one log line naming the file and the
     /// reason; the server starts without it.
-    pub fn load(data_dir: &Path, driver_dir: Option<&Path>, store: &Store) -> Self {
-        let mut drivers = Self::builtin(data_dir, store);
+    pub fn load(
+        data_dir: &Path,
+        driver_dir: Option<&Path>,
+        store: &Store,
+        warehouse: &WarehouseConfig,
+    ) -> Self {
+        let mut drivers = Self::builtin(data_dir, store, warehouse);
         let Some(dir) = driver_dir else {
             return drivers;
         };

@@ -75,6 +75,7 @@ pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
         trust_proxy: false,
         driver_dir: None,
         query: crate::query::QueryLimits::default(),
+        warehouse: Default::default(),
     }
 }
 
@@ -105,7 +106,10 @@ async fn ensure_first_admin(
 
 /// `svc-server serve`.
 pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()> {
+    let instance =
+        crate::config::InstanceConfig::load(store_args.config.as_deref(), &store_args.data_dir)?;
     let config = RuntimeConfig {
+        warehouse: instance.warehouse,
         data_dir: store_args.data_dir.clone(),
         max_body_bytes: args.max_body_bytes,
         trust_proxy: args.trust_proxy,

@@ -26,6 +26,8 @@ pub struct RuntimeConfig {
     pub driver_dir: Option<PathBuf>,
     /// Per-query limits.
     pub query: crate::query::QueryLimits,
+    /// `[data_source.warehouse]` with its environment overrides.
+    pub warehouse: svc_driver_warehouse::WarehouseConfig,
 }
 
 /// A cache that holds per-table entries and must drop them when the registry changes.
@@ -101,7 +103,12 @@ impl AppState {
             let access = access.clone();
             caches.register(Arc::new(move |_: &str| access.forget_registry()));
         }
-        let drivers = Drivers::load(&config.data_dir, config.driver_dir.as_deref(), &store);
+        let drivers = Drivers::load(
+            &config.data_dir,
+            config.driver_dir.as_deref(),
+            &store,
+            &config.warehouse,
+        );
         Arc::new(Self {
             auth: Authenticator::new(store.clone(), jwt_secret),
             audit: AuditWriter::start(store.clone()),

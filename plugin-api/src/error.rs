@@ -15,6 +15,12 @@ pub enum ErrorKind {
     UnsafeIdentity,
     /// The source refused access across projects.
     CrossProjectForbidden,
+    /// The source refused our credentials.
+    AuthFailed,
+    /// The source refused access for another reason.
+    SourceForbidden,
+    /// The source would not return a result this large.
+    ResponseTooLarge,
     /// The request is invalid for this source.
     BadRequest,
     /// The source failed or answered something unusable.
@@ -33,12 +39,15 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, for parsing names back (dynamic drivers send errors as JSON).
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 15] = [
         Self::NotFound,
         Self::UnsafeIdentifier,
         Self::NotConfigured,
         Self::UnsafeIdentity,
         Self::CrossProjectForbidden,
+        Self::AuthFailed,
+        Self::SourceForbidden,
+        Self::ResponseTooLarge,
         Self::BadRequest,
         Self::Upstream,
         Self::RemoteScanTooLarge,
@@ -61,6 +70,9 @@ impl ErrorKind {
             Self::NotConfigured => "not_configured",
             Self::UnsafeIdentity => "unsafe_identity",
             Self::CrossProjectForbidden => "cross_project_forbidden",
+            Self::AuthFailed => "auth_failed",
+            Self::SourceForbidden => "source_forbidden",
+            Self::ResponseTooLarge => "response_too_large",
             Self::BadRequest => "bad_request",
             Self::Upstream => "upstream_error",
             Self::RemoteScanTooLarge => "remote_scan_too_large",
@@ -82,6 +94,9 @@ pub struct DriverError {
     pub message: String,
     /// Structured details (hints, offending values).
     pub details: Value,
+    /// A source-specific name for the envelope's `error` (e.g. `warehouse_bad_request`);
+    /// the kind's name when absent. The status always follows the kind.
+    pub code: Option<String>,
 }
 
 /// Result of driver calls.
@@ -94,7 +109,19 @@ impl DriverError {
             kind,
             message: message.into(),
             details: json!({}),
+            code: None,
         }
+    }
+
+    /// Names the error for the envelope (the status still follows the kind).
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// The envelope's `error`: the code, or the kind's name.
+    pub fn name(&self) -> &str {
+        self.code.as_deref().unwrap_or(self.kind.as_str())
     }
 
     /// Adds structured details.

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 #[error("{message}")]
 pub struct ApiError {
     status: StatusCode,
-    kind: Option<&'static str>,
+    kind: Option<std::borrow::Cow<'static, str>>,
     message: String,
     details: Option<Value>,
     retry_after: Option<u64>,
@@ -40,7 +40,7 @@ impl ApiError {
     ) -> Self {
         Self {
             status,
-            kind: Some(kind),
+            kind: Some(kind.into()),
             message: message.into(),
             details: Some(details),
             retry_after: None,
@@ -95,7 +95,7 @@ impl ApiError {
 
     /// The body.
     pub fn body(&self) -> Value {
-        match self.kind {
+        match &self.kind {
             None => json!({ "detail": self.message }),
             Some(kind) => json!({ "detail": {
                 "error": kind,
@@ -122,7 +122,8 @@ impl From<svc_plugin_api::DriverError> for ApiError {
                 StatusCode::BAD_REQUEST
             }
             K::CrossProjectForbidden => StatusCode::FORBIDDEN,
-            K::Upstream => StatusCode::BAD_GATEWAY,
+            K::Upstream | K::AuthFailed | K::SourceForbidden => StatusCode::BAD_GATEWAY,
+            K::ResponseTooLarge => StatusCode::BAD_REQUEST,
             K::Timeout => StatusCode::GATEWAY_TIMEOUT,
             K::Unsupported => StatusCode::NOT_IMPLEMENTED,
             K::NotConfigured | K::Corrupt | K::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -130,7 +131,11 @@ impl From<svc_plugin_api::DriverError> for ApiError {
         if status.is_server_error() {
             tracing::error!(kind = e.kind.as_str(), error = %e.message, "driver error");
         }
-        Self::kind(status, e.kind.as_str(), e.message, e.details)
+        let mut err = Self::kind(status, e.kind.as_str(), e.message, e.details);
+        if let Some(code) = e.code {
+            err.kind = Some(code.into());
+        }
+        err
     }
 }
 

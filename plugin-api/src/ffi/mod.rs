@@ -118,7 +118,7 @@ impl Drop for FfiBytes {
 pub enum FfiOutcome<T> {
     /// Success.
     Ok(T),
-    /// `{"kind", "message", "details"}`.
+    /// `{"kind", "message", "details", "code"}`.
     Err(FfiBytes),
 }
 
@@ -131,6 +131,7 @@ impl<T> FfiOutcome<T> {
                 "kind": e.kind.as_str(),
                 "message": e.message,
                 "details": e.details,
+                "code": e.code,
             }))),
         }
     }
@@ -146,7 +147,9 @@ impl<T> FfiOutcome<T> {
                     .and_then(ErrorKind::from_name)
                     .unwrap_or(ErrorKind::Internal);
                 let message = v["message"].as_str().unwrap_or("driver failed").to_owned();
-                Err(DriverError::new(kind, message).with_details(v["details"].clone()))
+                let mut err = DriverError::new(kind, message).with_details(v["details"].clone());
+                err.code = v["code"].as_str().map(str::to_owned);
+                Err(err)
             }
         }
     }

@@ -1,0 +1,156 @@
+//! The warehouse driver against the BigQuery-compatible emulator: sample, schema, metadata
+//! refresh of tables and views, estimates, unsafe identifiers and an emulator that goes away.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::discovery::{register, write_parquet};
+use crate::emulator::{Emulator, PROJECT};
+use crate::support::{Backend, Server};
+
+#[test]
+fn remote_rows_sample_describe_refresh_and_estimate_through_the_emulator() {
+    let Some(em) = Emulator::start() else {
+        return;
+    };
+    em.dataset("shop");
+    em.sql("CREATE TABLE shop.orders (id INT64, name STRING, amount FLOAT64, event_date DATE, ts TIMESTAMP)");
+    em.sql("INSERT INTO shop.orders VALUES (1, 'a', 1.5, DATE '2026-01-02', TIMESTAMP '2026-01-02 03:04:05 UTC'), (2, NULL, NULL, NULL, NULL)");
+    em.sql("CREATE VIEW shop.big_orders AS SELECT id FROM shop.orders WHERE amount > 1");
+    let s = Server::start_with(
+        Backend::Sqlite,
+        &[
+            ("SVC_WAREHOUSE_ENDPOINT", em.endpoint.as_str()),
+            ("SVC_WAREHOUSE_PROJECT", PROJECT),
+        ],
+    );
+    let admin = s.admin_token();
+    for id in ["orders", "big_orders"] {
+        register(
+            &s,
+            &admin,
+            json!({"id": id, "source_type": "warehouse", "bucket": "shop", "query_mode": "remote"}),
+        );
+    }
+
+    let (status, body) = s.get_json("/api/v2/sample/orders?n=5", &admin);
+    assert_eq!(status, 200, "{body}");
+    let rows = body["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{body}");
+    let first = rows.iter().find(|r| r["id"] == 1).unwrap();
+    assert_eq!(
+        (&first["name"], &first["amount"], &first["event_date"]),
+        (&json!("a"), &json!(1.5), &json!("2026-01-02"))
+    );
+    assert!(
+        first["ts"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026-01-02T03:04:05"),
+        "{first}"
+    );
+    assert!(rows.iter().any(|r| r["id"] == 2 && r["name"].is_null()));
+
+    let (status, schema) = s.get_json("/api/v2/schema/orders", &admin);
+    assert_eq!(status, 200, "{schema}");
+    assert_eq!(schema["sql_flavor"], "bigquery");
+    let types: Vec<(&str, &str)> = schema["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["type"].as_str().unwrap()))
+        .collect();
+    assert_eq!(types[0], ("id", "Int64"));
+    assert_eq!(types[3], ("event_date", "Date32"));
+    assert!(types[4].1.starts_with("Timestamp"), "{types:?}");
+
+    // Registration re-warms each row's metadata in the background.
+    let warmed = Instant::now();
+    let (orders, view) = loop {
+        let o = s.catalog_row(&admin, "orders").unwrap();
+        let v = s.catalog_row(&admin, "big_orders").unwrap();
+        if o["metadata_freshness"] == "fresh" && v["metadata_freshness"] == "fresh" {
+            break (o, v);
+        }
+        assert!(warmed.elapsed() < Duration::from_secs(20), "{o} {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(orders["entity_type"], "BASE TABLE");
+    assert_eq!(view["entity_type"], "VIEW");
+    assert!(
+        view["rows"].is_null() && view["size_bytes"].is_null(),
+        "{view}"
+    );
+    assert!(
+        !orders["where_examples"].as_array().unwrap().is_empty(),
+        "{orders}"
+    );
+
+    let (status, e) = s.post_json(
+        "/api/v2/scan/estimate",
+        &admin,
+        &json!({"table_id": "orders", "select": ["id"]}),
+    );
+    assert_eq!(status, 200, "{e}");
+    assert_eq!(e["guard_bytes"], 5u64 << 30);
+    assert_eq!(e["would_exceed_guard"], false);
+
+    // SQL over the remote table, alone and joined with a local parquet table; a scan with a
+    // predicate.
+    write_parquet(&s.dir.0, "local", "customers", 5, "c");
+    register(
+        &s,
+        &admin,
+        json!({"id": "customers", "source_type": "local"}),
+    );
+    let (status, body) = s.post_json(
+        "/api/query",
+        &admin,
+        &json!({"sql": "SELECT count(*) AS n, sum(amount) AS total FROM orders"}),
+    );
+    assert_eq!((status, &body["rows"]), (200, &json!([[2, 1.5]])), "{body}");
+    let (status, body) = s.post_json(
+        "/api/query",
+        &admin,
+        &json!({"sql": "SELECT o.id, c.name FROM orders o JOIN customers c ON o.id = c.id ORDER BY o.id"}),
+    );
+    assert_eq!(
+        (status, &body["rows"]),
+        (200, &json!([[1, "c1"], [2, "c2"]])),
+        "{body}"
+    );
+    assert_eq!(s.audit_rows("query.remote", 1).len(), 1);
+    assert_eq!(s.audit_rows("query.hybrid", 1).len(), 1);
+    let (status, body) = s.post_json(
+        "/api/v2/scan",
+        &admin,
+        &json!({"table_id": "orders", "select": ["id", "name"], "where": "amount > 1", "format": "json"}),
+    );
+    assert_eq!((status, &body["rows"]), (200, &json!([[1, "a"]])), "{body}");
+
+    // Identifiers are checked before any SQL is built.
+    let (status, _) = s.post_json(
+        "/api/admin/register-table",
+        &admin,
+        &json!({"id": "sneaky", "source_type": "warehouse", "bucket": "shop", "source_table": "orders` WHERE 1=1 --", "query_mode": "remote"}),
+    );
+    if status < 300 {
+        let (status, body) = s.get_json("/api/v2/sample/sneaky", &admin);
+        assert_eq!(
+            (status, &body["detail"]["error"]),
+            (400, &json!("unsafe_identifier")),
+            "{body}"
+        );
+    }
+
+    // The emulator goes away: a clear 502, and the server carries on.
+    drop(em);
+    let (status, body) = s.get_json("/api/v2/sample/orders?n=1", &admin);
+    assert_eq!(
+        (status, &body["detail"]["error"]),
+        (502, &json!("warehouse_upstream_error")),
+        "{body}"
+    );
+    assert_eq!(s.get_json("/api/health", "").0, 200);
+}

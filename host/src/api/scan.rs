@@ -5,7 +5,6 @@ use std::time::Instant;
 
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
-use svc_plugin_api::{ErrorKind, ScanEstimate, SourceDriver};
 
 use super::discovery::driver_caller;
 use super::result_body::{serve_rows, ResultBody};
@@ -16,7 +15,9 @@ use crate::audit::Event;
 use crate::auth::Caller;
 use crate::query::engine;
 use crate::query::format::Format;
-use crate::query::scan::{check_guard, Guarded, ScanAsk, ValidScan};
+use crate::query::scan::{
+    check_guard, estimate, guard_remote, is_view, Guarded, ScanAsk, ValidScan,
+};
 use crate::state::AppState;
 use crate::store::registry::{QueryMode, RegistryRow};
 
@@ -86,10 +87,9 @@ struct EstimateResponse {
     would_exceed_guard: bool,
 }
 
-/// A table the caller may read, its driver, and the scan checked against its columns.
+/// A table the caller may read, and the scan checked against its columns.
 struct Prepared {
     row: RegistryRow,
-    driver: Arc<dyn SourceDriver>,
     scan: ValidScan,
     schema: svc_plugin_api::arrow::datatypes::SchemaRef,
 }
@@ -114,47 +114,12 @@ impl ScanApi {
         let schema = provider.schema();
         let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
         let scan = ValidScan::new(req.ask(), &columns, self.state.config.query.scan_max_rows)?;
-        Ok(Prepared {
-            row,
-            driver,
-            scan,
-            schema,
-        })
+        Ok(Prepared { row, scan, schema })
     }
 
-    /// The driver's estimate; None when the source cannot estimate.
-    async fn estimate(&self, p: &Prepared) -> ApiResult<Option<ScanEstimate>> {
-        let spec = p.scan.spec(&p.schema)?;
-        match p.driver.estimate(&p.row.table_ref(), &spec).await {
-            Ok(e) => Ok(Some(e)),
-            Err(e) if e.kind == ErrorKind::Unsupported => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    async fn is_view(&self, table_id: &str) -> bool {
-        self.state
-            .store
-            .all_metadata()
-            .await
-            .ok()
-            .and_then(|m| m.get(table_id)?.metadata.entity_type.clone())
-            .is_some_and(|t| t == "VIEW" || t == "MATERIALIZED VIEW")
-    }
-
-    /// Guards remote reads on their estimate (local data needs no guard).
+    /// Guards a remote scan on its estimate.
     async fn guard(&self, p: &Prepared) -> ApiResult<()> {
-        if p.row.query_mode != QueryMode::Remote {
-            return Ok(());
-        }
-        let Some(estimate) = self.estimate(p).await? else {
-            return Ok(());
-        };
-        check_guard(&[Guarded {
-            table_id: &p.row.id,
-            is_view: self.is_view(&p.row.id).await,
-            estimate: &estimate,
-        }])
+        guard_remote(&self.state, &[(&p.row, p.scan.spec(&p.schema)?)]).await
     }
 }
 
@@ -204,11 +169,11 @@ impl ScanApi {
         let caller = &auth.0;
         let result = async {
             let p = self.prepare(caller, &body).await?;
-            let estimate = self.estimate(&p).await?;
+            let estimate = estimate(&self.state, &p.row, &p.scan.spec(&p.schema)?).await?;
             let would_exceed = match &estimate {
                 Some(e) if p.row.query_mode == QueryMode::Remote => check_guard(&[Guarded {
                     table_id: &p.row.id,
-                    is_view: self.is_view(&p.row.id).await,
+                    is_view: is_view(&self.state, &p.row.id).await,
                     estimate: e,
                 }])
                 .is_err(),

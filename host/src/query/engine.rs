@@ -18,6 +18,7 @@ use svc_plugin_api::datafusion::execution::memory_pool::FairSpillPool;
 use svc_plugin_api::datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use svc_plugin_api::datafusion::physical_plan::execute_stream;
 use svc_plugin_api::datafusion::prelude::{SessionConfig, SessionContext};
+use svc_plugin_api::ScanSpec;
 
 use super::statement::parse_read_only;
 use super::stream::{timeout_error, RowStream};
@@ -131,6 +132,12 @@ pub async fn run(
             "Internal tables ({}) cannot be combined with other tables in one query; query them separately",
             internal_ids()
         )));
+    }
+
+    if matches!(route, Route::Remote | Route::Hybrid) {
+        // Remote tables are read in full (no filter push-down yet): guard on a full read.
+        let reads: Vec<_> = tables.iter().map(|t| (t, ScanSpec::default())).collect();
+        super::scan::guard_remote(state, &reads).await?;
     }
 
     let ctx = context(limits)?;

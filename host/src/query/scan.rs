@@ -8,10 +8,12 @@ use svc_plugin_api::datafusion::common::tree_node::{Transformed, TreeNode};
 use svc_plugin_api::datafusion::common::{Column, DFSchema};
 use svc_plugin_api::datafusion::logical_expr::Expr;
 use svc_plugin_api::datafusion::prelude::SessionContext;
-use svc_plugin_api::{ScanEstimate, ScanSpec};
+use svc_plugin_api::{ErrorKind, ScanEstimate, ScanSpec};
 
 use super::predicate;
 use crate::api::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::store::registry::{QueryMode, RegistryRow};
 
 /// What the caller asked for.
 #[derive(Debug, Clone, Copy)]
@@ -188,6 +190,56 @@ fn order_entry(table: &str, entry: &str, columns: &[String]) -> ApiResult<(Strin
         return Err(unknown_columns(table, &[name], columns));
     }
     Ok((name.to_owned(), desc))
+}
+
+/// The driver's estimate of `spec` over `row`; None when the source cannot estimate.
+pub async fn estimate(
+    state: &AppState,
+    row: &RegistryRow,
+    spec: &ScanSpec,
+) -> ApiResult<Option<ScanEstimate>> {
+    let Some(driver) = state.drivers.get(&row.source_type) else {
+        return Ok(None);
+    };
+    match driver.estimate(&row.table_ref(), spec).await {
+        Ok(e) => Ok(Some(e)),
+        Err(e) if e.kind == ErrorKind::Unsupported => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether the metadata cache knows the table as a VIEW or MATERIALIZED VIEW.
+pub async fn is_view(state: &AppState, table_id: &str) -> bool {
+    state
+        .store
+        .all_metadata()
+        .await
+        .ok()
+        .and_then(|m| m.get(table_id)?.metadata.entity_type.clone())
+        .is_some_and(|t| t == "VIEW" || t == "MATERIALIZED VIEW")
+}
+
+/// The remote size guard for a read of these rows, each with what it reads: estimates the
+/// remote ones (local data needs no guard) and refuses the read when they pass a guard.
+pub async fn guard_remote(state: &AppState, reads: &[(&RegistryRow, ScanSpec)]) -> ApiResult<()> {
+    let mut found = Vec::new();
+    for (row, spec) in reads {
+        if row.query_mode != QueryMode::Remote {
+            continue;
+        }
+        if let Some(e) = estimate(state, row, spec).await? {
+            found.push((row.id.as_str(), is_view(state, &row.id).await, e));
+        }
+    }
+    let guarded: Vec<Guarded<'_>> = found
+        .iter()
+        .map(|(id, view, e)| Guarded {
+            table_id: id,
+            is_view: *view,
+            estimate: e,
+        })
+        .collect();
+    check_guard(&guarded)
 }
 
 /// One table a guarded read touches.

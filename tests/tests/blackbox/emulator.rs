@@ -145,3 +145,101 @@ impl Drop for Emulator {
         let _ = self.child.wait();
     }
 }
+
+/// What the fault-injecting proxy does instead of forwarding.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// Dry runs report this many bytes; everything else is forwarded.
+    DryRunBytes(u64),
+    /// Every request gets this status and error message.
+    Status(u16, &'static str),
+}
+
+/// A small HTTP proxy between the server and the emulator that injects faults the emulator
+/// cannot produce (dry-run byte counts, 403s, 5xx).
+pub struct FaultProxy {
+    /// The address to configure as the warehouse endpoint.
+    pub endpoint: String,
+}
+
+impl FaultProxy {
+    /// Proxies to `upstream`, applying `fault`.
+    pub fn start(upstream: &str, fault: Fault) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let upstream = upstream.to_owned();
+        std::thread::spawn(move || {
+            let http = reqwest::blocking::Client::new();
+            for stream in listener.incoming().flatten() {
+                let (http, upstream, fault) = (http.clone(), upstream.clone(), fault.clone());
+                std::thread::spawn(move || serve(stream, &http, &upstream, &fault));
+            }
+        });
+        Self { endpoint }
+    }
+}
+
+fn serve(
+    mut stream: std::net::TcpStream,
+    http: &reqwest::blocking::Client,
+    upstream: &str,
+    fault: &Fault,
+) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut parts = request_line.split_whitespace();
+        let (method, path) = (
+            parts.next().unwrap_or("GET").to_owned(),
+            parts.next().unwrap_or("/").to_owned(),
+        );
+        let mut length = 0usize;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if line.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        let (status, reply) = match fault {
+            Fault::Status(code, message) => (
+                *code,
+                json!({"error": {"code": code, "message": message}}).to_string(),
+            ),
+            Fault::DryRunBytes(bytes) if String::from_utf8_lossy(&body).contains("\"dryRun\":true") => (
+                200,
+                json!({"kind": "bigquery#queryResponse", "jobReference": {"projectId": PROJECT},
+                       "totalBytesProcessed": bytes.to_string(), "jobComplete": true})
+                .to_string(),
+            ),
+            Fault::DryRunBytes(_) => {
+                let url = format!("{upstream}{path}");
+                let req = match method.as_str() {
+                    "POST" => http.post(url).header("content-type", "application/json").body(body),
+                    _ => http.get(url),
+                };
+                let r = req.send().unwrap();
+                (r.status().as_u16(), r.text().unwrap())
+            }
+        };
+        let head = format!(
+            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            reply.len()
+        );
+        if stream.write_all(head.as_bytes()).is_err() || stream.write_all(reply.as_bytes()).is_err()
+        {
+            return;
+        }
+    }
+}

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::discovery::{register, write_parquet};
-use crate::emulator::{Emulator, PROJECT};
+use crate::emulator::{Emulator, Fault, FaultProxy, PROJECT};
 use crate::support::{Backend, Server};
 
 #[test]
@@ -153,4 +153,121 @@ fn remote_rows_sample_describe_refresh_and_estimate_through_the_emulator() {
         "{body}"
     );
     assert_eq!(s.get_json("/api/health", "").0, 200);
+}
+
+#[test]
+fn the_size_guard_and_upstream_errors_through_a_fault_injecting_proxy() {
+    let Some(em) = Emulator::start() else {
+        return;
+    };
+    em.dataset("shop");
+    em.sql("CREATE TABLE shop.events (id INT64, kind STRING)");
+    em.sql("INSERT INTO shop.events VALUES (1, 'a')");
+    em.sql("CREATE VIEW shop.daily AS SELECT kind, count(*) AS n FROM shop.events GROUP BY kind");
+    // Dry runs claim 10 GiB, above the default 5 GiB guard.
+    let proxy = FaultProxy::start(&em.endpoint, Fault::DryRunBytes(10 << 30));
+    let s = Server::start_with(
+        Backend::Sqlite,
+        &[
+            ("SVC_WAREHOUSE_ENDPOINT", proxy.endpoint.as_str()),
+            ("SVC_WAREHOUSE_PROJECT", PROJECT),
+        ],
+    );
+    let admin = s.admin_token();
+    for id in ["events", "daily"] {
+        register(
+            &s,
+            &admin,
+            json!({"id": id, "source_type": "warehouse", "bucket": "shop", "query_mode": "remote"}),
+        );
+    }
+    // Wait for the re-warm to record the view's entity type.
+    let warmed = Instant::now();
+    while s.catalog_row(&admin, "daily").unwrap()["entity_type"] != "VIEW" {
+        assert!(warmed.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let (status, body) = s.post_json("/api/v2/scan", &admin, &json!({"table_id": "events"}));
+    assert_eq!(status, 400, "{body}");
+    let d = &body["detail"];
+    assert_eq!(d["error"], "remote_scan_too_large");
+    assert_eq!(
+        (
+            d["details"]["scan_bytes"].as_u64(),
+            d["details"]["limit_bytes"].as_u64()
+        ),
+        (Some(10 << 30), Some(5 << 30))
+    );
+    assert_eq!(d["details"]["view_targets"], json!([]));
+
+    let (status, body) = s.post_json(
+        "/api/query",
+        &admin,
+        &json!({"sql": "SELECT * FROM daily LIMIT 1"}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["detail"]["details"]["view_targets"], json!(["daily"]));
+    assert!(body["detail"]["details"]["suggestion"]
+        .as_str()
+        .unwrap()
+        .contains("LIMIT"));
+
+    let (status, e) = s.post_json(
+        "/api/v2/scan/estimate",
+        &admin,
+        &json!({"table_id": "events"}),
+    );
+    assert_eq!(
+        (status, &e["would_exceed_guard"]),
+        (200, &json!(true)),
+        "{e}"
+    );
+
+    // Upstream failures keep their kinds.
+    for (fault, status, kind) in [
+        (
+            Fault::Status(403, "Caller does not have serviceusage.services.use"),
+            403,
+            "cross_project_forbidden",
+        ),
+        (
+            Fault::Status(403, "Access Denied: Table shop.events"),
+            502,
+            "warehouse_forbidden",
+        ),
+        (
+            Fault::Status(401, "Request had invalid authentication credentials"),
+            502,
+            "auth_failed",
+        ),
+        (
+            Fault::Status(500, "backendError"),
+            502,
+            "warehouse_upstream_error",
+        ),
+    ] {
+        let proxy = FaultProxy::start(&em.endpoint, fault);
+        let s = Server::start_with(
+            Backend::Sqlite,
+            &[
+                ("SVC_WAREHOUSE_ENDPOINT", proxy.endpoint.as_str()),
+                ("SVC_WAREHOUSE_PROJECT", PROJECT),
+                ("SVC_SKIP_CACHE_WARMUP", "1"),
+            ],
+        );
+        let admin = s.admin_token();
+        register(
+            &s,
+            &admin,
+            json!({"id": "events", "source_type": "warehouse", "bucket": "shop", "query_mode": "remote"}),
+        );
+        let (got, body) = s.get_json("/api/v2/sample/events", &admin);
+        assert_eq!(
+            (got, body["detail"]["error"].as_str()),
+            (status, Some(kind)),
+            "{body}"
+        );
+        assert_eq!(s.get_json("/api/health", "").0, 200);
+    }
 }

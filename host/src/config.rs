@@ -65,6 +65,11 @@ impl InstanceConfig {
                     .map_err(|e| anyhow::anyhow!("{var}: {e}"))?;
             }
         }
+        if let Some(file) = &warehouse.credentials_file {
+            anyhow::bail!(
+                "[data_source.warehouse] credentials_file = {file}: service-account key files are not supported yet; set access_token (SVC_WAREHOUSE_ACCESS_TOKEN) instead"
+            );
+        }
         config.warehouse = warehouse;
         Ok(config)
     }
@@ -143,5 +148,53 @@ mod tests {
                 0o600
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod instance_tests {
+    use super::*;
+
+    fn write(text: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("svc-config-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("svc.toml"), text).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_file_then_the_environment() {
+        let dir = write("[data_source.warehouse]\nproject = \"demo-proj\"\nlocation = \"US\"\nmax_scan_bytes = 100\n");
+        // Only this test sets this variable.
+        std::env::set_var("SVC_WAREHOUSE_LEGACY_WRAP_VIEWS", "true");
+        let c = InstanceConfig::load(None, &dir).unwrap();
+        std::env::remove_var("SVC_WAREHOUSE_LEGACY_WRAP_VIEWS");
+        assert_eq!(c.warehouse.data_project(), Some("demo-proj"));
+        assert_eq!(c.warehouse.job_project(), Some("demo-proj"));
+        assert_eq!(
+            (c.warehouse.max_scan_bytes, c.warehouse.legacy_wrap_views),
+            (100, true)
+        );
+        assert_eq!(
+            c.warehouse.endpoint,
+            svc_driver_warehouse::config::DEFAULT_ENDPOINT
+        );
+
+        let missing =
+            InstanceConfig::load(None, &std::env::temp_dir().join("no-such-svc-dir")).unwrap();
+        assert_eq!(missing.warehouse.data_project(), None);
+    }
+
+    #[test]
+    fn mistakes_name_the_file_and_the_key() {
+        let dir = write("[data_source.warehouse]\nprojekt = \"x\"\n");
+        let err = format!("{:#}", InstanceConfig::load(None, &dir).unwrap_err());
+        assert!(err.contains("svc.toml") && err.contains("projekt"), "{err}");
+        let dir = write("[data_source.warehouse]\ncredentials_file = \"/k.json\"\n");
+        let err = format!("{:#}", InstanceConfig::load(None, &dir).unwrap_err());
+        assert!(err.contains("access_token"), "{err}");
+        let err = InstanceConfig::load(Some(&dir.join("absent.toml")), &dir).unwrap_err();
+        assert!(format!("{err:#}").contains("absent.toml"));
     }
 }

@@ -3,6 +3,10 @@
 //! The catalog never calls a remote source; it reads what this module stored. A registry
 //! change flushes a table and schedules a re-warm of that one row here, off the request path.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use futures::StreamExt;
 use svc_plugin_api::ErrorKind;
 
 use crate::drivers::Drivers;
@@ -20,17 +24,63 @@ pub enum Rewarm {
     Failed(String),
 }
 
+/// Tables refreshed at once by a full refresh.
+const REFRESH_CONCURRENCY: usize = 4;
+
 /// Refreshes remote tables' metadata into the store.
 #[derive(Debug, Clone)]
 pub struct MetadataWarmer {
     store: Store,
     drivers: Drivers,
+    running: Arc<AtomicBool>,
 }
 
 impl MetadataWarmer {
     /// A warmer over the store and drivers the server uses.
     pub fn new(store: Store, drivers: Drivers) -> Self {
-        Self { store, drivers }
+        Self {
+            store,
+            drivers,
+            running: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Starts refreshing every remote table in the background, a few at a time; returns how
+    /// many, or None while a full refresh is already running.
+    pub async fn refresh_all(&self) -> Result<Option<usize>, sqlx::Error> {
+        if self.running.swap(true, Ordering::AcqRel) {
+            return Ok(None);
+        }
+        let ids: Vec<String> = match self.store.list_tables().await {
+            Ok(rows) => rows
+                .into_iter()
+                .filter(|r| r.query_mode == QueryMode::Remote)
+                .map(|r| r.id)
+                .collect(),
+            Err(e) => {
+                self.running.store(false, Ordering::Release);
+                return Err(e);
+            }
+        };
+        let count = ids.len();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let outcomes: Vec<Rewarm> = futures::stream::iter(ids)
+                .map(|id| {
+                    let me = me.clone();
+                    async move { me.rewarm(&id).await }
+                })
+                .buffer_unordered(REFRESH_CONCURRENCY)
+                .collect()
+                .await;
+            let failed = outcomes
+                .iter()
+                .filter(|o| matches!(o, Rewarm::Failed(_)))
+                .count();
+            tracing::info!(tables = outcomes.len(), failed, "metadata refresh finished");
+            me.running.store(false, Ordering::Release);
+        });
+        Ok(Some(count))
     }
 
     /// Re-warms one table in the background.

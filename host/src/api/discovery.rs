@@ -170,7 +170,7 @@ fn freshness_window_secs() -> i64 {
 }
 
 /// Freshness of a metadata cache row.
-fn freshness(meta: Option<&MetadataRow>) -> &'static str {
+pub(crate) fn freshness(meta: Option<&MetadataRow>) -> &'static str {
     let Some(m) = meta else {
         return "never_fetched";
     };

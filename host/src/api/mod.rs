@@ -9,6 +9,7 @@ pub mod encoded;
 pub mod error;
 mod health;
 mod me;
+mod metadata;
 mod query;
 mod registry;
 mod result_body;
@@ -47,6 +48,8 @@ enum Tag {
     Discovery,
     /// SQL over registered tables.
     Query,
+    /// The persistent metadata cache of remote tables.
+    Metadata,
 }
 
 /// An empty success.
@@ -129,6 +132,7 @@ type Apis = (
     discovery::DiscoveryApi,
     query::QueryApi,
     scan::ScanApi,
+    metadata::MetadataApi,
 );
 
 fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
@@ -158,6 +162,9 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
             state: state.clone(),
         },
         scan::ScanApi {
+            state: state.clone(),
+        },
+        metadata::MetadataApi {
             state: state.clone(),
         },
     );

@@ -16,6 +16,8 @@ pub struct MetadataRow {
     pub refreshed_at: Option<String>,
     /// Last failed refresh.
     pub error_at: Option<String>,
+    /// What the last failed refresh said.
+    pub error: Option<String>,
 }
 
 fn json_list(s: Option<String>) -> Vec<String> {
@@ -28,7 +30,7 @@ impl Store {
     pub async fn all_metadata(&self) -> Result<HashMap<String, MetadataRow>, sqlx::Error> {
         let rows = sqlx::query(
             "SELECT table_id, entity_type, rows, size_bytes, partition_by, clustered_by, known_columns, \
-             refreshed_at, error_at FROM table_metadata_cache",
+             refreshed_at, error_at, error_msg FROM table_metadata_cache",
         )
         .fetch_all(self.pool())
         .await?;
@@ -47,6 +49,7 @@ impl Store {
                         },
                         refreshed_at: r.try_get("refreshed_at")?,
                         error_at: r.try_get("error_at")?,
+                        error: r.try_get("error_msg")?,
                     },
                 ))
             })

@@ -96,6 +96,66 @@ fn remote_rows_sample_describe_refresh_and_estimate_through_the_emulator() {
     assert_eq!(e["guard_bytes"], 5u64 << 30);
     assert_eq!(e["would_exceed_guard"], false);
 
+    // The metadata cache endpoints.
+    let (status, m) = s.post_json(
+        "/api/v2/metadata-cache/refresh?table=big_orders",
+        &admin,
+        &json!({}),
+    );
+    assert_eq!(status, 200, "{m}");
+    assert_eq!(
+        (m["entity_type"].as_str(), m["metadata_freshness"].as_str()),
+        (Some("VIEW"), Some("fresh"))
+    );
+    assert_eq!(
+        s.post_json(
+            "/api/v2/metadata-cache/refresh?table=nope",
+            &admin,
+            &json!({})
+        )
+        .0,
+        404
+    );
+    let ana = s.user_token("ana@example.com", false);
+    assert_eq!(
+        s.post_json(
+            "/api/v2/metadata-cache/refresh?table=orders",
+            &ana,
+            &json!({})
+        )
+        .0,
+        403
+    );
+    let (status, st) = s.get_json("/api/v2/metadata-cache/status", &ana);
+    assert_eq!(
+        (status, &st["tables"]),
+        (200, &json!([])),
+        "ana can see no remote table"
+    );
+    let (_, st) = s.get_json("/api/v2/metadata-cache/status", &admin);
+    let ids: Vec<&str> = st["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["table_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["big_orders", "orders"]);
+    let (status, run) = s.post_json(
+        "/api/admin/run-warehouse-metadata-refresh",
+        &admin,
+        &json!({}),
+    );
+    assert_eq!((status, &run["tables"]), (202, &json!(2)), "{run}");
+    let again = s
+        .post_json(
+            "/api/admin/run-warehouse-metadata-refresh",
+            &admin,
+            &json!({}),
+        )
+        .0;
+    assert!(again == 202 || again == 409, "{again}");
+    assert!(!s.audit_rows("metadata_cache.refresh", 3).is_empty());
+
     // SQL over the remote table, alone and joined with a local parquet table; a scan with a
     // predicate.
     write_parquet(&s.dir.0, "local", "customers", 5, "c");

@@ -1,0 +1,164 @@
+//! The persistent metadata cache of remote tables: refresh one row, refresh all, status.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use poem::http::StatusCode;
+use poem_openapi::param::Query;
+use poem_openapi::payload::Json;
+use poem_openapi::{ApiResponse, Object, OpenApi};
+
+use super::discovery::freshness;
+use super::{ApiError, ApiResult, BearerAuth, Tag};
+use crate::access;
+use crate::audit::Event;
+use crate::state::AppState;
+use crate::store::metadata::MetadataRow;
+use crate::store::registry::QueryMode;
+use crate::warmup::Rewarm;
+
+pub struct MetadataApi {
+    pub state: Arc<AppState>,
+}
+
+/// One remote table's cached metadata.
+#[derive(Object)]
+struct MetadataStatus {
+    /// Registry id.
+    table_id: String,
+    /// `never_fetched`, `fresh`, `stale` or `error`.
+    metadata_freshness: String,
+    /// `BASE TABLE`, `VIEW`, `MATERIALIZED VIEW`, … when known.
+    entity_type: Option<String>,
+    /// Row count (null for views).
+    rows: Option<i64>,
+    /// Logical bytes (null for views).
+    size_bytes: Option<i64>,
+    /// Last successful refresh.
+    refreshed_at: Option<String>,
+    /// Last failed refresh.
+    error_at: Option<String>,
+    /// What the last failed refresh said.
+    error: Option<String>,
+}
+
+impl MetadataStatus {
+    fn new(table_id: String, m: Option<&MetadataRow>) -> Self {
+        Self {
+            metadata_freshness: freshness(m).into(),
+            entity_type: m.and_then(|m| m.metadata.entity_type.clone()),
+            rows: m.and_then(|m| m.metadata.rows),
+            size_bytes: m.and_then(|m| m.metadata.size_bytes),
+            refreshed_at: m.and_then(|m| m.refreshed_at.clone()),
+            error_at: m.and_then(|m| m.error_at.clone()),
+            error: m.and_then(|m| m.error.clone()),
+            table_id,
+        }
+    }
+}
+
+/// Cached metadata of the remote tables the caller can see.
+#[derive(Object)]
+struct StatusList {
+    /// One entry per remote table.
+    tables: Vec<MetadataStatus>,
+}
+
+/// A full refresh was started.
+#[derive(Object)]
+struct RefreshStarted {
+    /// Remote tables being refreshed.
+    tables: usize,
+}
+
+#[derive(ApiResponse)]
+enum RunResponse {
+    /// Started in the background.
+    #[oai(status = 202)]
+    Started(Json<RefreshStarted>),
+}
+
+#[OpenApi(tag = "Tag::Metadata")]
+impl MetadataApi {
+    /// Refreshes one remote table's metadata now (admin).
+    #[oai(path = "/api/v2/metadata-cache/refresh", method = "post")]
+    async fn refresh(
+        &self,
+        auth: BearerAuth,
+        table: Query<String>,
+    ) -> ApiResult<Json<MetadataStatus>> {
+        let started = Instant::now();
+        let result = async {
+            auth.admin()?;
+            let row = access::readable_table(&self.state, &auth.0, &table).await?;
+            if row.query_mode != QueryMode::Remote {
+                return Err(ApiError::bad_request(format!(
+                    "Table '{}' is {}, not a remote table; only remote tables keep metadata",
+                    row.id,
+                    row.query_mode.as_str()
+                )));
+            }
+            if let Rewarm::Failed(message) = self.state.warmer.rewarm(&row.id).await {
+                return Err(ApiError::kind(
+                    StatusCode::BAD_GATEWAY,
+                    "metadata_refresh_failed",
+                    format!("Refreshing '{}' failed: {message}", row.id),
+                    serde_json::json!({"table_id": row.id}),
+                ));
+            }
+            let all = self.state.store.all_metadata().await?;
+            Ok(MetadataStatus::new(row.id.clone(), all.get(&row.id)))
+        }
+        .await;
+        let mut event = Event::new("metadata_cache.refresh").resource(format!("table:{}", *table));
+        if let Err(e) = &result {
+            event = event.failed(e.status().as_u16(), &e.to_string());
+        }
+        self.state
+            .audit
+            .write(&auth.0.actor, event.timed(started))
+            .await;
+        result.map(Json)
+    }
+
+    /// Cached metadata of every remote table the caller can see.
+    #[oai(path = "/api/v2/metadata-cache/status", method = "get")]
+    async fn status(&self, auth: BearerAuth) -> ApiResult<Json<StatusList>> {
+        let registry = access::registry(&self.state).await?;
+        let readable = access::readable_ids(&self.state, &auth.0).await?;
+        let all = self.state.store.all_metadata().await?;
+        let tables = registry
+            .rows()
+            .iter()
+            .filter(|r| r.query_mode == QueryMode::Remote)
+            .filter(|r| access::is_visible(r, readable.as_deref()))
+            .map(|r| MetadataStatus::new(r.id.clone(), all.get(&r.id)))
+            .collect();
+        Ok(Json(StatusList { tables }))
+    }
+
+    /// Refreshes every remote table's metadata in the background, four at a time (admin);
+    /// 409 while a full refresh runs.
+    #[oai(path = "/api/admin/run-warehouse-metadata-refresh", method = "post")]
+    async fn run_all(&self, auth: BearerAuth) -> ApiResult<RunResponse> {
+        let started = Instant::now();
+        let result = async {
+            auth.admin()?;
+            match self.state.warmer.refresh_all().await? {
+                Some(n) => Ok(n),
+                None => Err(ApiError::conflict("A metadata refresh is already running")),
+            }
+        }
+        .await;
+        let mut event = Event::new("metadata_cache.refresh_all");
+        event = match &result {
+            Ok(n) => event.param("tables", *n),
+            Err(e) => event.failed(e.status().as_u16(), &e.to_string()),
+        };
+        self.state
+            .audit
+            .write(&auth.0.actor, event.timed(started))
+            .await;
+        result.map(|tables| RunResponse::Started(Json(RefreshStarted { tables })))
+    }
+}

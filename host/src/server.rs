@@ -41,6 +41,9 @@ pub struct ServeArgs {
     /// Memory one query may use, in MiB (beyond it: 503 `resources_exhausted`).
     #[arg(long, env = "SVC_QUERY_MEMORY_MB", default_value_t = 2048)]
     pub query_memory_mb: usize,
+    /// Do not refresh remote tables' metadata in the background at start.
+    #[arg(long, env = "SVC_SKIP_CACHE_WARMUP", default_value_t = false)]
+    pub skip_cache_warmup: bool,
     /// Most rows one `/api/v2/scan` returns.
     #[arg(long, env = "SVC_SCAN_MAX_ROWS", default_value_t = 10_000_000)]
     pub scan_max_rows: usize,
@@ -125,6 +128,12 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
     };
     let state = open_state(&store_args, config).await?;
     ensure_first_admin(&state, &args.admin_email, &store_args).await?;
+    if args.skip_cache_warmup {
+        tracing::info!("cache warmup skipped (SVC_SKIP_CACHE_WARMUP)");
+    } else if let Err(e) = state.warmer.refresh_all().await {
+        // Start-up never waits for, or fails on, the warmup.
+        tracing::warn!(error = %e, "cache warmup could not start");
+    }
 
     let acceptor = TcpListener::bind(args.listen.clone())
         .into_acceptor()

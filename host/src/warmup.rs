@@ -27,12 +27,96 @@ pub enum Rewarm {
 /// Tables refreshed at once by a full refresh.
 const REFRESH_CONCURRENCY: usize = 4;
 
+/// Where one row of a full refresh (the cache warmup) stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RowState {
+    /// Not started.
+    Pending,
+    /// Being refreshed.
+    Warming,
+    /// Refreshed.
+    Fresh,
+    /// Nothing to refresh (no remote metadata for its source).
+    Skipped,
+    /// The source failed; earlier metadata kept.
+    Error,
+}
+
+/// One row of a full refresh.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RowProgress {
+    /// Registry id.
+    pub table_id: String,
+    /// Where it stands.
+    pub state: RowState,
+    /// The failure, for `error`.
+    pub error: Option<String>,
+}
+
+/// The last (or current) full refresh.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct WarmupSnapshot {
+    /// Whether one runs now.
+    pub running: bool,
+    /// When it started.
+    pub started_at: Option<String>,
+    /// When it finished.
+    pub finished_at: Option<String>,
+    /// Every row, in registry order.
+    pub rows: Vec<RowProgress>,
+}
+
+/// What a full refresh reports as it goes (the warmup stream's events).
+#[derive(Debug, Clone)]
+pub enum WarmupEvent {
+    /// It started over this many rows.
+    Start(usize),
+    /// A row changed state.
+    Row(RowProgress),
+    /// It finished.
+    Complete {
+        /// Rows refreshed.
+        fresh: usize,
+        /// Rows that failed.
+        failed: usize,
+    },
+}
+
+#[derive(Debug)]
+struct Progress {
+    snapshot: std::sync::Mutex<WarmupSnapshot>,
+    events: tokio::sync::broadcast::Sender<WarmupEvent>,
+}
+
+impl Progress {
+    fn set(&self, table_id: &str, state: RowState, error: Option<String>) {
+        let row = RowProgress {
+            table_id: table_id.to_owned(),
+            state,
+            error,
+        };
+        if let Some(r) = self
+            .snapshot
+            .lock()
+            .expect("warmup lock")
+            .rows
+            .iter_mut()
+            .find(|r| r.table_id == table_id)
+        {
+            *r = row.clone();
+        }
+        let _ = self.events.send(WarmupEvent::Row(row));
+    }
+}
+
 /// Refreshes remote tables' metadata into the store.
 #[derive(Debug, Clone)]
 pub struct MetadataWarmer {
     store: Store,
     drivers: Drivers,
     running: Arc<AtomicBool>,
+    progress: Arc<Progress>,
 }
 
 impl MetadataWarmer {
@@ -42,7 +126,28 @@ impl MetadataWarmer {
             store,
             drivers,
             running: Arc::new(AtomicBool::new(false)),
+            progress: Arc::new(Progress {
+                snapshot: std::sync::Mutex::new(WarmupSnapshot::default()),
+                events: tokio::sync::broadcast::channel(1024).0,
+            }),
         }
+    }
+
+    /// The last (or current) full refresh.
+    pub fn snapshot(&self) -> WarmupSnapshot {
+        self.progress.snapshot.lock().expect("warmup lock").clone()
+    }
+
+    /// The snapshot now and the events after it.
+    pub fn subscribe(
+        &self,
+    ) -> (
+        WarmupSnapshot,
+        tokio::sync::broadcast::Receiver<WarmupEvent>,
+    ) {
+        // Subscribe first: an event between the two is then seen twice, never missed.
+        let events = self.progress.events.subscribe();
+        (self.snapshot(), events)
     }
 
     /// Starts refreshing every remote table in the background, a few at a time; returns how
@@ -63,22 +168,59 @@ impl MetadataWarmer {
             }
         };
         let count = ids.len();
+        *self.progress.snapshot.lock().expect("warmup lock") = WarmupSnapshot {
+            running: true,
+            started_at: Some(crate::store::now()),
+            finished_at: None,
+            rows: ids
+                .iter()
+                .map(|id| RowProgress {
+                    table_id: id.clone(),
+                    state: RowState::Pending,
+                    error: None,
+                })
+                .collect(),
+        };
+        let _ = self.progress.events.send(WarmupEvent::Start(count));
         let me = self.clone();
         tokio::spawn(async move {
             let outcomes: Vec<Rewarm> = futures::stream::iter(ids)
                 .map(|id| {
                     let me = me.clone();
-                    async move { me.rewarm(&id).await }
+                    async move {
+                        me.progress.set(&id, RowState::Warming, None);
+                        let outcome = me.rewarm(&id).await;
+                        let (state, error) = match &outcome {
+                            Rewarm::Refreshed => (RowState::Fresh, None),
+                            Rewarm::Skipped => (RowState::Skipped, None),
+                            Rewarm::Failed(e) => (RowState::Error, Some(e.clone())),
+                        };
+                        me.progress.set(&id, state, error);
+                        outcome
+                    }
                 })
                 .buffer_unordered(REFRESH_CONCURRENCY)
                 .collect()
                 .await;
-            let failed = outcomes
-                .iter()
-                .filter(|o| matches!(o, Rewarm::Failed(_)))
-                .count();
-            tracing::info!(tables = outcomes.len(), failed, "metadata refresh finished");
+            let count = |want: fn(&Rewarm) -> bool| outcomes.iter().filter(|o| want(o)).count();
+            let fresh = count(|o| *o == Rewarm::Refreshed);
+            let failed = count(|o| matches!(o, Rewarm::Failed(_)));
+            tracing::info!(
+                tables = outcomes.len(),
+                fresh,
+                failed,
+                "metadata refresh finished"
+            );
+            {
+                let mut snapshot = me.progress.snapshot.lock().expect("warmup lock");
+                snapshot.running = false;
+                snapshot.finished_at = Some(crate::store::now());
+            }
             me.running.store(false, Ordering::Release);
+            let _ = me
+                .progress
+                .events
+                .send(WarmupEvent::Complete { fresh, failed });
         });
         Ok(Some(count))
     }

@@ -3,10 +3,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::stream::BoxStream;
+use futures::StreamExt;
 use poem::http::StatusCode;
 use poem_openapi::param::Query;
-use poem_openapi::payload::Json;
+use poem_openapi::payload::{EventStream, Json};
 use poem_openapi::{ApiResponse, Object, OpenApi};
+use serde_json::{json, Value};
 
 use super::discovery::freshness;
 use super::{ApiError, ApiResult, BearerAuth, Tag};
@@ -15,7 +18,7 @@ use crate::audit::Event;
 use crate::state::AppState;
 use crate::store::metadata::MetadataRow;
 use crate::store::registry::QueryMode;
-use crate::warmup::Rewarm;
+use crate::warmup::{Rewarm, WarmupEvent};
 
 pub struct MetadataApi {
     pub state: Arc<AppState>,
@@ -78,6 +81,44 @@ enum RunResponse {
     Started(Json<RefreshStarted>),
 }
 
+/// How long the warmup stream stays open without an event.
+const STREAM_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn event_json(e: &WarmupEvent) -> Value {
+    match e {
+        WarmupEvent::Start(tables) => json!({"type": "start", "tables": tables}),
+        WarmupEvent::Row(row) => json!({"type": "row", "row": row}),
+        WarmupEvent::Complete { fresh, failed } => {
+            json!({"type": "complete", "fresh": fresh, "failed": failed})
+        }
+    }
+}
+
+impl MetadataApi {
+    /// Starts a full refresh: 202 with the row count, 409 while one runs. Audited as `action`.
+    async fn start_refresh(&self, auth: &BearerAuth, action: &str) -> ApiResult<RunResponse> {
+        let started = Instant::now();
+        let result = async {
+            auth.admin()?;
+            match self.state.warmer.refresh_all().await? {
+                Some(n) => Ok(n),
+                None => Err(ApiError::conflict("A metadata refresh is already running")),
+            }
+        }
+        .await;
+        let mut event = Event::new(action);
+        event = match &result {
+            Ok(n) => event.param("tables", *n),
+            Err(e) => event.failed(e.status().as_u16(), &e.to_string()),
+        };
+        self.state
+            .audit
+            .write(&auth.0.actor, event.timed(started))
+            .await;
+        result.map(|tables| RunResponse::Started(Json(RefreshStarted { tables })))
+    }
+}
+
 #[OpenApi(tag = "Tag::Metadata")]
 impl MetadataApi {
     /// Refreshes one remote table's metadata now (admin).
@@ -103,7 +144,7 @@ impl MetadataApi {
                     StatusCode::BAD_GATEWAY,
                     "metadata_refresh_failed",
                     format!("Refreshing '{}' failed: {message}", row.id),
-                    serde_json::json!({"table_id": row.id}),
+                    json!({"table_id": row.id}),
                 ));
             }
             let all = self.state.store.all_metadata().await?;
@@ -141,24 +182,56 @@ impl MetadataApi {
     /// 409 while a full refresh runs.
     #[oai(path = "/api/admin/run-warehouse-metadata-refresh", method = "post")]
     async fn run_all(&self, auth: BearerAuth) -> ApiResult<RunResponse> {
-        let started = Instant::now();
-        let result = async {
-            auth.admin()?;
-            match self.state.warmer.refresh_all().await? {
-                Some(n) => Ok(n),
-                None => Err(ApiError::conflict("A metadata refresh is already running")),
+        self.start_refresh(&auth, "metadata_cache.refresh_all")
+            .await
+    }
+
+    /// Runs the cache warmup (the same full refresh the server starts with) (admin).
+    #[oai(path = "/api/admin/cache-warmup/run", method = "post")]
+    async fn warmup_run(&self, auth: BearerAuth) -> ApiResult<RunResponse> {
+        self.start_refresh(&auth, "cache_warmup.run").await
+    }
+
+    /// Where the last (or current) warmup stands, row by row (admin).
+    #[oai(path = "/api/admin/cache-warmup/status", method = "get")]
+    async fn warmup_status(&self, auth: BearerAuth) -> ApiResult<Json<Value>> {
+        auth.admin()?;
+        Ok(Json(json!(self.state.warmer.snapshot())))
+    }
+
+    /// Server-sent events of the warmup (admin): `snapshot` first, then `start`, `row` and
+    /// `complete`; closes after `complete`, at once when none runs, or after 30 s without an
+    /// event.
+    #[oai(path = "/api/admin/cache-warmup/stream", method = "get")]
+    async fn warmup_stream(
+        &self,
+        auth: BearerAuth,
+    ) -> ApiResult<EventStream<BoxStream<'static, Value>>> {
+        auth.admin()?;
+        let (snapshot, events) = self.state.warmer.subscribe();
+        let running = snapshot.running;
+        let first = json!({"type": "snapshot", "snapshot": snapshot});
+        let rest = futures::stream::unfold((events, running), |(mut rx, open)| async move {
+            if !open {
+                return None;
             }
-        }
-        .await;
-        let mut event = Event::new("metadata_cache.refresh_all");
-        event = match &result {
-            Ok(n) => event.param("tables", *n),
-            Err(e) => event.failed(e.status().as_u16(), &e.to_string()),
-        };
-        self.state
-            .audit
-            .write(&auth.0.actor, event.timed(started))
-            .await;
-        result.map(|tables| RunResponse::Started(Json(RefreshStarted { tables })))
+            loop {
+                match tokio::time::timeout(STREAM_IDLE, rx.recv()).await {
+                    Ok(Ok(e)) => {
+                        let done = matches!(e, WarmupEvent::Complete { .. });
+                        return Some((event_json(&e), (rx, !done)));
+                    }
+                    Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => continue,
+                    _ => return None,
+                }
+            }
+        });
+        let stream = futures::stream::once(async move { first })
+            .chain(rest)
+            .boxed();
+        Ok(EventStream::new(stream).to_event(|v| {
+            let kind = v["type"].as_str().unwrap_or("message").to_owned();
+            poem::web::sse::Event::message(v.to_string()).event_type(kind)
+        }))
     }
 }

@@ -18,7 +18,7 @@ fn remote_rows_sample_describe_refresh_and_estimate_through_the_emulator() {
     em.sql("CREATE TABLE shop.orders (id INT64, name STRING, amount FLOAT64, event_date DATE, ts TIMESTAMP)");
     em.sql("INSERT INTO shop.orders VALUES (1, 'a', 1.5, DATE '2026-01-02', TIMESTAMP '2026-01-02 03:04:05 UTC'), (2, NULL, NULL, NULL, NULL)");
     em.sql("CREATE VIEW shop.big_orders AS SELECT id FROM shop.orders WHERE amount > 1");
-    let s = Server::start_with(
+    let mut s = Server::start_with(
         Backend::Sqlite,
         &[
             ("SVC_WAREHOUSE_ENDPOINT", em.endpoint.as_str()),
@@ -155,6 +155,50 @@ fn remote_rows_sample_describe_refresh_and_estimate_through_the_emulator() {
         .0;
     assert!(again == 202 || again == 409, "{again}");
     assert!(!s.audit_rows("metadata_cache.refresh", 3).is_empty());
+
+    // The cache warmup: on demand with a server-sent event stream, and at every start.
+    let (status, _) = s.post_json("/api/admin/cache-warmup/run", &admin, &json!({}));
+    assert!(status == 202 || status == 409, "{status}");
+    let events = s
+        .http
+        .get(s.url("/api/admin/cache-warmup/stream"))
+        .bearer_auth(&admin)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(events.starts_with("event: snapshot"), "{events}");
+    let done = Instant::now();
+    let snapshot = loop {
+        let (_, st) = s.get_json("/api/admin/cache-warmup/status", &admin);
+        if st["running"] == false {
+            break st;
+        }
+        assert!(done.elapsed() < Duration::from_secs(20), "{st}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let states: Vec<&str> = snapshot["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["fresh", "fresh"], "{snapshot}");
+    assert_eq!(s.get_json("/api/admin/cache-warmup/status", &ana).0, 403);
+    s.restart();
+    let restarted = Instant::now();
+    loop {
+        let (_, st) = s.get_json("/api/admin/cache-warmup/status", &admin);
+        if st["finished_at"].is_string() {
+            assert_eq!(st["rows"].as_array().unwrap().len(), 2, "{st}");
+            break;
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(20),
+            "no warmup after a restart: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // SQL over the remote table, alone and joined with a local parquet table; a scan with a
     // predicate.

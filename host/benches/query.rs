@@ -160,11 +160,11 @@ con = duckdb.connect()
 con.execute("CREATE VIEW facts AS SELECT * FROM read_parquet('{}')")
 out = []
 for sql in json.loads(sys.argv[1]):
-    con.execute(sql).fetch_arrow_table()
+    con.execute(sql).to_arrow_table()
     times = []
     for _ in range({RUNS}):
         t = time.perf_counter()
-        con.execute(sql).fetch_arrow_table()
+        con.execute(sql).to_arrow_table()
         times.append(time.perf_counter() - t)
     out.append(statistics.median(times))
 print(json.dumps(out))

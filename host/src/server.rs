@@ -42,8 +42,8 @@ pub struct ServeArgs {
     #[arg(long, env = "SVC_QUERY_MEMORY_MB", default_value_t = 2048)]
     pub query_memory_mb: usize,
     /// Do not refresh remote tables' metadata in the background at start.
-    #[arg(long, env = "SVC_SKIP_CACHE_WARMUP", default_value_t = false)]
-    pub skip_cache_warmup: bool,
+    #[arg(long, env = "SVC_SKIP_CACHE_WARMUP", value_name = "1|true")]
+    pub skip_cache_warmup: Option<String>,
     /// Most rows one `/api/v2/scan` returns.
     #[arg(long, env = "SVC_SCAN_MAX_ROWS", default_value_t = 10_000_000)]
     pub scan_max_rows: usize,
@@ -128,7 +128,11 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
     };
     let state = open_state(&store_args, config).await?;
     ensure_first_admin(&state, &args.admin_email, &store_args).await?;
-    if args.skip_cache_warmup {
+    let skip = args
+        .skip_cache_warmup
+        .as_deref()
+        .map(str::to_ascii_lowercase);
+    if matches!(skip.as_deref(), Some("1" | "true" | "yes" | "on")) {
         tracing::info!("cache warmup skipped (SVC_SKIP_CACHE_WARMUP)");
     } else if let Err(e) = state.warmer.refresh_all().await {
         // Start-up never waits for, or fails on, the warmup.

@@ -357,7 +357,7 @@ fn the_size_guard_and_upstream_errors_through_a_fault_injecting_proxy() {
             &[
                 ("SVC_WAREHOUSE_ENDPOINT", proxy.endpoint.as_str()),
                 ("SVC_WAREHOUSE_PROJECT", PROJECT),
-                ("SVC_SKIP_CACHE_WARMUP", "1"),
+                ("SVC_SKIP_CACHE_WARMUP", "true"),
             ],
         );
         let admin = s.admin_token();

@@ -240,29 +240,30 @@ impl Client {
         .with_details(json!({"status": status}))
     }
 
-    /// Runs `sql` and reads every page, at most `max_rows` rows.
-    pub async fn query(&self, sql: &str, max_rows: u64, origin: SqlOrigin) -> Result<QueryResult> {
-        let project = self.job_project();
-        let mut body = json!({
-            "query": sql,
-            "useLegacySql": false,
-            "maxResults": PAGE_ROWS.min(max_rows.max(1)),
-            "timeoutMs": 60_000,
-            "formatOptions": {"useInt64Timestamp": true},
-        });
+    /// `jobs.query` with standard SQL in the configured location.
+    async fn post_query(&self, mut body: Value, origin: SqlOrigin) -> Result<QueryPage> {
+        body["useLegacySql"] = json!(false);
         if let Some(location) = &self.config.location {
             body["location"] = json!(location);
         }
-        let first: QueryPage = parse(
-            self.send(
-                self.http
-                    .post(format!("{}/projects/{project}/queries", self.base()))
-                    .json(&body),
+        let url = format!("{}/projects/{}/queries", self.base(), self.job_project());
+        parse(self.send(self.http.post(url).json(&body), origin).await?)
+    }
+
+    /// Runs `sql` and reads every page, at most `max_rows` rows.
+    pub async fn query(&self, sql: &str, max_rows: u64, origin: SqlOrigin) -> Result<QueryResult> {
+        let project = self.job_project();
+        let mut page = self
+            .post_query(
+                json!({
+                    "query": sql,
+                    "maxResults": PAGE_ROWS.min(max_rows.max(1)),
+                    "timeoutMs": 60_000,
+                    "formatOptions": {"useInt64Timestamp": true},
+                }),
                 origin,
             )
-            .await?,
-        )?;
-        let mut page = first;
+            .await?;
         let mut fields = page.schema.take().map(|s| s.fields);
         let mut rows: Vec<Row> = Vec::new();
         loop {
@@ -314,20 +315,9 @@ impl Client {
 
     /// Bytes a query would process (a dry run).
     pub async fn dry_run(&self, sql: &str, origin: SqlOrigin) -> Result<u64> {
-        let project = self.job_project();
-        let mut body = json!({"query": sql, "useLegacySql": false, "dryRun": true});
-        if let Some(location) = &self.config.location {
-            body["location"] = json!(location);
-        }
-        let page: QueryPage = parse(
-            self.send(
-                self.http
-                    .post(format!("{}/projects/{project}/queries", self.base()))
-                    .json(&body),
-                origin,
-            )
-            .await?,
-        )?;
+        let page = self
+            .post_query(json!({"query": sql, "dryRun": true}), origin)
+            .await?;
         Ok(page
             .total_bytes_processed
             .and_then(|b| b.parse().ok())

@@ -31,14 +31,6 @@ pub struct Emulator {
     _dir: crate::support::TempDir,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Emulator {
     /// Starts an emulator, or says why not and returns None.
     pub fn start() -> Option<Self> {
@@ -58,7 +50,7 @@ impl Emulator {
         let dir = crate::support::TempDir::new();
         let launcher = dir.0.join("launch.py");
         std::fs::write(&launcher, LAUNCHER).unwrap();
-        let (rest, grpc) = (free_port(), free_port());
+        let (rest, grpc) = (crate::support::free_port(), crate::support::free_port());
         let child = Command::new(&python)
             .arg(&launcher)
             .args([

@@ -104,7 +104,7 @@ pub fn backends() -> Vec<Backend> {
     v
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -76,6 +76,16 @@ impl Actor {
         }
     }
 
+    /// The in-process scheduler.
+    pub fn scheduler() -> Self {
+        Self {
+            user_id: None,
+            client_kind: ClientKind::Scheduler,
+            client_ip: None,
+            correlation_id: None,
+        }
+    }
+
     /// A shell command on the server.
     pub fn console() -> Self {
         Self {

@@ -65,10 +65,14 @@ impl InstanceConfig {
                     .map_err(|e| anyhow::anyhow!("{var}: {e}"))?;
             }
         }
-        if let Some(file) = &warehouse.credentials_file {
-            anyhow::bail!(
-                "[data_source.warehouse] credentials_file = {file}: service-account key files are not supported yet; set access_token (SVC_WAREHOUSE_ACCESS_TOKEN) instead"
-            );
+        // A key file that cannot be used stops the start, rather than failing every call.
+        if let Some(file) = warehouse
+            .credentials_file
+            .as_deref()
+            .filter(|f| !f.is_empty())
+        {
+            svc_driver_warehouse::auth::ServiceAccount::read(Path::new(file))
+                .map_err(|e| anyhow::anyhow!("[data_source.warehouse] {e}"))?;
         }
         config.warehouse = warehouse;
         Ok(config)
@@ -193,7 +197,25 @@ mod instance_tests {
         assert!(err.contains("svc.toml") && err.contains("projekt"), "{err}");
         let dir = write("[data_source.warehouse]\ncredentials_file = \"/k.json\"\n");
         let err = format!("{:#}", InstanceConfig::load(None, &dir).unwrap_err());
-        assert!(err.contains("access_token"), "{err}");
+        assert!(err.contains("credentials_file /k.json"), "{err}");
+        std::fs::write(
+            dir.join("k.json"),
+            r#"{"client_email": "a@b", "private_key": "not a key"}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("svc.toml"),
+            format!(
+                "[data_source.warehouse]\ncredentials_file = {:?}\n",
+                dir.join("k.json")
+            ),
+        )
+        .unwrap();
+        let err = format!("{:#}", InstanceConfig::load(None, &dir).unwrap_err());
+        assert!(
+            err.contains("not an RSA private key") && !err.contains("not a key"),
+            "{err}"
+        );
         let err = InstanceConfig::load(Some(&dir.join("absent.toml")), &dir).unwrap_err();
         assert!(format!("{err:#}").contains("absent.toml"));
     }

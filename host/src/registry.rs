@@ -6,6 +6,7 @@ use svc_driver_internal::{INTERNAL_BUCKET, ROSTER};
 
 use crate::api::ApiError;
 use crate::audit::{Actor, Event};
+use crate::schedule::Schedule;
 use crate::state::AppState;
 use crate::store::registry::{QueryMode, RegistryRow};
 
@@ -20,32 +21,6 @@ pub fn is_valid_table_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
-/// Checks a sync schedule: `every Nm`, `every Nh`, or `daily HH:MM[,HH:MM…]` (UTC).
-pub fn validate_schedule(s: &str) -> std::result::Result<(), String> {
-    let bad = || {
-        format!("invalid sync_schedule '{s}': expected 'every <N>m', 'every <N>h' or 'daily HH:MM[,HH:MM...]'")
-    };
-    if let Some(rest) = s.strip_prefix("every ") {
-        let (n, unit) = rest.split_at(rest.len().saturating_sub(1));
-        let n: u32 = n.parse().map_err(|_| bad())?;
-        return match unit {
-            "m" | "h" if n > 0 => Ok(()),
-            _ => Err(bad()),
-        };
-    }
-    if let Some(times) = s.strip_prefix("daily ") {
-        for t in times.split(',') {
-            let (h, m) = t.trim().split_once(':').ok_or_else(bad)?;
-            let (h, m): (u32, u32) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
-            if h > 23 || m > 59 {
-                return Err(bad());
-            }
-        }
-        return Ok(());
-    }
-    Err(bad())
 }
 
 fn snapshot(r: &RegistryRow) -> Value {
@@ -83,7 +58,8 @@ fn validate(state: &AppState, row: &RegistryRow) -> Result<()> {
         ));
     }
     if let Some(s) = &row.sync_schedule {
-        validate_schedule(s).map_err(ApiError::unprocessable)?;
+        s.parse::<Schedule>()
+            .map_err(|e| ApiError::unprocessable(format!("sync_schedule: {e}")))?;
     }
     Ok(())
 }
@@ -231,24 +207,6 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-
-    #[test]
-    fn schedules() {
-        for ok in ["every 15m", "every 2h", "daily 03:00", "daily 03:00,15:30"] {
-            assert!(validate_schedule(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "every 0m",
-            "every m",
-            "every 5d",
-            "daily 24:00",
-            "daily 3",
-            "hourly",
-            "",
-        ] {
-            assert!(validate_schedule(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn table_ids() {

@@ -44,6 +44,9 @@ pub struct ServeArgs {
     /// Do not refresh remote tables' metadata in the background at start.
     #[arg(long, env = "SVC_SKIP_CACHE_WARMUP", value_name = "1|true")]
     pub skip_cache_warmup: Option<String>,
+    /// Remote tables whose metadata one full refresh (and the warmup) fetches at once.
+    #[arg(long, env = "SVC_METADATA_REFRESH_CONCURRENCY", default_value_t = crate::warmup::DEFAULT_REFRESH_CONCURRENCY)]
+    pub metadata_refresh_concurrency: usize,
     /// Most rows one `/api/v2/scan` returns.
     #[arg(long, env = "SVC_SCAN_MAX_ROWS", default_value_t = 10_000_000)]
     pub scan_max_rows: usize,
@@ -79,6 +82,7 @@ pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
         driver_dir: None,
         query: crate::query::QueryLimits::default(),
         warehouse: Default::default(),
+        metadata_refresh_concurrency: crate::warmup::DEFAULT_REFRESH_CONCURRENCY,
     }
 }
 
@@ -109,10 +113,13 @@ async fn ensure_first_admin(
 
 /// `svc-server serve`.
 pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()> {
+    let scheduler = crate::scheduler::SchedulerConfig::from_env(&|k| std::env::var(k).ok())
+        .map_err(anyhow::Error::msg)?;
     let instance =
         crate::config::InstanceConfig::load(store_args.config.as_deref(), &store_args.data_dir)?;
     let config = RuntimeConfig {
         warehouse: instance.warehouse,
+        metadata_refresh_concurrency: args.metadata_refresh_concurrency,
         data_dir: store_args.data_dir.clone(),
         max_body_bytes: args.max_body_bytes,
         trust_proxy: args.trust_proxy,
@@ -128,16 +135,28 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
     };
     let state = open_state(&store_args, config).await?;
     ensure_first_admin(&state, &args.admin_email, &store_args).await?;
+    let swept =
+        svc_driver_parquet::sweep_temp_files(&store_args.data_dir, Duration::from_secs(3600));
+    if swept > 0 {
+        tracing::info!(
+            files = swept,
+            "removed partial parquet files left by an interrupted write"
+        );
+    }
     let skip = args
         .skip_cache_warmup
         .as_deref()
         .map(str::to_ascii_lowercase);
+    let mut warmed = false;
     if matches!(skip.as_deref(), Some("1" | "true" | "yes" | "on")) {
         tracing::info!("cache warmup skipped (SVC_SKIP_CACHE_WARMUP)");
     } else if let Err(e) = state.warmer.refresh_all().await {
         // Start-up never waits for, or fails on, the warmup.
         tracing::warn!(error = %e, "cache warmup could not start");
+    } else {
+        warmed = true;
     }
+    crate::scheduler::start(state.clone(), scheduler, warmed);
 
     let acceptor = TcpListener::bind(args.listen.clone())
         .into_acceptor()

@@ -28,6 +28,8 @@ pub struct RuntimeConfig {
     pub query: crate::query::QueryLimits,
     /// `[data_source.warehouse]` with its environment overrides.
     pub warehouse: svc_driver_warehouse::WarehouseConfig,
+    /// Remote tables refreshed at once by a full metadata refresh.
+    pub metadata_refresh_concurrency: usize,
 }
 
 /// A cache that holds per-table entries and must drop them when the registry changes.
@@ -85,6 +87,10 @@ pub struct AppState {
     pub access: AccessCaches,
     /// Refreshes remote tables' persistent metadata.
     pub warmer: MetadataWarmer,
+    /// What the scheduler is doing (filled by its loop).
+    pub scheduler: crate::scheduler::SharedStatus,
+    /// Sync passes over materialized tables.
+    pub sync: crate::sync::SyncRunner,
     /// Per-user scan and query quotas.
     pub quotas: Arc<crate::query::quota::Quotas>,
     /// Request-path settings.
@@ -112,9 +118,15 @@ impl AppState {
         Arc::new(Self {
             auth: Authenticator::new(store.clone(), jwt_secret),
             audit: AuditWriter::start(store.clone()),
-            warmer: MetadataWarmer::new(store.clone(), drivers.clone()),
+            warmer: MetadataWarmer::new(
+                store.clone(),
+                drivers.clone(),
+                config.metadata_refresh_concurrency,
+            ),
             drivers,
             login_limiter: LoginLimiter::new(10, Duration::from_secs(60)),
+            sync: crate::sync::SyncRunner::default(),
+            scheduler: Default::default(),
             caches,
             discovery,
             access,

@@ -25,7 +25,7 @@ pub enum Rewarm {
 }
 
 /// Tables refreshed at once by a full refresh.
-const REFRESH_CONCURRENCY: usize = 4;
+pub const DEFAULT_REFRESH_CONCURRENCY: usize = 4;
 
 /// Where one row of a full refresh (the cache warmup) stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -115,16 +115,18 @@ impl Progress {
 pub struct MetadataWarmer {
     store: Store,
     drivers: Drivers,
+    concurrency: usize,
     running: Arc<AtomicBool>,
     progress: Arc<Progress>,
 }
 
 impl MetadataWarmer {
     /// A warmer over the store and drivers the server uses.
-    pub fn new(store: Store, drivers: Drivers) -> Self {
+    pub fn new(store: Store, drivers: Drivers, concurrency: usize) -> Self {
         Self {
             store,
             drivers,
+            concurrency: concurrency.max(1),
             running: Arc::new(AtomicBool::new(false)),
             progress: Arc::new(Progress {
                 snapshot: std::sync::Mutex::new(WarmupSnapshot::default()),
@@ -199,7 +201,7 @@ impl MetadataWarmer {
                         outcome
                     }
                 })
-                .buffer_unordered(REFRESH_CONCURRENCY)
+                .buffer_unordered(me.concurrency)
                 .collect()
                 .await;
             let count = |want: fn(&Rewarm) -> bool| outcomes.iter().filter(|o| want(o)).count();

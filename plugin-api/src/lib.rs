@@ -24,7 +24,8 @@ pub use datafusion::arrow::record_batch::RecordBatch;
 pub use datafusion::catalog::TableProvider;
 pub use error::{DriverError, ErrorKind, Result};
 pub use types::{
-    type_name, Caller, ColumnInfo, ScanEstimate, ScanSpec, TableMetadata, TableRef, TableSchema,
+    type_name, Caller, ColumnInfo, ScanEstimate, ScanSpec, SyncReport, TableMetadata, TableRef,
+    TableSchema,
 };
 
 /// Version of this contract. Dynamically loaded drivers state the version they were built
@@ -81,6 +82,18 @@ pub trait SourceDriver: Send + Sync {
             "source type '{}' cannot estimate scans of '{}'",
             self.source_type(),
             table.id
+        )))
+    }
+
+    /// Brings the table's copy on this server up to date (materialized warehouse tables,
+    /// extracted sources). The new data replaces the old atomically: a failed or interrupted
+    /// sync leaves the last good copy in place.
+    async fn sync(&self, table: &TableRef) -> Result<SyncReport> {
+        Err(DriverError::unsupported(format!(
+            "source type '{}' has nothing to sync for '{}' (query_mode {})",
+            self.source_type(),
+            table.id,
+            table.query_mode
         )))
     }
 

@@ -138,3 +138,14 @@ pub struct ScanEstimate {
     /// The most bytes this source lets one scan read (its size guard), when it has one.
     pub guard_bytes: Option<u64>,
 }
+
+/// What one sync wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncReport {
+    /// Rows in the new copy.
+    pub rows: u64,
+    /// Its size on disk.
+    pub bytes: u64,
+    /// SHA-256 of the file, hex.
+    pub hash: String,
+}

@@ -5,6 +5,10 @@
 //! by id and never by display name. Schema comes from the parquet footer; a sample reads
 //! pages only until it has `n` rows, so its cost does not grow with the file.
 
+mod write;
+
+pub use write::{sweep_temp_files, AtomicParquet};
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

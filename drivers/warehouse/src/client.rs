@@ -7,10 +7,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use svc_plugin_api::arrow::array::{ArrayRef, StringArray, TimestampMicrosecondArray};
-use svc_plugin_api::arrow::compute::cast;
+use svc_plugin_api::arrow::compute::{cast, concat_batches};
 use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use svc_plugin_api::{DriverError, ErrorKind, RecordBatch, Result};
 
+use crate::auth::Credentials;
 use crate::config::WarehouseConfig;
 
 /// Longest wait for one HTTP call.
@@ -119,6 +120,86 @@ pub struct QueryResult {
     pub batch: RecordBatch,
 }
 
+/// A running query's result, read one page at a time ([`Client::pages`]).
+#[derive(Debug)]
+pub struct Pages {
+    client: Client,
+    origin: SqlOrigin,
+    fields: Option<Vec<FieldSchema>>,
+    /// Job id and location, for `getQueryResults`.
+    job: Option<(String, Option<String>)>,
+    /// The `jobs.query` answer, not yet handed out.
+    pending: Option<QueryPage>,
+    page_token: Option<String>,
+    done: bool,
+    remaining: u64,
+}
+
+impl Pages {
+    /// The result's columns, once the warehouse has said (after the first batch or the end).
+    pub fn fields(&self) -> Option<&[FieldSchema]> {
+        self.fields.as_deref()
+    }
+
+    /// The next non-empty batch of rows; `None` at the end of the result.
+    pub async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        loop {
+            if self.done || self.remaining == 0 {
+                return Ok(None);
+            }
+            let mut page = match self.pending.take() {
+                Some(page) => page,
+                None => self.fetch().await?,
+            };
+            if self.fields.is_none() {
+                self.fields = page.schema.take().map(|s| s.fields);
+            }
+            let complete = page.job_complete.unwrap_or(true);
+            self.page_token = page.page_token.take();
+            // A finished job without a next page, or one we cannot page (no job id), ends here.
+            if (complete && self.page_token.is_none()) || self.job.is_none() {
+                self.done = true;
+            }
+            if page.rows.is_empty() {
+                continue;
+            }
+            page.rows
+                .truncate(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+            self.remaining -= page.rows.len() as u64;
+            let fields = self.fields.as_deref().unwrap_or_default();
+            return to_batch(fields, &page.rows).map(Some);
+        }
+    }
+
+    /// `getQueryResults` for the next page (or for completion of a running job).
+    async fn fetch(&mut self) -> Result<QueryPage> {
+        let (job_id, location) = self
+            .job
+            .clone()
+            .expect("fetch only runs for a job with an id");
+        let c = &self.client;
+        let mut req = c
+            .http
+            .get(format!(
+                "{}/projects/{}/queries/{job_id}",
+                c.base(),
+                c.job_project()
+            ))
+            .query(&[
+                ("maxResults", PAGE_ROWS.min(self.remaining).to_string()),
+                ("timeoutMs", "60000".into()),
+                ("formatOptions.useInt64Timestamp", "true".into()),
+            ]);
+        if let Some(token) = &self.page_token {
+            req = req.query(&[("pageToken", token)]);
+        }
+        if let Some(location) = location.as_ref().or(c.config.location.as_ref()) {
+            req = req.query(&[("location", location)]);
+        }
+        parse(c.send(req, self.origin).await?)
+    }
+}
+
 /// Whose SQL a call runs: it decides whether a 400 from the warehouse is the user's to fix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SqlOrigin {
@@ -133,6 +214,7 @@ pub enum SqlOrigin {
 pub struct Client {
     http: reqwest::Client,
     config: Arc<WarehouseConfig>,
+    credentials: Arc<Credentials>,
 }
 
 impl Client {
@@ -142,7 +224,12 @@ impl Client {
             .timeout(HTTP_TIMEOUT)
             .build()
             .expect("a TLS-less reqwest client builds");
-        Self { http, config }
+        let credentials = Arc::new(Credentials::from_config(&config));
+        Self {
+            http,
+            config,
+            credentials,
+        }
     }
 
     fn base(&self) -> String {
@@ -153,15 +240,12 @@ impl Client {
         self.config.job_project().unwrap_or_default()
     }
 
-    fn authorized(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match self.config.access_token.as_deref() {
+    async fn send(&self, rb: reqwest::RequestBuilder, origin: SqlOrigin) -> Result<Value> {
+        let rb = match self.credentials.bearer(&self.http).await? {
             Some(token) => rb.bearer_auth(token),
             None => rb,
-        }
-    }
-
-    async fn send(&self, rb: reqwest::RequestBuilder, origin: SqlOrigin) -> Result<Value> {
-        let resp = self.authorized(rb).send().await.map_err(|e| {
+        };
+        let resp = rb.send().await.map_err(|e| {
             let kind = if e.is_timeout() {
                 ErrorKind::Timeout
             } else {
@@ -250,10 +334,10 @@ impl Client {
         parse(self.send(self.http.post(url).json(&body), origin).await?)
     }
 
-    /// Runs `sql` and reads every page, at most `max_rows` rows.
-    pub async fn query(&self, sql: &str, max_rows: u64, origin: SqlOrigin) -> Result<QueryResult> {
-        let project = self.job_project();
-        let mut page = self
+    /// Starts `sql` and returns a reader over its result pages, at most `max_rows` rows.
+    /// Rows are fetched only as the reader asks, so a large result never sits in memory.
+    pub async fn pages(&self, sql: &str, max_rows: u64, origin: SqlOrigin) -> Result<Pages> {
+        let first = self
             .post_query(
                 json!({
                     "query": sql,
@@ -264,52 +348,32 @@ impl Client {
                 origin,
             )
             .await?;
-        let mut fields = page.schema.take().map(|s| s.fields);
-        let mut rows: Vec<Row> = Vec::new();
-        loop {
-            rows.append(&mut page.rows);
-            let complete = page.job_complete.unwrap_or(true);
-            if complete && (page.page_token.is_none() || rows.len() as u64 >= max_rows) {
-                break;
-            }
-            let Some((job, job_id)) = page
-                .job_reference
-                .as_ref()
-                .and_then(|j| Some((j, j.job_id.clone()?)))
-            else {
-                break;
-            };
-            let mut req = self
-                .http
-                .get(format!(
-                    "{}/projects/{project}/queries/{job_id}",
-                    self.base()
-                ))
-                .query(&[
-                    ("maxResults", PAGE_ROWS.to_string()),
-                    ("timeoutMs", "60000".into()),
-                    ("formatOptions.useInt64Timestamp", "true".into()),
-                ]);
-            if let Some(token) = &page.page_token {
-                req = req.query(&[("pageToken", token)]);
-            }
-            if let Some(location) = job.location.as_ref().or(self.config.location.as_ref()) {
-                req = req.query(&[("location", location)]);
-            }
-            page = parse(self.send(req, origin).await?)?;
-            if page.job_reference.is_none() {
-                page.job_reference = Some(JobReference {
-                    job_id: Some(job_id),
-                    location: None,
-                });
-            }
-            if fields.is_none() {
-                fields = page.schema.take().map(|s| s.fields);
-            }
+        let job = first
+            .job_reference
+            .as_ref()
+            .and_then(|j| Some((j.job_id.clone()?, j.location.clone())));
+        Ok(Pages {
+            client: self.clone(),
+            origin,
+            fields: None,
+            job,
+            pending: Some(first),
+            page_token: None,
+            done: false,
+            remaining: max_rows,
+        })
+    }
+
+    /// Runs `sql` and reads every page, at most `max_rows` rows, into one batch.
+    pub async fn query(&self, sql: &str, max_rows: u64, origin: SqlOrigin) -> Result<QueryResult> {
+        let mut pages = self.pages(sql, max_rows, origin).await?;
+        let mut batches = Vec::new();
+        while let Some(batch) = pages.next_batch().await? {
+            batches.push(batch);
         }
-        rows.truncate(usize::try_from(max_rows).unwrap_or(usize::MAX));
-        let fields = fields.unwrap_or_default();
-        let batch = to_batch(&fields, &rows)?;
+        let fields = pages.fields.unwrap_or_default();
+        let batch = concat_batches(&arrow_schema(&fields), &batches)
+            .map_err(|e| DriverError::internal(format!("joining warehouse pages: {e}")))?;
         Ok(QueryResult { fields, batch })
     }
 

@@ -5,12 +5,21 @@
 //! copy. Every identifier that goes into generated SQL is validated first. Until a project is
 //! configured every remote read answers `not_configured` with the key to set.
 //!
-//! Not yet built: filter and whole-query push-down (the provider pushes projection and limit),
-//! service-account credentials (only a static token or none), materialization.
+//! Remote reads push projection, the filters [`sql`] can render exactly, and the limit into
+//! the generated SQL, and stream page by page. A materialized row's `sync` runs its
+//! `source_query` and writes the result atomically ([`materialize`]).
+//!
+//! Calls authenticate with nothing (an emulator), a static token, or a service-account key
+//! ([`auth`]).
+//!
+//! Not yet built: whole-query push-down, the Storage Read API.
 
+pub mod auth;
 pub mod client;
 pub mod config;
+mod materialize;
 mod provider;
+mod sql;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,7 +28,7 @@ use serde_json::json;
 use svc_driver_parquet::ParquetFiles;
 use svc_plugin_api::{
     Caller, ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, ScanEstimate, ScanSpec,
-    SourceDriver, TableMetadata, TableProvider, TableRef, TableSchema,
+    SourceDriver, SyncReport, TableMetadata, TableProvider, TableRef, TableSchema,
 };
 
 use client::{Client, SqlOrigin};
@@ -254,6 +263,19 @@ impl SourceDriver for WarehouseDriver {
             exact: false,
             guard_bytes: Some(self.config.max_scan_bytes),
         })
+    }
+
+    async fn sync(&self, table: &TableRef) -> Result<SyncReport> {
+        if !is_materialized(table) {
+            return Err(DriverError::unsupported(format!(
+                "'{}' is read from the warehouse directly (query_mode {}); only materialized tables sync",
+                table.id, table.query_mode
+            )));
+        }
+        self.config
+            .data_project()
+            .ok_or_else(Self::not_configured)?;
+        materialize::materialize(&self.client, &self.config, &self.materialized, table).await
     }
 
     fn local_file(&self, table: &TableRef) -> Option<PathBuf> {

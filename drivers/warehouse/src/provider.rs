@@ -1,22 +1,30 @@
-//! The `TableProvider` of a remote warehouse table: the projection and the row limit go into
-//! the generated SQL; filters are applied by DataFusion after the rows arrive.
+//! The `TableProvider` of a remote warehouse table: the projection, the filters it can
+//! translate and the row limit go into the generated SQL; rows stream in page by page as the
+//! plan pulls them, so memory does not follow the result size.
 //!
-//! Rows are fetched page by page when the plan is built and served from memory. Filter and
-//! whole-query push-down, and streaming from the Storage Read API, are the next steps.
+//! A filter is pushed only when [`sql::filter`] renders it exactly; anything else (casts,
+//! functions, LIKE, …) is left to DataFusion after the rows arrive. Both the push-down
+//! answer and the SQL come from the same function, so a filter can never be claimed and
+//! then dropped.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt};
 use svc_plugin_api::arrow::array::RecordBatchOptions;
 use svc_plugin_api::arrow::datatypes::{Schema, SchemaRef};
 use svc_plugin_api::datafusion::catalog::Session;
-use svc_plugin_api::datafusion::datasource::{MemTable, TableType};
+use svc_plugin_api::datafusion::datasource::TableType;
 use svc_plugin_api::datafusion::error::{DataFusionError, Result};
-use svc_plugin_api::datafusion::logical_expr::Expr;
+use svc_plugin_api::datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use svc_plugin_api::datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use svc_plugin_api::datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use svc_plugin_api::datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use svc_plugin_api::datafusion::physical_plan::ExecutionPlan;
-use svc_plugin_api::{RecordBatch, TableProvider};
+use svc_plugin_api::{DriverError, RecordBatch, TableProvider};
 
-use crate::client::{Client, SqlOrigin};
+use crate::client::{Client, Pages, SqlOrigin};
+use crate::sql;
 
 /// One remote table, as DataFusion sees it.
 #[derive(Debug)]
@@ -36,6 +44,44 @@ impl RemoteTable {
             schema,
         }
     }
+
+    /// The `SELECT` a scan sends: projected columns, pushed filters, limit.
+    fn select(&self, indices: &[usize], filters: &[Expr], limit: Option<usize>) -> Result<String> {
+        // Counting rows needs no column, but SQL needs one to select.
+        let fetched: Vec<usize> = if indices.is_empty() {
+            vec![0]
+        } else {
+            indices.to_vec()
+        };
+        let columns = fetched
+            .iter()
+            .map(|&i| sql::column(self.schema.field(i).name()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                DataFusionError::Plan(format!(
+                    "{}: a column name cannot be quoted safely",
+                    self.path
+                ))
+            })?;
+        let mut text = format!("SELECT {} FROM {}", columns.join(", "), self.path);
+        let conditions = filters
+            .iter()
+            .map(|f| {
+                sql::filter(f, &self.schema).ok_or_else(|| {
+                    // supports_filters_pushdown said Exact only for what renders.
+                    DataFusionError::Internal(format!("filter {f} was pushed but does not render"))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if !conditions.is_empty() {
+            text.push_str(" WHERE ");
+            text.push_str(&conditions.join(" AND "));
+        }
+        if let Some(n) = limit {
+            text.push_str(&format!(" LIMIT {n}"));
+        }
+        Ok(text)
+    }
 }
 
 #[async_trait]
@@ -48,11 +94,24 @@ impl TableProvider for RemoteTable {
         TableType::Base
     }
 
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|f| match sql::filter(f, &self.schema) {
+                Some(_) => TableProviderFilterPushDown::Exact,
+                None => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
+    }
+
     async fn scan(
         &self,
-        state: &dyn Session,
+        _state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let indices: Vec<usize> = match projection {
@@ -60,41 +119,81 @@ impl TableProvider for RemoteTable {
             None => (0..self.schema.fields().len()).collect(),
         };
         let projected = Arc::new(self.schema.project(&indices)?);
-        // Counting rows needs no column, but SQL needs one to select.
-        let fetched: Vec<usize> = if indices.is_empty() {
-            vec![0]
-        } else {
-            indices.clone()
+        let partition = RemotePartition {
+            client: self.client.clone(),
+            sql: self.select(&indices, filters, limit)?,
+            max_rows: limit.map_or(u64::MAX, |n| n as u64),
+            schema: projected.clone(),
         };
-        let columns: Vec<String> = fetched
-            .iter()
-            .map(|&i| format!("`{}`", self.schema.field(i).name().replace('`', "")))
-            .collect();
-        let mut sql = format!("SELECT {} FROM {}", columns.join(", "), self.path);
-        if let Some(n) = limit {
-            sql.push_str(&format!(" LIMIT {n}"));
-        }
-        let result = self
-            .client
-            .query(&sql, limit.map_or(u64::MAX, |n| n as u64), SqlOrigin::User)
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let rows = result.batch.num_rows();
-        let batch = if indices.is_empty() {
-            RecordBatch::try_new_with_options(
-                Arc::new(Schema::empty()),
-                vec![],
-                &RecordBatchOptions::new().with_row_count(Some(rows)),
-            )?
-        } else {
-            // Same columns, with the table's declared nullability.
-            RecordBatch::try_new_with_options(
-                projected.clone(),
-                result.batch.columns().to_vec(),
-                &RecordBatchOptions::new().with_row_count(Some(rows)),
-            )?
-        };
-        let table = MemTable::try_new(projected, vec![vec![batch]])?;
-        table.scan(state, None, &[], limit).await
+        Ok(Arc::new(StreamingTableExec::try_new(
+            projected,
+            vec![Arc::new(partition)],
+            None,
+            [],
+            false,
+            limit,
+        )?))
     }
+}
+
+/// One query's pages as a DataFusion stream; the query starts when the plan first pulls.
+#[derive(Debug)]
+struct RemotePartition {
+    client: Client,
+    sql: String,
+    max_rows: u64,
+    /// The projected schema (empty when only rows are counted).
+    schema: SchemaRef,
+}
+
+impl PartitionStream for RemotePartition {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let (client, sql, max_rows, schema) = (
+            self.client.clone(),
+            self.sql.clone(),
+            self.max_rows,
+            self.schema.clone(),
+        );
+        let batches = futures::stream::try_unfold(None::<Pages>, move |pages| {
+            let (client, sql, schema) = (client.clone(), sql.clone(), schema.clone());
+            async move {
+                let mut pages = match pages {
+                    Some(p) => p,
+                    None => client.pages(&sql, max_rows, SqlOrigin::User).await?,
+                };
+                match pages.next_batch().await? {
+                    None => Ok(None),
+                    Some(batch) => Ok(Some((conform(batch, &schema)?, Some(pages)))),
+                }
+            }
+        })
+        .map_err(|e: DriverError| DataFusionError::External(Box::new(e)))
+        .boxed();
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), batches))
+    }
+}
+
+/// The fetched columns under the table's declared schema (its nullability), or bare row
+/// counts when no column was asked for.
+fn conform(
+    batch: RecordBatch,
+    schema: &SchemaRef,
+) -> std::result::Result<RecordBatch, DriverError> {
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    let columns = if schema.fields().is_empty() {
+        vec![]
+    } else {
+        batch.columns().to_vec()
+    };
+    let target = if schema.fields().is_empty() {
+        Arc::new(Schema::empty())
+    } else {
+        schema.clone()
+    };
+    RecordBatch::try_new_with_options(target, columns, &options)
+        .map_err(|e| DriverError::internal(format!("warehouse rows do not fit the schema: {e}")))
 }

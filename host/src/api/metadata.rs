@@ -178,7 +178,7 @@ impl MetadataApi {
         Ok(Json(StatusList { tables }))
     }
 
-    /// Refreshes every remote table's metadata in the background, four at a time (admin);
+    /// Refreshes every remote table's metadata in the background, `SVC_METADATA_REFRESH_CONCURRENCY` at a time (admin);
     /// 409 while a full refresh runs.
     #[oai(path = "/api/admin/run-warehouse-metadata-refresh", method = "post")]
     async fn run_all(&self, auth: BearerAuth) -> ApiResult<RunResponse> {

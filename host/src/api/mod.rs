@@ -14,6 +14,9 @@ mod query;
 mod registry;
 mod result_body;
 mod scan;
+mod scheduler;
+mod scripts;
+mod sync;
 mod types;
 
 use std::net::IpAddr;
@@ -50,6 +53,8 @@ enum Tag {
     Query,
     /// The persistent metadata cache of remote tables.
     Metadata,
+    /// Sync of materialized tables, scheduled scripts and the scheduler (admin).
+    Operations,
 }
 
 /// An empty success.
@@ -133,6 +138,9 @@ type Apis = (
     query::QueryApi,
     scan::ScanApi,
     metadata::MetadataApi,
+    sync::SyncApi,
+    scheduler::SchedulerApi,
+    scripts::ScriptsApi,
 );
 
 fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
@@ -165,6 +173,15 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
             state: state.clone(),
         },
         metadata::MetadataApi {
+            state: state.clone(),
+        },
+        sync::SyncApi {
+            state: state.clone(),
+        },
+        scheduler::SchedulerApi {
+            state: state.clone(),
+        },
+        scripts::ScriptsApi {
             state: state.clone(),
         },
     );

@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 44;
+pub const CURRENT_SCHEMA_VERSION: i64 = 45;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -46,6 +46,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 44,
         name: "persistent metadata cache for remote tables",
+    },
+    Step {
+        version: 45,
+        name: "sync state and scheduled scripts",
     },
 ];
 
@@ -96,6 +100,10 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             ensure_indices(tx, schema::OBSERVABILITY_VIEW_INDICES).await?;
         }
         44 => ensure_table(tx, b, &schema::TABLE_METADATA_CACHE).await?,
+        45 => {
+            ensure_table(tx, b, &schema::SYNC_STATE).await?;
+            ensure_table(tx, b, &schema::SCRIPTS).await?;
+        }
         other => anyhow::bail!("no migration step {other}"),
     }
     Ok(())

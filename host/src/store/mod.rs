@@ -11,6 +11,8 @@ pub mod metadata;
 mod migrate;
 pub mod registry;
 mod schema;
+pub mod scripts;
+pub mod sync;
 pub mod tokens;
 pub mod users;
 

@@ -490,3 +490,42 @@ pub(super) const TABLE_METADATA_CACHE: Table = Table {
     primary_key: &["table_id"],
     unique: &[],
 };
+
+/// Sync state of tables with a local copy (v45): the last good sync is kept on error.
+pub(super) const SYNC_STATE: Table = Table {
+    name: "sync_state",
+    columns: &[
+        req("table_id", Text),
+        col("status", Text),
+        col("rows", Int),
+        col("size_bytes", Int),
+        col("hash", Text),
+        col("last_success_at", Text),
+        col("last_attempt_at", Text),
+        col("last_error_at", Text),
+        col("last_error", Text),
+        col("duration_ms", Int),
+    ],
+    primary_key: &["table_id"],
+    unique: &[],
+};
+
+/// Admin-registered scheduled SQL (v45).
+pub(super) const SCRIPTS: Table = Table {
+    name: "scripts",
+    columns: &[
+        req("id", Text),
+        req("name", Text),
+        req("sql", Text),
+        col("schedule", Text),
+        req("owner_id", Text),
+        col("target_table", Text),
+        col("created_at", Text),
+        col("last_run", Text),
+        col("last_status", Text),
+        col("last_error", Text),
+        col("last_rows", Int),
+    ],
+    primary_key: &["id"],
+    unique: &[&["name"]],
+};

@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -141,17 +142,23 @@ impl Drop for Emulator {
 /// What the fault-injecting proxy does instead of forwarding.
 #[derive(Debug, Clone)]
 pub enum Fault {
+    /// Everything is forwarded (the proxy only records requests).
+    None,
     /// Dry runs report this many bytes; everything else is forwarded.
     DryRunBytes(u64),
     /// Every request gets this status and error message.
     Status(u16, &'static str),
+    /// Result pages (`getQueryResults`, a GET) are forwarded after this delay.
+    SlowPages(Duration),
 }
 
 /// A small HTTP proxy between the server and the emulator that injects faults the emulator
-/// cannot produce (dry-run byte counts, 403s, 5xx).
+/// cannot produce (dry-run byte counts, 403s, 5xx, slow pages) and records request bodies.
 pub struct FaultProxy {
     /// The address to configure as the warehouse endpoint.
     pub endpoint: String,
+    fault: Arc<Mutex<Fault>>,
+    requests: Arc<Mutex<Vec<String>>>,
 }
 
 impl FaultProxy {
@@ -160,14 +167,32 @@ impl FaultProxy {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
         let upstream = upstream.to_owned();
+        let fault = Arc::new(Mutex::new(fault));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (f, r) = (fault.clone(), requests.clone());
         std::thread::spawn(move || {
             let http = reqwest::blocking::Client::new();
             for stream in listener.incoming().flatten() {
-                let (http, upstream, fault) = (http.clone(), upstream.clone(), fault.clone());
-                std::thread::spawn(move || serve(stream, &http, &upstream, &fault));
+                let (http, upstream, fault, requests) =
+                    (http.clone(), upstream.clone(), f.clone(), r.clone());
+                std::thread::spawn(move || serve(stream, &http, &upstream, &fault, &requests));
             }
         });
-        Self { endpoint }
+        Self {
+            endpoint,
+            fault,
+            requests,
+        }
+    }
+
+    /// Changes what the proxy does from the next request on.
+    pub fn set(&self, fault: Fault) {
+        *self.fault.lock().unwrap() = fault;
+    }
+
+    /// `METHOD path [authorization] body` of every request so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
     }
 }
 
@@ -175,7 +200,8 @@ fn serve(
     mut stream: std::net::TcpStream,
     http: &reqwest::blocking::Client,
     upstream: &str,
-    fault: &Fault,
+    fault: &Mutex<Fault>,
+    requests: &Mutex<Vec<String>>,
 ) {
     use std::io::{BufRead, BufReader, Read, Write};
     let mut reader = BufReader::new(stream.try_clone().unwrap());
@@ -190,6 +216,7 @@ fn serve(
             parts.next().unwrap_or("/").to_owned(),
         );
         let mut length = 0usize;
+        let mut authorization = String::new();
         loop {
             let mut line = String::new();
             reader.read_line(&mut line).unwrap();
@@ -200,13 +227,33 @@ fn serve(
                 if k.eq_ignore_ascii_case("content-length") {
                     length = v.trim().parse().unwrap_or(0);
                 }
+                if k.eq_ignore_ascii_case("authorization") {
+                    authorization = v.trim().to_owned();
+                }
             }
         }
         let mut body = vec![0; length];
         reader.read_exact(&mut body).unwrap();
+        requests.lock().unwrap().push(format!(
+            "{method} {path} [{authorization}] {}",
+            String::from_utf8_lossy(&body)
+        ));
+        let fault = fault.lock().unwrap().clone();
+        let forward = |body: Vec<u8>| {
+            let url = format!("{upstream}{path}");
+            let req = match method.as_str() {
+                "POST" => http
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .body(body),
+                _ => http.get(url),
+            };
+            let r = req.send().unwrap();
+            (r.status().as_u16(), r.text().unwrap())
+        };
         let (status, reply) = match fault {
             Fault::Status(code, message) => (
-                *code,
+                code,
                 json!({"error": {"code": code, "message": message}}).to_string(),
             ),
             Fault::DryRunBytes(bytes) if String::from_utf8_lossy(&body).contains("\"dryRun\":true") => (
@@ -215,15 +262,11 @@ fn serve(
                        "totalBytesProcessed": bytes.to_string(), "jobComplete": true})
                 .to_string(),
             ),
-            Fault::DryRunBytes(_) => {
-                let url = format!("{upstream}{path}");
-                let req = match method.as_str() {
-                    "POST" => http.post(url).header("content-type", "application/json").body(body),
-                    _ => http.get(url),
-                };
-                let r = req.send().unwrap();
-                (r.status().as_u16(), r.text().unwrap())
+            Fault::SlowPages(delay) if method == "GET" => {
+                std::thread::sleep(delay);
+                forward(body)
             }
+            Fault::None | Fault::DryRunBytes(_) | Fault::SlowPages(_) => forward(body),
         };
         let head = format!(
             "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",

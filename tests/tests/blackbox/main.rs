@@ -9,6 +9,7 @@ mod discovery;
 mod drivers;
 mod emulator;
 mod openapi;
+mod operations;
 mod query;
 mod registry;
 mod scan;

@@ -143,6 +143,19 @@ impl Server {
             Backend::Sqlite => None,
             Backend::Postgres => Some(fresh_postgres_url().expect("postgres configured")),
         };
+        Self::start_on(database_url, env, prepare)
+    }
+
+    /// A second replica: its own data directory, the same store as `other`.
+    pub fn start_beside(other: &Server, env: &[(&str, &str)]) -> Self {
+        Self::start_on(other.database_url.clone(), env, |_| {})
+    }
+
+    fn start_on(
+        database_url: Option<String>,
+        env: &[(&str, &str)],
+        prepare: impl FnOnce(&Path),
+    ) -> Self {
         let mut s = Server {
             child: None,
             base: String::new(),
@@ -166,7 +179,10 @@ impl Server {
         let mut c = Command::new(server_bin());
         c.env_remove("SVC_DATABASE_URL")
             .env_remove("SVC_JWT_SECRET")
-            .env_remove("SVC_LISTEN");
+            .env_remove("SVC_LISTEN")
+            // Tests that exercise the scheduler turn it on; elsewhere its runs would only
+            // add audit rows at unpredictable moments.
+            .env("SCHEDULER_ENABLED", "false");
         c.arg("--data-dir").arg(&self.dir.0);
         if let Some(url) = &self.database_url {
             c.arg("--database-url").arg(url);
@@ -226,6 +242,12 @@ impl Server {
         }
         let _ = child.kill();
         false
+    }
+
+    /// Starts a stopped server again on the same data directory and store.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the server is running");
+        self.spawn();
     }
 
     /// Restarts the server on the same data directory and store.

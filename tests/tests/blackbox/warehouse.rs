@@ -375,3 +375,160 @@ fn the_size_guard_and_upstream_errors_through_a_fault_injecting_proxy() {
         assert_eq!(s.get_json("/api/health", "").0, 200);
     }
 }
+
+/// A token endpoint that accepts a JWT-bearer assertion only when `openssl` verifies its
+/// RS256 signature with `public_key`; counts the exchanges.
+fn token_endpoint(
+    public_key: std::path::PathBuf,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use base64::Engine as _;
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/token", listener.local_addr().unwrap());
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let body = String::from_utf8(body).unwrap();
+            let assertion = body
+                .strip_prefix(
+                    "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=",
+                )
+                .unwrap_or_default();
+            let parts: Vec<&str> = assertion.split('.').collect();
+            let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+            let verified = parts.len() == 3 && {
+                let dir =
+                    std::env::temp_dir().join(format!("svc-jwt-{}", uuid::Uuid::new_v4().simple()));
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(dir.join("input"), format!("{}.{}", parts[0], parts[1])).unwrap();
+                std::fs::write(dir.join("sig"), b64.decode(parts[2]).unwrap_or_default()).unwrap();
+                let ok = std::process::Command::new("openssl")
+                    .args(["dgst", "-sha256", "-verify"])
+                    .arg(&public_key)
+                    .arg("-signature")
+                    .arg(dir.join("sig"))
+                    .arg(dir.join("input"))
+                    .output()
+                    .is_ok_and(|o| o.status.success());
+                let claims: serde_json::Value =
+                    serde_json::from_slice(&b64.decode(parts[1]).unwrap_or_default())
+                        .unwrap_or_default();
+                ok && claims["iss"] == "reader@demo-proj.iam.gserviceaccount.com"
+                    && claims["scope"]
+                        .as_str()
+                        .is_some_and(|s| s.contains("bigquery"))
+            };
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let (status, reply) = if verified {
+                (
+                    200,
+                    json!({"access_token": "ya29.from-the-key", "expires_in": 3600, "token_type": "Bearer"}),
+                )
+            } else {
+                (
+                    400,
+                    json!({"error": "invalid_grant", "error_description": "Invalid JWT Signature."}),
+                )
+            };
+            let reply = reply.to_string();
+            let mut stream = stream;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
+                reply.len()
+            );
+        }
+    });
+    (url, count)
+}
+
+#[test]
+fn a_service_account_key_is_exchanged_for_a_token_and_reused() {
+    let Some(em) = Emulator::start() else {
+        return;
+    };
+    em.dataset("shop");
+    em.sql("CREATE TABLE shop.orders (id INT64)");
+    em.sql("INSERT INTO shop.orders VALUES (1), (2)");
+    let keys = crate::support::TempDir::new();
+    let (key, public) = (keys.0.join("key.pem"), keys.0.join("pub.pem"));
+    let ok = std::process::Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+        ])
+        .arg(&key)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+        && std::process::Command::new("openssl")
+            .args(["rsa", "-pubout", "-in"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&public)
+            .status()
+            .unwrap()
+            .success();
+    assert!(ok, "openssl could not make a key pair");
+    let (token_uri, exchanges) = token_endpoint(public);
+    let key_file = keys.0.join("sa.json");
+    let key_json = json!({"type": "service_account", "client_email": "reader@demo-proj.iam.gserviceaccount.com",
+        "private_key": std::fs::read_to_string(&key).unwrap(), "token_uri": token_uri});
+    std::fs::write(&key_file, key_json.to_string()).unwrap();
+    let proxy = FaultProxy::start(&em.endpoint, Fault::None);
+    let s = Server::start_with(
+        Backend::Sqlite,
+        &[
+            ("SVC_WAREHOUSE_ENDPOINT", proxy.endpoint.as_str()),
+            ("SVC_WAREHOUSE_PROJECT", PROJECT),
+            ("SVC_WAREHOUSE_CREDENTIALS_FILE", key_file.to_str().unwrap()),
+            ("SVC_SKIP_CACHE_WARMUP", "1"),
+        ],
+    );
+    let admin = s.admin_token();
+    register(
+        &s,
+        &admin,
+        json!({"id": "orders", "source_type": "warehouse", "bucket": "shop", "query_mode": "remote"}),
+    );
+    for _ in 0..3 {
+        let (status, body) = s.get_json("/api/v2/sample/orders?n=5", &admin);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["rows"].as_array().unwrap().len(), 2);
+    }
+    let requests = proxy.requests();
+    assert!(!requests.is_empty());
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.contains("[Bearer ya29.from-the-key]")),
+        "{requests:?}"
+    );
+    // Several calls (registration re-warm, samples), one exchange.
+    assert_eq!(exchanges.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let log = s.log();
+    assert!(
+        !log.contains("PRIVATE KEY") && !log.contains("ya29."),
+        "secrets in the log"
+    );
+}

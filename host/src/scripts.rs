@@ -1,0 +1,327 @@
+//! Scheduled scripts: one read-only SQL statement, registered by an admin, run through the
+//! query engine with its owner's access (their grants, their row filters on internal tables).
+//! A script with a `target_table` writes its result as that local table's parquet file,
+//! atomically, and registers the table on its first run.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::Utc;
+
+use crate::api::ApiError;
+use crate::audit::{Actor, Event};
+use crate::auth::jwt::TokenType;
+use crate::registry::is_valid_table_id;
+use crate::schedule::{parse_ts, Schedule};
+use crate::state::AppState;
+use crate::store::registry::{QueryMode, RegistryRow};
+use crate::store::scripts::ScriptRow;
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+/// What an admin asks to store.
+#[derive(Debug, Clone)]
+pub struct NewScript {
+    /// Unique name (the table id pattern).
+    pub name: String,
+    /// One read-only statement.
+    pub sql: String,
+    /// Optional schedule.
+    pub schedule: Option<String>,
+    /// Optional local table the result replaces.
+    pub target_table: Option<String>,
+}
+
+/// Validates and stores a script owned by the actor.
+pub async fn create(state: &AppState, actor: &Actor, new: NewScript) -> Result<ScriptRow> {
+    if !is_valid_table_id(&new.name) {
+        return Err(ApiError::unprocessable(format!(
+            "script name '{}' must match {}",
+            new.name,
+            crate::registry::TABLE_ID_PATTERN
+        )));
+    }
+    crate::query::statement::parse_read_only(&new.sql)
+        .map_err(|e| ApiError::bad_request(format!("script SQL refused: {}", e.0)))?;
+    if let Some(s) = &new.schedule {
+        s.parse::<Schedule>()
+            .map_err(|e| ApiError::unprocessable(format!("schedule: {e}")))?;
+    }
+    if let Some(t) = &new.target_table {
+        check_target(state, t).await?;
+    }
+    if state
+        .store
+        .list_scripts()
+        .await?
+        .iter()
+        .any(|s| s.name == new.name)
+    {
+        return Err(ApiError::conflict(format!(
+            "a script named '{}' already exists",
+            new.name
+        )));
+    }
+    let owner_id = actor
+        .user_id
+        .clone()
+        .ok_or_else(|| ApiError::forbidden("scripts are owned by a user"))?;
+    let row = ScriptRow {
+        id: crate::store::new_id(),
+        name: new.name,
+        sql: new.sql,
+        schedule: new.schedule,
+        owner_id,
+        target_table: new.target_table,
+        created_at: Some(crate::store::now()),
+        last_run: None,
+        last_status: None,
+        last_error: None,
+        last_rows: None,
+    };
+    state.store.create_script(&row).await?;
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("script.create")
+                .resource(format!("script:{}", row.name))
+                .param("target_table", row.target_table.clone())
+                .param("schedule", row.schedule.clone()),
+        )
+        .await;
+    Ok(row)
+}
+
+/// The bucket of tables that scripts write.
+const SCRIPTS_BUCKET: &str = "scripts";
+
+/// A target must be a valid id and either free or a table a script wrote: a script never
+/// overwrites data that came from anywhere else.
+async fn check_target(state: &AppState, id: &str) -> Result<()> {
+    if !is_valid_table_id(id) {
+        return Err(ApiError::unprocessable(format!(
+            "target_table '{id}' must match {}",
+            crate::registry::TABLE_ID_PATTERN
+        )));
+    }
+    match state.store.table_by_id(id).await? {
+        Some(t)
+            if t.source_type != "local"
+                || t.query_mode != QueryMode::Local
+                || t.bucket.as_deref() != Some(SCRIPTS_BUCKET) =>
+        {
+            Err(ApiError::conflict(format!(
+                "target_table '{id}' is already registered ({} table, bucket {}); a script may only write a new table or one a script wrote",
+                t.source_type,
+                t.bucket.as_deref().unwrap_or("none")
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunOutcome {
+    /// The script.
+    pub id: String,
+    /// Rows the statement returned (and wrote, with a target).
+    pub rows: u64,
+    /// Whether the row cap cut the result.
+    pub truncated: bool,
+    /// The table written, if any.
+    pub target_table: Option<String>,
+}
+
+/// Runs a claimed script now; records and audits the outcome.
+pub async fn run(state: &Arc<AppState>, script: &ScriptRow, actor: &Actor) -> Result<RunOutcome> {
+    let started = Instant::now();
+    let result = execute(state, script).await;
+    let recorded = match &result {
+        Ok(o) => {
+            state
+                .store
+                .finish_script(&script.id, Ok(i64::try_from(o.rows).unwrap_or(i64::MAX)))
+                .await
+        }
+        Err(e) => {
+            state
+                .store
+                .finish_script(&script.id, Err(&e.to_string()))
+                .await
+        }
+    };
+    if let Err(e) = recorded {
+        tracing::warn!(script = %script.name, error = %e, "could not record the script run");
+    }
+    let mut event = Event::new("script.run").resource(format!("script:{}", script.name));
+    event = match &result {
+        Ok(o) => event
+            .param("rows", o.rows)
+            .param("truncated", o.truncated)
+            .param("target_table", o.target_table.clone()),
+        Err(e) => event.failed(e.status().as_u16(), &e.to_string()),
+    };
+    state.audit.write(actor, event.timed(started)).await;
+    result
+}
+
+/// The statement under the owner's access, its rows counted or written to the target.
+async fn execute(state: &Arc<AppState>, script: &ScriptRow) -> Result<RunOutcome> {
+    let owner = owner(state, &script.owner_id).await?;
+    let mut plan = None;
+    let cap = state.config.query.max_rows;
+    let mut rows = crate::query::engine::run(state, &owner, &script.sql, cap, &mut plan).await?;
+    let mut count = 0u64;
+    let mut writer = None;
+    let target_path = match &script.target_table {
+        Some(t) => {
+            check_target(state, t).await?;
+            Some(
+                state
+                    .config
+                    .data_dir
+                    .join("extracts/local/data")
+                    .join(format!("{t}.parquet")),
+            )
+        }
+        None => None,
+    };
+    if let Some(path) = &target_path {
+        writer = Some(
+            svc_driver_parquet::AtomicParquet::create(path, rows.schema().clone())
+                .map_err(ApiError::from)?,
+        );
+    }
+    while let Some(batch) = rows.next().await? {
+        count += batch.num_rows() as u64;
+        if let Some(w) = writer.as_mut() {
+            w.write(&batch).map_err(ApiError::from)?;
+        }
+    }
+    let truncated = rows.truncated().unwrap_or(false);
+    if let (Some(w), Some(table)) = (writer, &script.target_table) {
+        w.commit().map_err(ApiError::from)?;
+        register_target(state, script, table).await?;
+        state.caches.flush_table(table);
+    }
+    Ok(RunOutcome {
+        id: script.id.clone(),
+        rows: count,
+        truncated,
+        target_table: script.target_table.clone(),
+    })
+}
+
+/// The owner as a caller: their grants and admin flag as they are now.
+async fn owner(state: &AppState, user_id: &str) -> Result<crate::auth::Caller> {
+    let user = state
+        .store
+        .user_by_id(user_id)
+        .await?
+        .filter(|u| u.active)
+        .ok_or_else(|| {
+            ApiError::forbidden("the script's owner no longer exists or is deactivated")
+        })?;
+    let is_admin = state.store.is_admin(&user.id).await?;
+    Ok(crate::auth::Caller {
+        actor: Actor {
+            user_id: Some(user.id.clone()),
+            client_kind: crate::audit::ClientKind::Scheduler,
+            client_ip: None,
+            correlation_id: None,
+        },
+        user,
+        is_admin,
+        token_type: TokenType::Session,
+        token_id: None,
+    })
+}
+
+/// Registers the target as a local table the first time a script writes it.
+async fn register_target(state: &AppState, script: &ScriptRow, table: &str) -> Result<()> {
+    if state.store.table_by_id(table).await?.is_some() {
+        return Ok(());
+    }
+    let row = RegistryRow {
+        id: table.to_owned(),
+        name: table.to_owned(),
+        source_type: "local".into(),
+        bucket: Some(SCRIPTS_BUCKET.into()),
+        source_table: None,
+        query_mode: QueryMode::Local,
+        source_query: None,
+        sync_schedule: None,
+        description: Some(format!("Written by script '{}'", script.name)),
+        registered_by: Some(script.owner_id.clone()),
+        registered_at: None,
+        updated_at: None,
+    };
+    let actor = Actor {
+        user_id: Some(script.owner_id.clone()),
+        client_kind: crate::audit::ClientKind::Scheduler,
+        client_ip: None,
+        correlation_id: None,
+    };
+    crate::registry::register(state, &actor, row)
+        .await
+        .map(|_| ())
+}
+
+/// Marks a script running; false when it already runs. A run older than twice the query
+/// timeout is taken to have died with its process.
+pub async fn claim(state: &AppState, id: &str) -> Result<bool> {
+    let now = Utc::now();
+    let stale = now
+        - chrono::Duration::from_std(state.config.query.timeout * 2)
+            .unwrap_or(chrono::Duration::hours(1));
+    Ok(state
+        .store
+        .claim_script(
+            id,
+            &crate::store::format_ts(now),
+            &crate::store::format_ts(stale),
+        )
+        .await?)
+}
+
+/// Claims every script whose schedule is due and runs each in the background; returns the
+/// claimed ids. The claim is one conditional update, so two replicas never run one script
+/// twice.
+pub async fn run_due(state: &Arc<AppState>, actor: &Actor) -> Result<Vec<String>> {
+    let started = Instant::now();
+    let now = Utc::now();
+    let mut claimed = Vec::new();
+    for script in state.store.list_scripts().await? {
+        let Some(schedule) = script
+            .schedule
+            .as_deref()
+            .and_then(|s| s.parse::<Schedule>().ok())
+        else {
+            continue;
+        };
+        let last = script.last_run.as_deref().and_then(parse_ts);
+        if !schedule.is_due(last, now) {
+            continue;
+        }
+        if !claim(state, &script.id).await? {
+            continue;
+        }
+        claimed.push(script.id.clone());
+        let (state, actor) = (state.clone(), actor.clone());
+        tokio::spawn(async move {
+            let _ = run(&state, &script, &actor).await;
+        });
+    }
+    state
+        .audit
+        .write(
+            actor,
+            Event::new("scripts.run_due")
+                .param("claimed", claimed.clone())
+                .timed(started),
+        )
+        .await;
+    Ok(claimed)
+}

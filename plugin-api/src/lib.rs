@@ -85,6 +85,18 @@ pub trait SourceDriver: Send + Sync {
         )))
     }
 
+    /// Runs a whole query at the source. `plan` reads only `tables`, all of this driver, each
+    /// registered under its id. Answer a provider whose rows are the query's result, or
+    /// `None` when this query cannot be pushed (the host then runs the plan itself over the
+    /// tables' providers). Only in-process drivers are asked: a plan does not cross FFI.
+    async fn push_down(
+        &self,
+        _plan: &datafusion::logical_expr::LogicalPlan,
+        _tables: &[TableRef],
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
+        Ok(None)
+    }
+
     /// Brings the table's copy on this server up to date (materialized warehouse tables,
     /// extracted sources). The new data replaces the old atomically: a failed or interrupted
     /// sync leaves the last good copy in place.

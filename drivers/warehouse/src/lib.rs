@@ -12,13 +12,16 @@
 //! Calls authenticate with nothing (an emulator), a static token, or a service-account key
 //! ([`auth`]).
 //!
-//! Not yet built: whole-query push-down, the Storage Read API.
+//! A query that reads only remote tables is pushed down whole ([`pushdown`]).
+//!
+//! Not yet built: the Storage Read API.
 
 pub mod auth;
 pub mod client;
 pub mod config;
 mod materialize;
 mod provider;
+mod pushdown;
 mod sql;
 
 use std::path::PathBuf;
@@ -263,6 +266,36 @@ impl SourceDriver for WarehouseDriver {
             exact: false,
             guard_bytes: Some(self.config.max_scan_bytes),
         })
+    }
+
+    async fn push_down(
+        &self,
+        plan: &svc_plugin_api::datafusion::logical_expr::LogicalPlan,
+        tables: &[TableRef],
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
+        if tables.is_empty() || tables.iter().any(is_materialized) {
+            return Ok(None);
+        }
+        let mut addresses = std::collections::HashMap::new();
+        for t in tables {
+            let loc = self.location(t)?;
+            addresses.insert(
+                t.id.clone(),
+                pushdown::Address {
+                    project: loc.project,
+                    dataset: loc.dataset,
+                    table: loc.table,
+                },
+            );
+        }
+        let Some(sql) = pushdown::warehouse_sql(plan, &addresses) else {
+            return Ok(None);
+        };
+        Ok(Some(Arc::new(pushdown::RemoteQuery {
+            client: self.client.clone(),
+            sql,
+            schema: Arc::new(plan.schema().as_arrow().clone()),
+        })))
     }
 
     async fn sync(&self, table: &TableRef) -> Result<SyncReport> {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 use svc_plugin_api::arrow::array::RecordBatchOptions;
+use svc_plugin_api::arrow::compute::cast;
 use svc_plugin_api::arrow::datatypes::{Schema, SchemaRef};
 use svc_plugin_api::datafusion::catalog::Session;
 use svc_plugin_api::datafusion::datasource::TableType;
@@ -119,12 +120,12 @@ impl TableProvider for RemoteTable {
             None => (0..self.schema.fields().len()).collect(),
         };
         let projected = Arc::new(self.schema.project(&indices)?);
-        let partition = RemotePartition {
-            client: self.client.clone(),
-            sql: self.select(&indices, filters, limit)?,
-            max_rows: limit.map_or(u64::MAX, |n| n as u64),
-            schema: projected.clone(),
-        };
+        let partition = RemotePartition::new(
+            self.client.clone(),
+            self.select(&indices, filters, limit)?,
+            limit.map_or(u64::MAX, |n| n as u64),
+            projected.clone(),
+        );
         Ok(Arc::new(StreamingTableExec::try_new(
             projected,
             vec![Arc::new(partition)],
@@ -138,12 +139,33 @@ impl TableProvider for RemoteTable {
 
 /// One query's pages as a DataFusion stream; the query starts when the plan first pulls.
 #[derive(Debug)]
-struct RemotePartition {
+pub(crate) struct RemotePartition {
     client: Client,
     sql: String,
     max_rows: u64,
     /// The projected schema (empty when only rows are counted).
     schema: SchemaRef,
+    /// Which result columns feed `schema`, by position (all, in order, when None).
+    columns: Option<Vec<usize>>,
+}
+
+impl RemotePartition {
+    /// Rows of `sql`, at most `max_rows`, delivered as `schema`.
+    pub(crate) fn new(client: Client, sql: String, max_rows: u64, schema: SchemaRef) -> Self {
+        Self {
+            client,
+            sql,
+            max_rows,
+            schema,
+            columns: None,
+        }
+    }
+
+    /// Takes only these result columns, by position.
+    pub(crate) fn with_columns(mut self, columns: Vec<usize>) -> Self {
+        self.columns = Some(columns);
+        self
+    }
 }
 
 impl PartitionStream for RemotePartition {
@@ -152,14 +174,16 @@ impl PartitionStream for RemotePartition {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let (client, sql, max_rows, schema) = (
+        let (client, sql, max_rows, schema, columns) = (
             self.client.clone(),
             self.sql.clone(),
             self.max_rows,
             self.schema.clone(),
+            self.columns.clone(),
         );
         let batches = futures::stream::try_unfold(None::<Pages>, move |pages| {
-            let (client, sql, schema) = (client.clone(), sql.clone(), schema.clone());
+            let (client, sql, schema, columns) =
+                (client.clone(), sql.clone(), schema.clone(), columns.clone());
             async move {
                 let mut pages = match pages {
                     Some(p) => p,
@@ -167,7 +191,10 @@ impl PartitionStream for RemotePartition {
                 };
                 match pages.next_batch().await? {
                     None => Ok(None),
-                    Some(batch) => Ok(Some((conform(batch, &schema)?, Some(pages)))),
+                    Some(batch) => Ok(Some((
+                        conform(batch, &schema, columns.as_deref())?,
+                        Some(pages),
+                    ))),
                 }
             }
         })
@@ -177,23 +204,42 @@ impl PartitionStream for RemotePartition {
     }
 }
 
-/// The fetched columns under the table's declared schema (its nullability), or bare row
-/// counts when no column was asked for.
+/// The fetched columns (those at `columns`, or all) under the declared schema, cast where the
+/// warehouse's type differs (a pushed-down query's result is typed by the warehouse); bare
+/// row counts when no column was asked for.
 fn conform(
     batch: RecordBatch,
     schema: &SchemaRef,
+    columns: Option<&[usize]>,
 ) -> std::result::Result<RecordBatch, DriverError> {
     let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-    let columns = if schema.fields().is_empty() {
-        vec![]
-    } else {
-        batch.columns().to_vec()
+    if schema.fields().is_empty() {
+        return RecordBatch::try_new_with_options(Arc::new(Schema::empty()), vec![], &options)
+            .map_err(|e| DriverError::internal(format!("counting warehouse rows: {e}")));
+    }
+    let picked: Vec<usize> = match columns {
+        Some(c) => c.to_vec(),
+        None => (0..batch.num_columns()).collect(),
     };
-    let target = if schema.fields().is_empty() {
-        Arc::new(Schema::empty())
-    } else {
-        schema.clone()
-    };
-    RecordBatch::try_new_with_options(target, columns, &options)
+    let arrays = picked
+        .iter()
+        .zip(schema.fields())
+        .map(|(&i, field)| {
+            let column = batch.columns().get(i).ok_or_else(|| {
+                DriverError::internal(format!("the warehouse returned no column {i}"))
+            })?;
+            if column.data_type() == field.data_type() {
+                return Ok(column.clone());
+            }
+            cast(column, field.data_type()).map_err(|e| {
+                DriverError::internal(format!(
+                    "warehouse column '{}' does not read as {}: {e}",
+                    field.name(),
+                    field.data_type()
+                ))
+            })
+        })
+        .collect::<std::result::Result<Vec<_>, DriverError>>()?;
+    RecordBatch::try_new_with_options(schema.clone(), arrays, &options)
         .map_err(|e| DriverError::internal(format!("warehouse rows do not fit the schema: {e}")))
 }

@@ -134,12 +134,11 @@ mod tests {
     use svc_plugin_api::datafusion::prelude::{col, lit};
 
     fn schema() -> Schema {
-        let s = Schema::new(vec![
+        Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new("name", DataType::Utf8, true),
             Field::new("score", DataType::Float64, true),
-        ]);
-        s
+        ])
     }
 
     #[test]

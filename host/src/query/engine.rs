@@ -135,7 +135,7 @@ pub async fn run(
     }
 
     if matches!(route, Route::Remote | Route::Hybrid) {
-        // Remote tables are read in full (no filter push-down yet): guard on a full read.
+        // Guard on full reads: the bound for any plan; pushed filters and aggregates read less.
         let reads: Vec<_> = tables.iter().map(|t| (t, ScanSpec::default())).collect();
         super::scan::guard_remote(state, &reads).await?;
     }
@@ -162,6 +162,10 @@ pub async fn run(
             .sql_with_options(sql, options)
             .await
             .map_err(engine_error)?;
+        let df = match push_down(state, route, &tables, &df).await? {
+            Some(result) => ctx.read_table(result).map_err(engine_error)?,
+            None => df,
+        };
         // One row past the limit tells whether the result was cut.
         let df = df
             .limit(0, Some(limit.saturating_add(1)))
@@ -180,6 +184,27 @@ pub async fn run(
         deadline,
         limits.timeout,
     ))
+}
+
+/// Hands a query that reads only remote tables of one driver to that driver to run whole;
+/// None when the route is another or the driver declines.
+async fn push_down(
+    state: &AppState,
+    route: Route,
+    tables: &[RegistryRow],
+    df: &svc_plugin_api::datafusion::prelude::DataFrame,
+) -> ApiResult<Option<Arc<dyn svc_plugin_api::TableProvider>>> {
+    let Some(first) = tables.first() else {
+        return Ok(None);
+    };
+    if route != Route::Remote || tables.iter().any(|t| t.source_type != first.source_type) {
+        return Ok(None);
+    }
+    let Some(driver) = state.drivers.get(&first.source_type) else {
+        return Ok(None);
+    };
+    let refs: Vec<_> = tables.iter().map(RegistryRow::table_ref).collect();
+    Ok(driver.push_down(df.logical_plan(), &refs).await?)
 }
 
 /// A fresh context: only the tables registered next, identifiers as written (registry ids

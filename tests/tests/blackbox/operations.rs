@@ -236,30 +236,77 @@ fn materialized_tables_sync_atomically_and_keep_the_last_good_copy() {
     );
 }
 
+/// Warehouse query texts the proxy saw since `from` (dry runs left out).
+fn sent_queries(proxy: &FaultProxy, from: usize) -> Vec<String> {
+    proxy
+        .requests()
+        .split_off(from)
+        .into_iter()
+        .filter(|r| r.starts_with("POST") && !r.contains("dryRun"))
+        .collect()
+}
+
 #[test]
-fn remote_scans_push_filters_into_the_warehouse_sql() {
+fn remote_queries_push_down_whole_or_by_filter_and_hybrids_join_here() {
     let Some(em) = emulator_with_orders(5_000) else {
         return;
     };
     let proxy = FaultProxy::start(&em.endpoint, Fault::None);
-    let s = warehouse_server(&proxy.endpoint, &[]);
+    let env = [
+        ("SVC_WAREHOUSE_ENDPOINT", proxy.endpoint.as_str()),
+        ("SVC_WAREHOUSE_PROJECT", PROJECT),
+        ("SVC_SKIP_CACHE_WARMUP", "1"),
+    ];
+    let s = Server::start_prepared(Backend::Sqlite, &env, |dir| {
+        write_parquet(dir, "local", "events", 100, "e");
+    });
     let admin = s.admin_token();
-    register(
-        &s,
-        &admin,
-        json!({"id": "orders", "source_type": "warehouse", "bucket": "shop", "query_mode": "remote"}),
-    );
+    for id in ["orders", "orders_copy"] {
+        register(
+            &s,
+            &admin,
+            json!({"id": id, "source_type": "warehouse", "bucket": "shop", "source_table": "orders", "query_mode": "remote"}),
+        );
+    }
+    register(&s, &admin, json!({"id": "events", "source_type": "local"}));
+
+    // Only remote tables: the whole statement runs on the warehouse.
+    let mark = proxy.requests().len();
     let rows = query_rows(
         &s,
         &admin,
-        "SELECT count(*) AS n FROM orders WHERE id BETWEEN 10 AND 19 AND name <> 'n15'",
+        "SELECT name, count(*) AS n FROM orders WHERE id <= 30 GROUP BY name ORDER BY name LIMIT 3",
+    );
+    let names: Vec<&Value> = rows.iter().map(|r| &r["name"]).collect();
+    assert_eq!(names, [&json!("n1"), &json!("n10"), &json!("n11")]);
+    assert!(rows.iter().all(|r| r["n"] == json!(1)));
+    let sent = sent_queries(&proxy, mark);
+    assert!(
+        sent.iter()
+            .any(|r| r.contains("GROUP BY") && r.contains("LIMIT")),
+        "{sent:?}"
+    );
+    let mark = proxy.requests().len();
+    let rows = query_rows(
+        &s,
+        &admin,
+        "SELECT count(*) AS n FROM orders a JOIN orders_copy b ON a.id = b.id WHERE a.id < 100",
+    );
+    assert_eq!(rows[0]["n"], json!(99));
+    let sent = sent_queries(&proxy, mark);
+    assert!(sent.iter().any(|r| r.contains("JOIN")), "{sent:?}");
+
+    // A hybrid query joins here; each remote read carries the filters it can.
+    let mark = proxy.requests().len();
+    let rows = query_rows(
+        &s,
+        &admin,
+        "SELECT count(*) AS n FROM orders o JOIN events e ON o.id = e.id \
+         WHERE o.id BETWEEN 10 AND 19 AND o.name <> 'n15'",
     );
     assert_eq!(rows[0]["n"], json!(9));
-    let sent: Vec<String> = proxy
-        .requests()
-        .into_iter()
-        .filter(|r| r.contains("FROM `demo-proj.shop.orders`") && !r.contains("dryRun"))
-        .collect();
+    let sent = sent_queries(&proxy, mark);
+    assert!(sent.iter().all(|r| !r.contains("JOIN")), "{sent:?}");
     // DataFusion hands BETWEEN over as two comparisons; all three conditions reach the SQL.
     assert!(
         sent.iter()
@@ -270,16 +317,16 @@ fn remote_scans_push_filters_into_the_warehouse_sql() {
     let rows = query_rows(
         &s,
         &admin,
-        "SELECT count(*) AS n FROM orders WHERE name LIKE 'n49%'",
+        "SELECT count(*) AS n FROM orders o JOIN events e ON o.id = e.id WHERE o.name LIKE 'n4%'",
     );
-    assert_eq!(rows[0]["n"], json!(111), "n49, n490..n499 and n4900..n4999");
+    assert_eq!(rows[0]["n"], json!(11), "n4 and n40..n49 among ids 0..99");
     // Quotes in a literal reach the warehouse escaped, never as SQL.
-    let rows = query_rows(
-        &s,
-        &admin,
+    for sql in [
         "SELECT count(*) AS n FROM orders WHERE name = 'x'' OR 1=1 --'",
-    );
-    assert_eq!(rows[0]["n"], json!(0));
+        "SELECT count(*) AS n FROM orders o JOIN events e ON o.id = e.id WHERE o.name = 'x'' OR 1=1 --'",
+    ] {
+        assert_eq!(query_rows(&s, &admin, sql)[0]["n"], json!(0), "{sql}");
+    }
 }
 
 #[test]

@@ -18,6 +18,7 @@ fn remote_rows_sample_describe_refresh_and_estimate_through_the_emulator() {
     em.sql("CREATE TABLE shop.orders (id INT64, name STRING, amount FLOAT64, event_date DATE, ts TIMESTAMP)");
     em.sql("INSERT INTO shop.orders VALUES (1, 'a', 1.5, DATE '2026-01-02', TIMESTAMP '2026-01-02 03:04:05 UTC'), (2, NULL, NULL, NULL, NULL)");
     em.sql("CREATE VIEW shop.big_orders AS SELECT id FROM shop.orders WHERE amount > 1");
+    em.sql("CREATE MATERIALIZED VIEW shop.order_ids AS SELECT id FROM shop.orders");
     let mut s = Server::start_with(
         Backend::Sqlite,
         &[
@@ -247,6 +248,21 @@ fn remote_rows_sample_describe_refresh_and_estimate_through_the_emulator() {
             "{body}"
         );
     }
+
+    // A materialized view is a view to the cache: no row count or size.
+    register(
+        &s,
+        &admin,
+        json!({"id": "order_ids", "source_type": "warehouse", "bucket": "shop", "query_mode": "remote"}),
+    );
+    let (status, mv) = s.post_json(
+        "/api/v2/metadata-cache/refresh?table=order_ids",
+        &admin,
+        &json!({}),
+    );
+    assert_eq!(status, 200, "{mv}");
+    assert_eq!(mv["entity_type"], "MATERIALIZED VIEW", "{mv}");
+    assert!(mv["rows"].is_null() && mv["size_bytes"].is_null(), "{mv}");
 
     // The emulator goes away: a clear 502, and the server carries on.
     drop(em);

@@ -162,6 +162,7 @@ fn materialized_tables_sync_atomically_and_keep_the_last_good_copy() {
 
     // The warehouse fails mid-sync: the error is recorded, the last good copy stays.
     proxy.set(Fault::Status(500, "backend error"));
+    let mark = proxy.requests().len();
     let (status, _) = s.post_json("/api/sync/trigger", &admin, &json!(["big_orders"]));
     assert_eq!(status, 200);
     let state = wait_synced(&s, &admin, "big_orders");

@@ -246,7 +246,16 @@ impl Server {
 
     /// Starts a stopped server again on the same data directory and store.
     pub fn start_again(&mut self) {
+        self.start_again_with(&[]);
+    }
+
+    /// Like [`Server::start_again`], with these environment variables changed.
+    pub fn start_again_with(&mut self, env: &[(&str, &str)]) {
         assert!(self.child.is_none(), "the server is running");
+        for (k, v) in env {
+            self.env.retain(|(name, _)| name != k);
+            self.env.push((k.to_string(), v.to_string()));
+        }
         self.spawn();
     }
 

@@ -548,3 +548,78 @@ fn a_service_account_key_is_exchanged_for_a_token_and_reused() {
         "secrets in the log"
     );
 }
+
+#[test]
+fn unsafe_identifiers_and_an_unconfigured_warehouse_are_refused_before_any_call() {
+    // No emulator: nothing here may reach a warehouse.
+    let endpoint = format!("http://127.0.0.1:{}", crate::support::free_port());
+    let s = Server::start_with(
+        Backend::Sqlite,
+        &[
+            ("SVC_WAREHOUSE_ENDPOINT", endpoint.as_str()),
+            ("SVC_WAREHOUSE_PROJECT", "Bad_Project"),
+            ("SVC_SKIP_CACHE_WARMUP", "1"),
+        ],
+    );
+    let admin = s.admin_token();
+    register(
+        &s,
+        &admin,
+        json!({"id": "t", "source_type": "warehouse", "bucket": "shop", "query_mode": "remote"}),
+    );
+    let (status, body) = s.get_json("/api/v2/sample/t", &admin);
+    assert_eq!(
+        (status, &body["detail"]["error"]),
+        (400, &json!("unsafe_identifier")),
+        "{body}"
+    );
+    assert_eq!(body["detail"]["details"]["field"], "project");
+
+    let mut s = Server::start_with(
+        Backend::Sqlite,
+        &[
+            ("SVC_WAREHOUSE_ENDPOINT", endpoint.as_str()),
+            ("SVC_WAREHOUSE_PROJECT", PROJECT),
+            ("SVC_SKIP_CACHE_WARMUP", "1"),
+        ],
+    );
+    let admin = s.admin_token();
+    let bad = [
+        ("bucket", "sh`op"),
+        ("bucket", "sh'op"),
+        ("bucket", "my shop"),
+        ("bucket", ".."),
+        ("source_table", "a.b"),
+        ("source_table", "x\" OR \"1"),
+    ];
+    for (i, (field, value)) in bad.iter().enumerate() {
+        let mut row = json!({"id": format!("bad{i}"), "source_type": "warehouse", "bucket": "shop", "query_mode": "remote"});
+        row[field] = json!(value);
+        register(&s, &admin, row);
+        for path in [
+            format!("/api/v2/sample/bad{i}"),
+            format!("/api/v2/schema/bad{i}"),
+        ] {
+            let (status, body) = s.get_json(&path, &admin);
+            assert_eq!(
+                (status, &body["detail"]["error"]),
+                (400, &json!("unsafe_identifier")),
+                "{value}: {body}"
+            );
+            assert_eq!(body["detail"]["details"]["field"], *field);
+        }
+    }
+    // Not configured wins over a bad identifier, with a hint naming the key.
+    assert!(s.stop());
+    s.start_again_with(&[("SVC_WAREHOUSE_PROJECT", "")]);
+    let (status, body) = s.get_json("/api/v2/sample/bad0", &admin);
+    assert_eq!(
+        (status, &body["detail"]["error"]),
+        (500, &json!("not_configured")),
+        "{body}"
+    );
+    assert!(body["detail"]["details"]["hint"]
+        .as_str()
+        .unwrap()
+        .contains("project"));
+}

@@ -1,16 +1,133 @@
-//! `svc`, the command-line client. It speaks HTTP to `svc-server` only and never links the
-//! host. The commands (auth, catalog, schema, sample, query, snapshots, admin) arrive with
-//! the CLI issue; this binary already answers `--version` and `--help`.
+//! `svc`, the command-line client for analysts and agents. It speaks HTTP to `svc-server`
+//! only and never links the host. Every read command has `--json`; failures exit with the
+//! documented codes and an error rendered from the server's `detail`.
 
-use clap::Parser;
+mod client;
+mod commands;
+mod config;
+mod exit;
+mod render;
+
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+use commands::{admin, auth, discovery, query, Ctx};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  2  usage: bad flags or values, no server configured, client too old for the server
+  3  rate limited or over a quota (HTTP 429)
+  5  the server failed (HTTP 5xx) or could not be reached
+  7  not logged in, or the token was refused (HTTP 401)
+  8  forbidden or not found (HTTP 403, 404)
+  9  any other refusal (HTTP 400, 409, 422, ...)
+
+Environment: SVC_SERVER and SVC_TOKEN override the saved config (~/.config/svc/config.toml,
+or $SVC_CONFIG_DIR); NO_COLOR turns colour off.";
 
 /// svc — discover, sample and query the tables registered on an svc server.
 #[derive(Parser, Debug)]
-#[command(name = "svc", version, about)]
-struct Cli {}
+#[command(name = "svc", version, about, after_help = EXIT_CODES)]
+struct Cli {
+    /// Server URL (overrides SVC_SERVER and the saved config).
+    #[arg(long, global = true)]
+    server: Option<String>,
+    /// Bearer token (overrides SVC_TOKEN and the saved config).
+    #[arg(long, global = true, hide_env_values = true)]
+    token: Option<String>,
+    /// Seconds a query or scan may take (ordinary calls time out after 30 s).
+    #[arg(long, global = true, default_value_t = 600)]
+    timeout: u64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Log in and out; personal access tokens.
+    #[command(subcommand)]
+    Auth(auth::Command),
+    /// The tables you can read.
+    Catalog {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A table's columns.
+    Schema {
+        /// Table id.
+        table: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A table's first rows.
+    Sample {
+        /// Table id.
+        table: String,
+        /// Rows (1–100).
+        #[arg(short, long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+        n: u32,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Schema and sample together.
+    Describe {
+        /// Table id.
+        table: String,
+        /// Rows (1–100).
+        #[arg(short, long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+        n: u32,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run SQL on the server.
+    Query(query::QueryArgs),
+    /// Administration (admins only).
+    #[command(subcommand)]
+    Admin(admin::Command),
+    /// Print shell completions.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+fn run(cli: Cli) -> exit::Result<()> {
+    let ctx = Ctx {
+        server: cli.server,
+        token: cli.token,
+        long_timeout: Duration::from_secs(cli.timeout.max(1)),
+    };
+    match cli.command {
+        Command::Auth(c) => auth::run(&ctx, c),
+        Command::Catalog { json } => discovery::catalog(&ctx, json),
+        Command::Schema { table, json } => discovery::schema(&ctx, &table, json),
+        Command::Sample { table, n, json } => discovery::sample(&ctx, &table, n, json),
+        Command::Describe { table, n, json } => discovery::describe(&ctx, &table, n, json),
+        Command::Query(args) => query::run(&ctx, args),
+        Command::Admin(c) => admin::run(&ctx, c),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "svc", &mut std::io::stdout());
+            Ok(())
+        }
+    }
+}
 
 fn main() {
-    let _cli = Cli::parse();
-    eprintln!("svc: no commands yet; see `svc --help`");
-    std::process::exit(2);
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are not errors; clap exits 2 on usage errors.
+            e.exit();
+        }
+    };
+    if let Err(e) = run(cli) {
+        eprintln!("{e}");
+        std::process::exit(e.exit as i32);
+    }
 }

@@ -15,4 +15,5 @@ mod registry;
 mod scan;
 mod store;
 mod support;
+mod svc_cli;
 mod warehouse;

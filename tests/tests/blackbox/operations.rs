@@ -177,6 +177,11 @@ fn materialized_tables_sync_atomically_and_keep_the_last_good_copy() {
         "last good figures kept: {state}"
     );
     assert!(state["last_success_at"].is_string());
+    let tried = proxy.requests().split_off(mark);
+    assert!(
+        tried.iter().all(|r| r.contains("dryRun")),
+        "the failed dry run stops the sync: {tried:?}"
+    );
     assert_eq!(std::fs::read(&file).unwrap(), good);
     assert!(hidden_files(&dir).is_empty());
 

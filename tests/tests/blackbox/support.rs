@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use reqwest::blocking::{Client, RequestBuilder};
 use serde_json::Value;
 
-/// Builds what the tests run — `svc-server` and the example driver library — once per test
-/// run, and returns the target profile directory holding them.
+/// Builds what the tests run — `svc-server`, the example driver library and the `svc`
+/// client — once per test run, and returns the target profile directory holding them.
 ///
 /// One cargo invocation for both: its feature resolution matches a build of svc-host alone,
 /// so dependencies compiled for the server are reused for the driver library.
@@ -17,25 +17,26 @@ fn built_artifacts() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "svc-host",
-                "-p",
-                "svc-example-csv-driver",
-                "--bin",
-                "svc-server",
-                "--lib",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo build");
-        assert!(
-            status.success(),
-            "building svc-server and the example driver failed"
-        );
+        let build = |args: &[&str]| {
+            let status = Command::new(&cargo)
+                .args(["build", "--quiet"])
+                .args(args)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo build");
+            assert!(status.success(), "cargo build {args:?} failed");
+        };
+        build(&[
+            "-p",
+            "svc-host",
+            "-p",
+            "svc-example-csv-driver",
+            "--bin",
+            "svc-server",
+            "--lib",
+        ]);
+        // The client has no library, so it is a build of its own.
+        build(&["-p", "svc-cli", "--bin", "svc"]);
         // target/<profile>/deps/<this test> -> target/<profile>
         let exe = std::env::current_exe().unwrap();
         exe.parent().unwrap().parent().unwrap().to_path_buf()
@@ -46,6 +47,11 @@ fn built_artifacts() -> PathBuf {
 /// Path of the `svc-server` binary.
 pub fn server_bin() -> PathBuf {
     built_artifacts().join("svc-server")
+}
+
+/// Path of the `svc` client binary.
+pub fn svc_bin() -> PathBuf {
+    built_artifacts().join("svc")
 }
 
 /// Path of the example CSV driver built as a shared library.

@@ -1,0 +1,471 @@
+//! `svc admin`: tables, users, groups and grants (the server checks the caller is an
+//! administrator).
+
+use clap::Subcommand;
+use reqwest::Method;
+use serde_json::{json, Map, Value};
+
+use super::{seg, Ctx};
+use crate::client::Client;
+use crate::exit::{CliError, Exit, Result};
+use crate::render::{self, cell};
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Register a table (or replace its registration).
+    RegisterTable {
+        /// Table id (letters, digits, `_`, `.`, `-`).
+        id: String,
+        #[command(flatten)]
+        fields: TableFields,
+    },
+    /// Every registered table.
+    ListTables {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change some fields of a registered table.
+    UpdateTable {
+        /// Table id.
+        id: String,
+        #[command(flatten)]
+        fields: TableFields,
+    },
+    /// Remove a table from the registry (its data files stay).
+    UnregisterTable {
+        /// Table id.
+        id: String,
+    },
+    /// Users.
+    #[command(subcommand)]
+    User(UserCommand),
+    /// Groups and memberships.
+    #[command(subcommand)]
+    Group(GroupCommand),
+    /// Resource grants of groups.
+    #[command(subcommand)]
+    Grant(GrantCommand),
+    /// Removed: admins are the members of the Admin group.
+    #[command(hide = true)]
+    SetRole {
+        /// Ignored.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+/// Registry fields; only those given are sent.
+#[derive(clap::Args, Debug, Default)]
+pub struct TableFields {
+    /// Display name.
+    #[arg(long)]
+    name: Option<String>,
+    /// Source kind (`local`, `warehouse`, …).
+    #[arg(long)]
+    source_type: Option<String>,
+    /// Grouping label (the dataset of a warehouse table).
+    #[arg(long)]
+    bucket: Option<String>,
+    /// Name at the source.
+    #[arg(long)]
+    source_table: Option<String>,
+    /// `local`, `remote` or `materialized`.
+    #[arg(long)]
+    query_mode: Option<String>,
+    /// SQL of a materialized table, or `@file` to read it from a file.
+    #[arg(long)]
+    query: Option<String>,
+    /// `every <N>m`, `every <N>h` or `daily HH:MM[,HH:MM...]`.
+    #[arg(long)]
+    sync_schedule: Option<String>,
+    /// Free text for the catalog.
+    #[arg(long)]
+    description: Option<String>,
+}
+
+impl TableFields {
+    fn body(self) -> Result<Map<String, Value>> {
+        let query = match self.query {
+            Some(q) if q.starts_with('@') => {
+                Some(std::fs::read_to_string(&q[1..]).map_err(|e| {
+                    CliError::usage(format!(
+                        "Error: cannot read the query file {}: {e}",
+                        &q[1..]
+                    ))
+                })?)
+            }
+            other => other,
+        };
+        let mut m = Map::new();
+        for (k, v) in [
+            ("name", self.name),
+            ("source_type", self.source_type),
+            ("bucket", self.bucket),
+            ("source_table", self.source_table),
+            ("query_mode", self.query_mode),
+            ("source_query", query),
+            ("sync_schedule", self.sync_schedule),
+            ("description", self.description),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.into(), json!(v));
+            }
+        }
+        Ok(m)
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UserCommand {
+    /// Create a user (not an admin; add them to the Admin group for that).
+    Add {
+        /// E-mail.
+        email: String,
+        /// Display name.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Every user.
+    List {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a user's tokens from working.
+    Deactivate {
+        /// User id or e-mail.
+        user: String,
+    },
+    /// Let a deactivated user back in.
+    Activate {
+        /// User id or e-mail.
+        user: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GroupCommand {
+    /// Every group.
+    List {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a group.
+    Create {
+        /// Name.
+        name: String,
+        /// Description.
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Delete a group.
+    Delete {
+        /// Group id or name.
+        group: String,
+    },
+    /// A group's members.
+    Members {
+        /// Group id or name.
+        group: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a user to a group.
+    AddMember {
+        /// Group id or name.
+        group: String,
+        /// User e-mail.
+        email: String,
+    },
+    /// Remove a user from a group.
+    RemoveMember {
+        /// Group id or name.
+        group: String,
+        /// User e-mail or id.
+        user: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GrantCommand {
+    /// Every grant.
+    List {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let a group read a table.
+    Create {
+        /// Group id or name.
+        group: String,
+        /// Table id.
+        resource_id: String,
+        /// Resource type.
+        #[arg(long = "type", default_value = "table")]
+        resource_type: String,
+    },
+    /// Remove a grant.
+    Delete {
+        /// Grant id.
+        id: String,
+    },
+}
+
+/// Runs an `svc admin` command.
+pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
+    if let Command::SetRole { args } = &cmd {
+        let user = args.first().map_or("<user>", String::as_str);
+        return Err(CliError::usage(format!(
+            "Error: 'svc admin set-role' was removed.\n  Roles were replaced by group memberships. Make '{user}' an admin with:\n    svc admin group add-member Admin {user}"
+        )));
+    }
+    let client = ctx.authed()?;
+    match cmd {
+        Command::RegisterTable { id, fields } => {
+            let mut body = fields.body()?;
+            body.insert("id".into(), json!(id));
+            let row = client.json(
+                Method::POST,
+                "/api/admin/register-table",
+                Some(&Value::Object(body)),
+            )?;
+            eprintln!("registered {}", cell(&row["id"]));
+        }
+        Command::ListTables { json } => {
+            let list = client.get("/api/admin/registry")?;
+            if json {
+                render::print_json(&list);
+            } else {
+                let headers =
+                    ["ID", "SOURCE", "MODE", "BUCKET", "SCHEDULE", "NAME"].map(String::from);
+                let rows = rows(
+                    &list["tables"],
+                    &[
+                        "id",
+                        "source_type",
+                        "query_mode",
+                        "bucket",
+                        "sync_schedule",
+                        "name",
+                    ],
+                );
+                render::table(&headers, &rows);
+            }
+        }
+        Command::UpdateTable { id, fields } => {
+            let body = fields.body()?;
+            if body.is_empty() {
+                return Err(CliError::usage(
+                    "Error: nothing to change; give at least one field flag",
+                ));
+            }
+            client.json(
+                Method::PUT,
+                &format!("/api/admin/registry/{}", seg(&id)),
+                Some(&Value::Object(body)),
+            )?;
+            eprintln!("updated {id}");
+        }
+        Command::UnregisterTable { id } => {
+            client.json(
+                Method::DELETE,
+                &format!("/api/admin/registry/{}", seg(&id)),
+                None,
+            )?;
+            eprintln!("unregistered {id}");
+        }
+        Command::User(u) => user(&client, u)?,
+        Command::Group(g) => group(&client, g)?,
+        Command::Grant(g) => grant(&client, g)?,
+        Command::SetRole { .. } => unreachable!("answered above"),
+    }
+    Ok(())
+}
+
+fn rows(list: &Value, keys: &[&str]) -> Vec<Vec<String>> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| keys.iter().map(|k| cell(&r[*k])).collect())
+        .collect()
+}
+
+/// A user's id from an id or an e-mail.
+fn user_id(client: &Client, user: &str) -> Result<String> {
+    let users = client.get("/api/admin/users")?;
+    users
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|u| u["id"] == user || u["email"] == user)
+        .map(|u| cell(&u["id"]))
+        .ok_or_else(|| CliError::new(Exit::Denied, format!("Error: no user '{user}'")))
+}
+
+/// A group's id from an id or a name.
+fn group_id(client: &Client, group: &str) -> Result<String> {
+    let groups = client.get("/api/admin/groups")?;
+    groups
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|g| g["id"] == group || g["name"] == group)
+        .map(|g| cell(&g["id"]))
+        .ok_or_else(|| CliError::new(Exit::Denied, format!("Error: no group '{group}'")))
+}
+
+fn user(client: &Client, cmd: UserCommand) -> Result<()> {
+    match cmd {
+        UserCommand::Add { email, name } => {
+            let u = client.json(
+                Method::POST,
+                "/api/admin/users",
+                Some(&json!({"email": email, "name": name})),
+            )?;
+            println!("{}", cell(&u["id"]));
+        }
+        UserCommand::List { json } => {
+            let list = client.get("/api/admin/users")?;
+            if json {
+                render::print_json(&list);
+            } else {
+                let headers = ["ID", "EMAIL", "NAME", "ACTIVE", "ADMIN"].map(String::from);
+                render::table(
+                    &headers,
+                    &rows(&list, &["id", "email", "name", "active", "is_admin"]),
+                );
+            }
+        }
+        UserCommand::Deactivate { user } => {
+            let id = user_id(client, &user)?;
+            client.json(
+                Method::POST,
+                &format!("/api/admin/users/{}/deactivate", seg(&id)),
+                None,
+            )?;
+            eprintln!("deactivated {user}");
+        }
+        UserCommand::Activate { user } => {
+            let id = user_id(client, &user)?;
+            client.json(
+                Method::POST,
+                &format!("/api/admin/users/{}/activate", seg(&id)),
+                None,
+            )?;
+            eprintln!("activated {user}");
+        }
+    }
+    Ok(())
+}
+
+fn group(client: &Client, cmd: GroupCommand) -> Result<()> {
+    match cmd {
+        GroupCommand::List { json } => {
+            let list = client.get("/api/admin/groups")?;
+            if json {
+                render::print_json(&list);
+            } else {
+                let headers = ["ID", "NAME", "MEMBERS", "GRANTS", "SYSTEM"].map(String::from);
+                render::table(
+                    &headers,
+                    &rows(
+                        &list,
+                        &["id", "name", "member_count", "grant_count", "is_system"],
+                    ),
+                );
+            }
+        }
+        GroupCommand::Create { name, description } => {
+            let g = client.json(
+                Method::POST,
+                "/api/admin/groups",
+                Some(&json!({"name": name, "description": description})),
+            )?;
+            println!("{}", cell(&g["id"]));
+        }
+        GroupCommand::Delete { group } => {
+            let id = group_id(client, &group)?;
+            client.json(
+                Method::DELETE,
+                &format!("/api/admin/groups/{}", seg(&id)),
+                None,
+            )?;
+            eprintln!("deleted group {group}");
+        }
+        GroupCommand::Members { group, json } => {
+            let id = group_id(client, &group)?;
+            let list = client.get(&format!("/api/admin/groups/{}/members", seg(&id)))?;
+            if json {
+                render::print_json(&list);
+            } else {
+                let headers = ["USER ID", "EMAIL", "NAME", "SOURCE"].map(String::from);
+                render::table(
+                    &headers,
+                    &rows(&list, &["user_id", "email", "name", "source"]),
+                );
+            }
+        }
+        GroupCommand::AddMember { group, email } => {
+            let id = group_id(client, &group)?;
+            client.json(
+                Method::POST,
+                &format!("/api/admin/groups/{}/members", seg(&id)),
+                Some(&json!({"email": email})),
+            )?;
+            eprintln!("added {email} to {group}");
+        }
+        GroupCommand::RemoveMember { group, user } => {
+            let id = group_id(client, &group)?;
+            let uid = user_id(client, &user)?;
+            client.json(
+                Method::DELETE,
+                &format!("/api/admin/groups/{}/members/{}", seg(&id), seg(&uid)),
+                None,
+            )?;
+            eprintln!("removed {user} from {group}");
+        }
+    }
+    Ok(())
+}
+
+fn grant(client: &Client, cmd: GrantCommand) -> Result<()> {
+    match cmd {
+        GrantCommand::List { json } => {
+            let list = client.get("/api/admin/grants")?;
+            if json {
+                render::print_json(&list);
+            } else {
+                let headers = ["ID", "GROUP", "TYPE", "RESOURCE"].map(String::from);
+                render::table(
+                    &headers,
+                    &rows(&list, &["id", "group_name", "resource_type", "resource_id"]),
+                );
+            }
+        }
+        GrantCommand::Create {
+            group,
+            resource_id,
+            resource_type,
+        } => {
+            let gid = group_id(client, &group)?;
+            let g = client.json(
+                Method::POST,
+                "/api/admin/grants",
+                Some(&json!({"group_id": gid, "resource_type": resource_type, "resource_id": resource_id})),
+            )?;
+            println!("{}", cell(&g["id"]));
+        }
+        GrantCommand::Delete { id } => {
+            client.json(
+                Method::DELETE,
+                &format!("/api/admin/grants/{}", seg(&id)),
+                None,
+            )?;
+            eprintln!("deleted grant {id}");
+        }
+    }
+    Ok(())
+}

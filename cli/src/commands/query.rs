@@ -1,0 +1,195 @@
+//! `svc query`: SQL on the server, printed as a table or JSON, or streamed as csv, arrow or
+//! parquet to a file.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+
+use super::Ctx;
+use crate::exit::{CliError, Exit, Result};
+use crate::render;
+
+/// Output forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Columns that fit the terminal (vertical records when too wide).
+    Table,
+    /// The server's JSON document: columns, rows, row_count, truncated.
+    Json,
+    /// CSV with a header line.
+    Csv,
+    /// An Arrow IPC stream.
+    Arrow,
+    /// A parquet file.
+    Parquet,
+}
+
+impl Format {
+    fn wire(self) -> &'static str {
+        match self {
+            Self::Table | Self::Json => "json",
+            Self::Csv => "csv",
+            Self::Arrow => "arrow",
+            Self::Parquet => "parquet",
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct QueryArgs {
+    /// The SQL (or use --file / --stdin).
+    sql: Option<String>,
+    /// Read the SQL from a file.
+    #[arg(long, conflicts_with_all = ["sql", "stdin"])]
+    file: Option<PathBuf>,
+    /// Read the SQL from stdin.
+    #[arg(long, conflicts_with = "sql")]
+    stdin: bool,
+    /// Most rows returned (1 to the server's cap).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: u64,
+    /// Output form.
+    #[arg(long, short, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Write the result here instead of stdout (atomically: a failed query leaves no file).
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+}
+
+fn sql_text(args: &QueryArgs) -> Result<String> {
+    let sql = match (&args.sql, &args.file, args.stdin) {
+        (Some(s), None, false) => s.clone(),
+        (None, Some(f), false) => std::fs::read_to_string(f)
+            .map_err(|e| CliError::usage(format!("Error: cannot read {}: {e}", f.display())))?,
+        (None, None, true) => {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s)?;
+            s
+        }
+        _ => {
+            return Err(CliError::usage(
+                "Error: give the SQL as an argument, --file or --stdin",
+            ))
+        }
+    };
+    if sql.trim().is_empty() {
+        return Err(CliError::usage("Error: the SQL is empty"));
+    }
+    Ok(sql)
+}
+
+/// Runs `svc query`.
+pub fn run(ctx: &Ctx, args: QueryArgs) -> Result<()> {
+    let sql = sql_text(&args)?;
+    let binary = matches!(args.format, Format::Arrow | Format::Parquet);
+    if binary && args.output.is_none() && std::io::stdout().is_terminal() {
+        return Err(CliError::usage(format!(
+            "Error: {} output is binary; use --output FILE or redirect stdout",
+            args.format.wire()
+        )));
+    }
+    let client = ctx.authed()?;
+    let mut resp = client.post_long(
+        "/api/query",
+        &json!({"sql": sql, "limit": args.limit, "format": args.format.wire()}),
+    )?;
+    let truncated_header = resp
+        .headers()
+        .get("x-svc-truncated")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+
+    if matches!(args.format, Format::Table | Format::Json) && args.output.is_none() {
+        let doc: Value = resp.json().map_err(|e| {
+            CliError::new(Exit::Server, format!("Error: the result broke off: {e}"))
+        })?;
+        if args.format == Format::Json {
+            render::print_json(&doc);
+        } else {
+            let headers: Vec<String> = doc["columns"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(render::cell)
+                .collect();
+            let rows: Vec<Vec<String>> = doc["rows"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| {
+                    r.as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(render::cell)
+                        .collect()
+                })
+                .collect();
+            render::table(&headers, &rows);
+            eprintln!("({} rows)", rows.len());
+        }
+        if doc["truncated"] == true {
+            eprintln!(
+                "(truncated at {} rows; raise --limit to see more)",
+                args.limit
+            );
+        }
+        return Ok(());
+    }
+
+    // Stream the body: to a temporary file renamed into place when complete, or to stdout.
+    let copied = match &args.output {
+        Some(path) => write_atomically(path, &mut resp)?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            let n = std::io::copy(&mut resp, &mut out).map_err(|e| {
+                CliError::new(Exit::Server, format!("Error: the result broke off: {e}"))
+            })?;
+            out.flush()?;
+            n
+        }
+    };
+    if let Some(path) = &args.output {
+        eprintln!("wrote {copied} bytes to {}", path.display());
+    }
+    if truncated_header.as_deref() == Some("true") {
+        eprintln!(
+            "(truncated at {} rows; raise --limit to see more)",
+            args.limit
+        );
+    }
+    Ok(())
+}
+
+/// Copies `body` to `path` through a temporary file beside it; nothing is left behind when
+/// the copy fails.
+pub fn write_atomically(path: &std::path::Path, body: &mut impl Read) -> Result<u64> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| CliError::usage(format!("Error: {} is not a file name", path.display())))?;
+    let temp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut file = std::fs::File::create(&temp)?;
+        let n = std::io::copy(body, &mut file)?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)?;
+        Ok::<u64, std::io::Error>(n)
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&temp);
+        CliError::new(
+            Exit::Other,
+            format!("Error: writing {} failed: {e}", path.display()),
+        )
+        .hint("nothing was written; check the directory exists, is writable and has room")
+    })
+}

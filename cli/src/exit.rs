@@ -1,0 +1,86 @@
+//! Exit codes and the one error type every command returns.
+
+use std::fmt;
+
+/// Documented exit codes (`svc --help` lists them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Bad usage: a wrong flag or value, no server configured, a client older than the
+    /// server accepts.
+    Usage = 2,
+    /// Too many requests or over a quota (429).
+    RateLimited = 3,
+    /// The server failed or could not be reached.
+    Server = 5,
+    /// Not logged in, or the token was refused (401).
+    Auth = 7,
+    /// Forbidden or not found (403, 404).
+    Denied = 8,
+    /// Anything else the server refused (400, 409, 422, …).
+    Other = 9,
+}
+
+impl Exit {
+    /// The code for an HTTP error status.
+    pub fn of_status(status: u16) -> Self {
+        match status {
+            401 => Self::Auth,
+            403 | 404 => Self::Denied,
+            429 => Self::RateLimited,
+            s if s >= 500 => Self::Server,
+            _ => Self::Other,
+        }
+    }
+}
+
+/// What a failed command prints (on stderr) and exits with.
+#[derive(Debug)]
+pub struct CliError {
+    /// The exit code.
+    pub exit: Exit,
+    /// One or more lines.
+    pub message: String,
+    /// A next step, printed after the message.
+    pub hint: Option<String>,
+}
+
+impl CliError {
+    /// An error with a code and a message.
+    pub fn new(exit: Exit, message: impl Into<String>) -> Self {
+        Self {
+            exit,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    /// A usage error.
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::new(Exit::Usage, message)
+    }
+
+    /// Adds a hint.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)?;
+        if let Some(h) = &self.hint {
+            write!(f, "\n  hint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(e: std::io::Error) -> Self {
+        Self::new(Exit::Other, format!("Error: {e}"))
+    }
+}
+
+/// What commands return.
+pub type Result<T> = std::result::Result<T, CliError>;

@@ -1,0 +1,471 @@
+//! The `svc` client against a real server: every command, its `--json`, and its exit code on
+//! each error class.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+
+use crate::discovery::write_parquet;
+use crate::support::{free_port, svc_bin, Server, TempDir};
+
+/// Runs `svc` with its own config directory and no inherited server or token.
+fn svc(config: &Path, args: &[&str]) -> Output {
+    svc_input(config, args, "")
+}
+
+/// Like [`svc`], with `input` on stdin.
+fn svc_input(config: &Path, args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(svc_bin())
+        .args(args)
+        .env("SVC_CONFIG_DIR", config)
+        .env("NO_COLOR", "1")
+        .env_remove("SVC_SERVER")
+        .env_remove("SVC_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `svc … --json`, which must succeed and print JSON.
+fn json_of(config: &Path, args: &[&str]) -> Value {
+    let o = svc(config, args);
+    assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", stdout(&o)))
+}
+
+#[test]
+fn the_client_logs_in_discovers_queries_and_administers() {
+    let s = Server::start();
+    write_parquet(&s.dir.0, "local", "orders", 50, "o");
+    let admin = s.admin_token();
+    let home = TempDir::new();
+    let cfg = home.0.as_path();
+
+    // Before any configuration; a server that is down; a refused token.
+    let o = svc(cfg, &["catalog"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no server configured"),
+        "{}",
+        stderr(&o)
+    );
+    let down = format!("http://127.0.0.1:{}", free_port());
+    let o = svc(cfg, &["--server", &down, "--token", "x", "catalog"]);
+    assert_eq!(code(&o), 5, "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+    let o = svc(
+        cfg,
+        &["--server", &s.base, "--token", "not-a-token", "catalog"],
+    );
+    assert_eq!(code(&o), 7, "{}", stderr(&o));
+
+    // Log in with a token: checked, then saved privately.
+    let o = svc(
+        cfg,
+        &["--server", &s.base, "--token", &admin, "auth", "login"],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(cfg.join("config.toml"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let me = json_of(cfg, &["auth", "whoami", "--json"]);
+    assert_eq!(
+        (&me["email"], &me["is_admin"]),
+        (&json!("admin@localhost"), &json!(true))
+    );
+
+    // Tables.
+    let o = svc(
+        cfg,
+        &[
+            "admin",
+            "register-table",
+            "orders",
+            "--source-type",
+            "local",
+            "--description",
+            "All orders",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let tables = json_of(cfg, &["admin", "list-tables", "--json"]);
+    assert!(tables["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["id"] == "orders"));
+    let o = svc(
+        cfg,
+        &[
+            "admin",
+            "update-table",
+            "orders",
+            "--description",
+            "Every order",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = svc(
+        cfg,
+        &[
+            "admin",
+            "update-table",
+            "orders",
+            "--sync-schedule",
+            "sometimes",
+        ],
+    );
+    assert_eq!(code(&o), 9, "{}", stderr(&o));
+
+    // Discovery.
+    let cat = json_of(cfg, &["catalog", "--json"]);
+    let row = cat["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "orders")
+        .unwrap()
+        .clone();
+    assert_eq!(row["description"], "Every order");
+    let o = svc(cfg, &["catalog"]);
+    assert!(
+        stdout(&o).lines().any(|l| l.starts_with("orders ")),
+        "{}",
+        stdout(&o)
+    );
+    let schema = json_of(cfg, &["schema", "orders", "--json"]);
+    assert_eq!(schema["columns"][0]["name"], "id");
+    let sample = json_of(cfg, &["sample", "orders", "-n", "3", "--json"]);
+    assert_eq!(sample["rows"].as_array().unwrap().len(), 3);
+    let d = json_of(cfg, &["describe", "orders", "--json"]);
+    assert!(d["schema"]["columns"].is_array() && d["sample"]["rows"].is_array());
+    let o = svc(cfg, &["describe", "orders", "-n", "2"]);
+    assert!(
+        stdout(&o).contains("Table: orders") && stdout(&o).contains("o1"),
+        "{}",
+        stdout(&o)
+    );
+    let o = svc(cfg, &["sample", "nope"]);
+    assert_eq!(code(&o), 8, "{}", stderr(&o));
+    let o = svc(cfg, &["sample", "orders", "-n", "0"]);
+    assert_eq!(code(&o), 2);
+
+    // Query: json, table, csv, a parquet file, bad SQL, bad flags.
+    let q = json_of(
+        cfg,
+        &[
+            "query",
+            "SELECT id FROM orders ORDER BY id",
+            "--limit",
+            "5",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(
+        (q["row_count"].as_u64(), &q["truncated"]),
+        (Some(5), &json!(true))
+    );
+    let o = svc(
+        cfg,
+        &[
+            "query",
+            "SELECT id, name FROM orders ORDER BY id",
+            "--limit",
+            "2",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("id  name"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("truncated at 2 rows"), "{}", stderr(&o));
+    let o = svc(
+        cfg,
+        &[
+            "query",
+            "SELECT id, name FROM orders WHERE id < 3 ORDER BY id",
+            "--format",
+            "csv",
+        ],
+    );
+    assert_eq!(stdout(&o), "id,name\n0,o0\n1,o1\n2,o2\n");
+    let file = home.0.join("out.parquet");
+    let o = svc(
+        cfg,
+        &[
+            "query",
+            "SELECT * FROM orders",
+            "--format",
+            "parquet",
+            "--output",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let reader = svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(&file).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    assert_eq!(reader.map(|b| b.unwrap().num_rows()).sum::<usize>(), 50);
+    let sql_file = home.0.join("q.sql");
+    std::fs::write(&sql_file, "SELECT count(*) AS n FROM orders").unwrap();
+    let q = json_of(
+        cfg,
+        &[
+            "query",
+            "--file",
+            sql_file.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(q["rows"], json!([[50]]));
+    let o = svc(cfg, &["query", "SELEC nonsense", "--format", "json"]);
+    assert_eq!(code(&o), 9, "{}", stderr(&o));
+    assert!(stderr(&o).starts_with("Error:"), "{}", stderr(&o));
+    let o = svc(cfg, &["query", "SELECT 1", "--limit", "-1"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let bad_out = home.0.join("missing-dir/x.parquet");
+    let o = svc(
+        cfg,
+        &[
+            "query",
+            "SELECT 1 AS x",
+            "--format",
+            "parquet",
+            "--output",
+            bad_out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&o), 9, "{}", stderr(&o));
+    assert!(!bad_out.exists());
+
+    // Users, groups and grants; a non-admin reads what it was granted and nothing more.
+    let o = svc(
+        cfg,
+        &["admin", "user", "add", "ana@example.com", "--name", "Ana"],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let users = json_of(cfg, &["admin", "user", "list", "--json"]);
+    assert!(users
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|u| u["email"] == "ana@example.com"));
+    for args in [
+        &[
+            "admin",
+            "group",
+            "create",
+            "analysts",
+            "--description",
+            "Readers",
+        ][..],
+        &[
+            "admin",
+            "group",
+            "add-member",
+            "analysts",
+            "ana@example.com",
+        ],
+        &["admin", "grant", "create", "analysts", "orders"],
+    ] {
+        let o = svc(cfg, args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+    }
+    let members = json_of(cfg, &["admin", "group", "members", "analysts", "--json"]);
+    assert_eq!(members[0]["email"], "ana@example.com");
+    let grants = json_of(cfg, &["admin", "grant", "list", "--json"]);
+    let grant = grants
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["resource_id"] == "orders")
+        .unwrap()
+        .clone();
+    let ana = s.cli_ok(&["tokens", "create", "--email", "ana@example.com"]);
+    let o = svc(cfg, &["--token", &ana, "catalog", "--json"]);
+    let visible: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(visible["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["id"] == "orders"));
+    let o = svc(cfg, &["--token", &ana, "admin", "list-tables"]);
+    assert_eq!(code(&o), 8, "{}", stderr(&o));
+    let o = svc(
+        cfg,
+        &["admin", "grant", "delete", grant["id"].as_str().unwrap()],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = svc(
+        cfg,
+        &[
+            "admin",
+            "group",
+            "remove-member",
+            "analysts",
+            "ana@example.com",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = svc(cfg, &["admin", "user", "deactivate", "ana@example.com"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = svc(cfg, &["--token", &ana, "catalog"]);
+    assert_eq!(code(&o), 7, "a deactivated user's token: {}", stderr(&o));
+    let o = svc(cfg, &["admin", "user", "activate", "ana@example.com"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = svc(cfg, &["admin", "group", "delete", "analysts"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    // The removed set-role names its replacement.
+    let o = svc(cfg, &["admin", "set-role", "ana@example.com", "admin"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("svc admin group add-member Admin ana@example.com"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Password login (the password on stdin), then personal access tokens, which need a
+    // session.
+    let o = s.cli(
+        &[
+            "users",
+            "create",
+            "--email",
+            "ops@example.com",
+            "--admin",
+            "--password-stdin",
+        ],
+        Some("s3cret-pass\n"),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ops_home = TempDir::new();
+    let cfg = ops_home.0.as_path();
+    let login = [
+        "--server",
+        &s.base,
+        "auth",
+        "login",
+        "--email",
+        "ops@example.com",
+    ];
+    let o = svc_input(cfg, &login, "wrong\n");
+    assert_eq!(code(&o), 7, "{}", stderr(&o));
+    let o = svc_input(cfg, &login, "s3cret-pass\n");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = svc(
+        cfg,
+        &["auth", "token", "create", "--name", "ci", "--days", "30"],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let ci = stdout(&o).trim().to_owned();
+    let who = json_of(cfg, &["--token", &ci, "auth", "whoami", "--json"]);
+    assert_eq!(who["email"], "ops@example.com");
+    let o = svc(cfg, &["auth", "token", "revoke", "ci"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let tokens = json_of(cfg, &["auth", "token", "list", "--json"]);
+    let listed = tokens
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "ci")
+        .unwrap()
+        .clone();
+    assert!(listed["revoked_at"].is_string(), "{listed}");
+    let o = svc(cfg, &["--token", &ci, "catalog"]);
+    assert_eq!(code(&o), 7, "a revoked token: {}", stderr(&o));
+    let o = svc(
+        cfg,
+        &["auth", "token", "create", "--name", "x", "--days", "0"],
+    );
+    assert_eq!(code(&o), 2);
+
+    // Unregister, log out.
+    let o = svc(cfg, &["admin", "unregister-table", "orders"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = svc(cfg, &["auth", "logout"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = svc(cfg, &["catalog"]);
+    assert_eq!(code(&o), 7, "logged out: {}", stderr(&o));
+}
+
+#[test]
+fn version_help_completions_and_a_server_that_needs_a_newer_client() {
+    let home = TempDir::new();
+    let o = svc(&home.0, &["--version"]);
+    assert_eq!(
+        stdout(&o).trim(),
+        format!("svc {}", env!("CARGO_PKG_VERSION"))
+    );
+    let o = svc(&home.0, &["--help"]);
+    assert!(
+        stdout(&o).contains("Exit codes:") && stdout(&o).contains("7  not logged in"),
+        "{}",
+        stdout(&o)
+    );
+    let o = svc(&home.0, &["completions", "bash"]);
+    assert!(
+        code(&o) == 0 && stdout(&o).contains("_svc"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A server announcing a minimum client version above ours.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let body = r#"{"tables": [], "server_time": "now"}"#;
+            let mut stream = stream;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-svc-version: 99.0.0\r\n\
+                 x-min-compat-cli-version: 99.0.0\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let o = svc(
+        &home.0,
+        &["--server", &url, "--token", "t", "catalog", "--json"],
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("too old"), "{}", stderr(&o));
+}

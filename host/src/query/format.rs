@@ -206,7 +206,7 @@ impl Encoder {
                 Ok(Bytes::from(out))
             }
             Inner::Arrow(w) => {
-                w.write(batch)?;
+                w.write(&compact_views(batch)?)?;
                 Ok(self.sink.take())
             }
             Inner::Csv(w) => {
@@ -258,6 +258,31 @@ impl Encoder {
     }
 }
 
+/// The batch with its string and binary view columns compacted. A view column read from
+/// parquet shares whole data buffers with the rest of its page; IPC writes every buffer a
+/// batch references, so without this an Arrow body carries the same bytes once per batch.
+fn compact_views(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+    use svc_plugin_api::arrow::array::AsArray;
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| matches!(f.data_type(), DataType::Utf8View | DataType::BinaryView))
+    {
+        return Ok(batch.clone());
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| match c.data_type() {
+            DataType::Utf8View => Arc::new(c.as_string_view().gc()) as _,
+            DataType::BinaryView => Arc::new(c.as_binary_view().gc()) as _,
+            _ => c.clone(),
+        })
+        .collect::<Vec<svc_plugin_api::arrow::array::ArrayRef>>();
+    RecordBatch::try_new(batch.schema(), columns)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,6 +315,32 @@ mod tests {
         }
         out.extend_from_slice(&enc.finish(truncated).unwrap());
         out
+    }
+
+    #[test]
+    fn arrow_bodies_do_not_repeat_shared_view_buffers() {
+        use svc_plugin_api::arrow::array::StringViewArray;
+        // Ten slices of one view column whose values live in shared buffers (strings longer
+        // than 12 bytes are stored out of line).
+        let values: StringViewArray = (0..10_000)
+            .map(|i| Some(format!("a value long enough to live in a buffer {i}")))
+            .collect();
+        let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8View, true)]));
+        let whole = RecordBatch::try_new(schema, vec![Arc::new(values)]).unwrap();
+        let slices: Vec<RecordBatch> = (0..10).map(|i| whole.slice(i * 1_000, 1_000)).collect();
+        let body = encode(Format::Arrow, &slices, false);
+        let data_bytes = 10_000 * 45;
+        assert!(
+            body.len() < data_bytes * 2,
+            "{} bytes for {data_bytes} of text",
+            body.len()
+        );
+        let read: usize =
+            svc_plugin_api::arrow::ipc::reader::StreamReader::try_new(&body[..], None)
+                .unwrap()
+                .map(|b| b.unwrap().num_rows())
+                .sum();
+        assert_eq!(read, 10_000);
     }
 
     #[test]

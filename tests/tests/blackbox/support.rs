@@ -11,8 +11,8 @@ use serde_json::Value;
 /// Builds what the tests run — `svc-server`, the example driver library and the `svc`
 /// client — once per test run, and returns the target profile directory holding them.
 ///
-/// One cargo invocation for both: its feature resolution matches a build of svc-host alone,
-/// so dependencies compiled for the server are reused for the driver library.
+/// One cargo invocation for all three: one feature resolution, so dependencies compiled for
+/// the server are reused for the driver library and the client.
 fn built_artifacts() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -31,12 +31,14 @@ fn built_artifacts() -> PathBuf {
             "svc-host",
             "-p",
             "svc-example-csv-driver",
+            "-p",
+            "svc-cli",
             "--bin",
             "svc-server",
+            "--bin",
+            "svc",
             "--lib",
         ]);
-        // The client has no library, so it is a build of its own.
-        build(&["-p", "svc-cli", "--bin", "svc"]);
         // target/<profile>/deps/<this test> -> target/<profile>
         let exe = std::env::current_exe().unwrap();
         exe.parent().unwrap().parent().unwrap().to_path_buf()

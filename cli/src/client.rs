@@ -91,6 +91,28 @@ impl Client {
         self.json(Method::GET, path, None)
     }
 
+    /// GET on the long timeout with `If-None-Match`; `None` when the server says the copy is
+    /// current (304).
+    pub fn download(&self, path: &str, etag: Option<&str>) -> Result<Option<Response>> {
+        let mut rb = self.request(true, Method::GET, path)?;
+        if let Some(tag) = etag {
+            rb = rb.header("if-none-match", tag);
+        }
+        let resp = rb.send().map_err(|e| transport(&self.target.server, &e))?;
+        check_version(&resp)?;
+        if resp.status().as_u16() == 304 {
+            return Ok(None);
+        }
+        if resp.status().is_success() {
+            return Ok(Some(resp));
+        }
+        let status = resp.status().as_u16();
+        Err(render::server_error(
+            status,
+            &resp.text().unwrap_or_default(),
+        ))
+    }
+
     /// POST JSON on the long timeout, returning the raw response to stream.
     pub fn post_long(&self, path: &str, body: &Value) -> Result<Response> {
         let rb = self.request(true, Method::POST, path)?.json(body);

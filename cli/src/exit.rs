@@ -12,6 +12,8 @@ pub enum Exit {
     RateLimited = 3,
     /// The server failed or could not be reached.
     Server = 5,
+    /// A local file exists and `--force` was not given (it is left untouched).
+    Exists = 6,
     /// Not logged in, or the token was refused (401).
     Auth = 7,
     /// Forbidden or not found (403, 404).

@@ -6,13 +6,15 @@ mod client;
 mod commands;
 mod config;
 mod exit;
+mod interrupt;
 mod render;
+mod workspace;
 
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use commands::{admin, auth, discovery, query, Ctx};
+use commands::{admin, auth, discovery, pull, query, snapshot, Ctx};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -20,6 +22,7 @@ Exit codes:
   2  usage: bad flags or values, no server configured, client too old for the server
   3  rate limited or over a quota (HTTP 429)
   5  the server failed (HTTP 5xx) or could not be reached
+  6  the snapshot exists (use --force); the file is left untouched
   7  not logged in, or the token was refused (HTTP 401)
   8  forbidden or not found (HTTP 403, 404)
   9  any other refusal (HTTP 400, 409, 422, ...)
@@ -37,9 +40,13 @@ struct Cli {
     /// Bearer token (overrides SVC_TOKEN and the saved config).
     #[arg(long, global = true, hide_env_values = true)]
     token: Option<String>,
-    /// Seconds a query or scan may take (ordinary calls time out after 30 s).
+    /// Seconds a query, scan or download may take (ordinary calls time out after 30 s).
     #[arg(long, global = true, default_value_t = 600)]
     timeout: u64,
+    /// Local workspace for pulled tables and snapshots [default: SVC_WORKSPACE, else
+    /// ~/.local/share/svc].
+    #[arg(long, global = true)]
+    workspace: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -85,8 +92,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run SQL on the server.
+    /// Run SQL on the server (or with --local over pulled tables and snapshots).
     Query(query::QueryArgs),
+    /// Save a scan of one table as local parquet.
+    #[command(subcommand)]
+    Snapshot(snapshot::Command),
+    /// Download every local or materialized table you can read (only changed files).
+    Pull {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Administration (admins only).
     #[command(subcommand)]
     Admin(admin::Command),
@@ -98,6 +114,7 @@ enum Command {
 }
 
 fn run(cli: Cli) -> exit::Result<()> {
+    let root = workspace::root(cli.workspace.as_deref());
     let ctx = Ctx {
         server: cli.server,
         token: cli.token,
@@ -109,7 +126,9 @@ fn run(cli: Cli) -> exit::Result<()> {
         Command::Schema { table, json } => discovery::schema(&ctx, &table, json),
         Command::Sample { table, n, json } => discovery::sample(&ctx, &table, n, json),
         Command::Describe { table, n, json } => discovery::describe(&ctx, &table, n, json),
-        Command::Query(args) => query::run(&ctx, args),
+        Command::Query(args) => query::run(&ctx, &root, args),
+        Command::Snapshot(c) => snapshot::run(&ctx, &root, c),
+        Command::Pull { json } => pull::run(&ctx, &root, json),
         Command::Admin(c) => admin::run(&ctx, c),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "svc", &mut std::io::stdout());
@@ -126,6 +145,7 @@ fn main() {
             e.exit();
         }
     };
+    interrupt::install();
     if let Err(e) = run(cli) {
         eprintln!("{e}");
         std::process::exit(e.exit as i32);

@@ -4,7 +4,10 @@
 pub mod admin;
 pub mod auth;
 pub mod discovery;
+pub mod local;
+pub mod pull;
 pub mod query;
+pub mod snapshot;
 
 use std::time::Duration;
 

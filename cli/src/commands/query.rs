@@ -56,6 +56,10 @@ pub struct QueryArgs {
     /// Write the result here instead of stdout (atomically: a failed query leaves no file).
     #[arg(long, short)]
     output: Option<PathBuf>,
+    /// Run on this machine over pulled tables and snapshots (no server call; the same SQL
+    /// dialect as the server).
+    #[arg(long)]
+    local: bool,
 }
 
 fn sql_text(args: &QueryArgs) -> Result<String> {
@@ -81,7 +85,7 @@ fn sql_text(args: &QueryArgs) -> Result<String> {
 }
 
 /// Runs `svc query`.
-pub fn run(ctx: &Ctx, args: QueryArgs) -> Result<()> {
+pub fn run(ctx: &Ctx, workspace: &std::path::Path, args: QueryArgs) -> Result<()> {
     let sql = sql_text(&args)?;
     let binary = matches!(args.format, Format::Arrow | Format::Parquet);
     if binary && args.output.is_none() && std::io::stdout().is_terminal() {
@@ -89,6 +93,15 @@ pub fn run(ctx: &Ctx, args: QueryArgs) -> Result<()> {
             "Error: {} output is binary; use --output FILE or redirect stdout",
             args.format.wire()
         )));
+    }
+    if args.local {
+        return super::local::run(
+            workspace,
+            &sql,
+            args.limit,
+            args.format,
+            args.output.as_deref(),
+        );
     }
     let client = ctx.authed()?;
     let mut resp = client.post_long(

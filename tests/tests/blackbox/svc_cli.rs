@@ -469,3 +469,188 @@ fn version_help_completions_and_a_server_that_needs_a_newer_client() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("too old"), "{}", stderr(&o));
 }
+
+#[test]
+fn snapshots_pull_and_offline_queries_match_the_server() {
+    let s = Server::start();
+    write_parquet(&s.dir.0, "local", "orders", 50, "o");
+    write_parquet(&s.dir.0, "local", "customers", 5, "c");
+    let admin = s.admin_token();
+    let home = TempDir::new();
+    let cfg = home.0.as_path();
+    let ws = home.0.join("ws");
+    let ws = ws.to_str().unwrap();
+    let o = svc(
+        cfg,
+        &["--server", &s.base, "--token", &admin, "auth", "login"],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for id in ["orders", "customers"] {
+        let o = svc(
+            cfg,
+            &["admin", "register-table", id, "--source-type", "local"],
+        );
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+
+    // The estimate alone writes nothing.
+    let snap = [
+        "--workspace",
+        ws,
+        "snapshot",
+        "create",
+        "orders",
+        "--select",
+        "id,name",
+        "--where",
+        "id >= 10",
+        "--order-by",
+        "id",
+        "--limit",
+        "20",
+        "--as",
+        "recent",
+    ];
+    let mut estimate_only = snap.to_vec();
+    estimate_only.push("--estimate");
+    let e = json_of(cfg, &estimate_only);
+    assert_eq!(e["table_id"], "orders");
+    let file = Path::new(ws).join("snapshots/recent.parquet");
+    assert!(!file.exists());
+
+    // Create, read back as parquet, refuse to overwrite, list, refresh.
+    let o = svc(cfg, &snap);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let reader = svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(&file).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    assert_eq!(reader.map(|b| b.unwrap().num_rows()).sum::<usize>(), 20);
+    let before = std::fs::read(&file).unwrap();
+    let o = svc(cfg, &snap);
+    assert_eq!(code(&o), 6, "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "an existing snapshot is untouched"
+    );
+    let list = json_of(cfg, &["--workspace", ws, "snapshot", "list", "--json"]);
+    assert_eq!(
+        (&list[0]["name"], &list[0]["rows"], &list[0]["where"]),
+        (&json!("recent"), &json!(20), &json!("id >= 10"))
+    );
+    let o = svc(cfg, &["--workspace", ws, "snapshot", "refresh", "recent"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for bad in ["a/b", "../up", "9lives"] {
+        let o = svc(
+            cfg,
+            &[
+                "--workspace",
+                ws,
+                "snapshot",
+                "create",
+                "orders",
+                "--as",
+                bad,
+            ],
+        );
+        assert_eq!(code(&o), 2, "{bad}: {}", stderr(&o));
+    }
+    let o = svc(
+        cfg,
+        &[
+            "--workspace",
+            ws,
+            "snapshot",
+            "create",
+            "orders",
+            "--where",
+            "id >>> 3",
+            "--as",
+            "bad_pred",
+        ],
+    );
+    assert_eq!(code(&o), 9, "{}", stderr(&o));
+    assert!(!Path::new(ws).join("snapshots/bad_pred.parquet").exists());
+
+    // Pull twice: the second transfers nothing.
+    let first = json_of(cfg, &["--workspace", ws, "pull", "--json"]);
+    assert_eq!(
+        first["downloaded"],
+        json!(["customers", "orders"]),
+        "{first}"
+    );
+    let second = json_of(cfg, &["--workspace", ws, "pull", "--json"]);
+    assert_eq!(
+        (&second["downloaded"], &second["unchanged"]),
+        (&json!([]), &json!(["customers", "orders"])),
+        "{second}"
+    );
+
+    // Offline SQL answers like the server.
+    let sql = "SELECT o.id, o.name, c.name AS customer FROM orders o LEFT JOIN customers c ON o.id = c.id WHERE o.id < 7 ORDER BY o.id";
+    let remote = json_of(cfg, &["query", sql, "--format", "json"]);
+    let local = json_of(
+        cfg,
+        &[
+            "--workspace",
+            ws,
+            "query",
+            "--local",
+            sql,
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(local["rows"], remote["rows"]);
+    assert_eq!(local["columns"], remote["columns"]);
+    let n = json_of(
+        cfg,
+        &[
+            "--workspace",
+            ws,
+            "query",
+            "--local",
+            "SELECT count(*) AS n FROM recent",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(n["rows"], json!([[20]]));
+    let o = svc(
+        cfg,
+        &[
+            "--workspace",
+            ws,
+            "query",
+            "--local",
+            "COPY orders TO '/tmp/x.csv'",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(code(&o), 9, "statements are refused: {}", stderr(&o));
+
+    // An unwritable workspace: a clear error and no partial file.
+    let blocked = home.0.join("blocked");
+    std::fs::write(&blocked, b"a file, not a directory").unwrap();
+    let o = svc(
+        cfg,
+        &[
+            "--workspace",
+            blocked.to_str().unwrap(),
+            "snapshot",
+            "create",
+            "orders",
+        ],
+    );
+    assert_eq!(code(&o), 9, "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot create"), "{}", stderr(&o));
+
+    let o = svc(cfg, &["--workspace", ws, "snapshot", "drop", "recent"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = svc(cfg, &["--workspace", ws, "snapshot", "drop", "recent"]);
+    assert_eq!(code(&o), 8, "{}", stderr(&o));
+}

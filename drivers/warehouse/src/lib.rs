@@ -56,6 +56,20 @@ impl WarehouseDriver {
         }
     }
 
+    /// What a read names in `FROM`: the table path, or with `legacy_wrap_views` a view
+    /// wrapped in `(SELECT * FROM view)`, as releases before 0.14 read views.
+    fn read_from(&self, loc: &Location, info: &client::TableInfo) -> String {
+        let is_view = info
+            .table_type
+            .as_deref()
+            .is_some_and(|t| t.contains("VIEW"));
+        if self.config.legacy_wrap_views && is_view {
+            format!("(SELECT * FROM {})", loc.sql_path())
+        } else {
+            loc.sql_path()
+        }
+    }
+
     fn not_configured() -> DriverError {
         DriverError::new(ErrorKind::NotConfigured, "The warehouse is not configured on this instance").with_details(
             json!({ "hint": "set `project` under [data_source.warehouse] in svc.toml, or SVC_WAREHOUSE_PROJECT" }),
@@ -186,7 +200,16 @@ impl SourceDriver for WarehouseDriver {
             return self.materialized.sample(table, n).await;
         }
         let loc = self.location(table)?;
-        let sql = format!("SELECT * FROM {} LIMIT {n}", loc.sql_path());
+        let source = if self.config.legacy_wrap_views {
+            let info = self
+                .client
+                .table(&loc.project, &loc.dataset, &loc.table)
+                .await?;
+            self.read_from(&loc, &info)
+        } else {
+            loc.sql_path()
+        };
+        let sql = format!("SELECT * FROM {source} LIMIT {n}");
         let result = self.client.query(&sql, n as u64, SqlOrigin::Server).await?;
         Ok(vec![result.batch])
     }
@@ -206,7 +229,7 @@ impl SourceDriver for WarehouseDriver {
             .await?;
         Ok(Arc::new(provider::RemoteTable::new(
             self.client.clone(),
-            loc.sql_path(),
+            self.read_from(&loc, &info),
             client::arrow_schema(info.fields()),
         )))
     }
@@ -273,7 +296,10 @@ impl SourceDriver for WarehouseDriver {
         plan: &svc_plugin_api::datafusion::logical_expr::LogicalPlan,
         tables: &[TableRef],
     ) -> Result<Option<Arc<dyn TableProvider>>> {
-        if tables.is_empty() || tables.iter().any(is_materialized) {
+        // With legacy view wrapping each table is read through its own provider, which
+        // knows whether it is a view.
+        if tables.is_empty() || tables.iter().any(is_materialized) || self.config.legacy_wrap_views
+        {
             return Ok(None);
         }
         let mut addresses = std::collections::HashMap::new();

@@ -618,3 +618,48 @@ fn with_postgresql_one_replica_runs_the_jobs_and_another_takes_over() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn legacy_wrap_views_reads_views_through_a_wrapping_query() {
+    let Some(em) = emulator_with_orders(100) else {
+        return;
+    };
+    em.sql("CREATE VIEW shop.small_orders AS SELECT id, name FROM shop.orders WHERE id <= 10");
+    let proxy = FaultProxy::start(&em.endpoint, Fault::None);
+    let s = warehouse_server(
+        &proxy.endpoint,
+        &[("SVC_WAREHOUSE_LEGACY_WRAP_VIEWS", "true")],
+    );
+    let admin = s.admin_token();
+    for id in ["orders", "small_orders"] {
+        register(
+            &s,
+            &admin,
+            json!({"id": id, "source_type": "warehouse", "bucket": "shop", "query_mode": "remote"}),
+        );
+    }
+    let rows = query_rows(&s, &admin, "SELECT count(*) AS n FROM small_orders");
+    assert_eq!(rows[0]["n"], json!(10));
+    let rows = query_rows(&s, &admin, "SELECT count(*) AS n FROM orders WHERE id > 90");
+    assert_eq!(rows[0]["n"], json!(10));
+    let (status, sample) = s.get_json("/api/v2/sample/small_orders?n=2", &admin);
+    assert_eq!(
+        (status, sample["rows"].as_array().map(Vec::len)),
+        (200, Some(2))
+    );
+    let sent = sent_queries(&proxy, 0);
+    let view_reads: Vec<&String> = sent.iter().filter(|r| r.contains("small_orders")).collect();
+    assert!(!view_reads.is_empty());
+    assert!(
+        view_reads
+            .iter()
+            .all(|r| r.contains("(SELECT * FROM `demo-proj.shop.small_orders`)")),
+        "{view_reads:?}"
+    );
+    assert!(
+        sent.iter()
+            .filter(|r| r.contains("shop.orders`"))
+            .all(|r| !r.contains("(SELECT * FROM `demo-proj.shop.orders`)")),
+        "{sent:?}"
+    );
+}

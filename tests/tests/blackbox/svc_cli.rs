@@ -654,3 +654,132 @@ fn snapshots_pull_and_offline_queries_match_the_server() {
     let o = svc(cfg, &["--workspace", ws, "snapshot", "drop", "recent"]);
     assert_eq!(code(&o), 8, "{}", stderr(&o));
 }
+
+#[test]
+fn an_expired_session_token_is_an_auth_error() {
+    let secret = "a-test-secret-that-is-at-least-32-chars";
+    let s = Server::start_with(
+        crate::support::Backend::Sqlite,
+        &[("SVC_JWT_SECRET", secret)],
+    );
+    let admin = s.admin_token();
+    let home = TempDir::new();
+    let me = json_of(
+        &home.0,
+        &[
+            "--server", &s.base, "--token", &admin, "auth", "whoami", "--json",
+        ],
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let claims = json!({"sub": me["id"], "email": me["email"], "typ": "session",
+        "iat": now - 7200, "exp": now - 3600, "jti": "expired-session"});
+    let expired = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap();
+    let o = svc(
+        &home.0,
+        &["--server", &s.base, "--token", &expired, "catalog"],
+    );
+    assert_eq!(code(&o), 7, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("svc auth login"),
+        "the hint says how to recover: {}",
+        stderr(&o)
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_during_a_pull_removes_the_partial_file() {
+    // A server whose download trickles: the catalog answers at once, the file never ends.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut request = String::new();
+                reader.read_line(&mut request).unwrap();
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                    line.clear();
+                }
+                let mut stream = stream;
+                if request.contains("/api/v2/catalog") {
+                    let body = r#"{"tables": [{"id": "big", "query_mode": "local"}], "server_time": "now"}"#;
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                } else {
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: 1000000000\r\n\r\n"
+                    );
+                    for _ in 0..600 {
+                        if stream.write_all(&[b'x'; 1024]).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                }
+            });
+        }
+    });
+    let home = TempDir::new();
+    let ws = home.0.join("ws");
+    let child = Command::new(svc_bin())
+        .args([
+            "--server",
+            &url,
+            "--token",
+            "t",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "pull",
+        ])
+        .env("SVC_CONFIG_DIR", &home.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tables = ws.join("tables");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let partial = loop {
+        let found = std::fs::read_dir(&tables)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with('.'));
+        if let Some(p) = found {
+            break p;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no temporary file appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!partial.exists(), "the partial download was removed");
+    assert!(!tables.join("big.parquet").exists());
+}

@@ -112,6 +112,37 @@ fn width() -> usize {
         .unwrap_or(120)
 }
 
+/// A query result document (`columns`, `rows` as arrays, `truncated`): as JSON, or as a table
+/// with the row count and any truncation on stderr.
+pub fn result(doc: &Value, as_json: bool, limit: u64) {
+    if as_json {
+        print_json(doc);
+    } else {
+        let headers: Vec<String> = doc["columns"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(cell)
+            .collect();
+        let rows: Vec<Vec<String>> = doc["rows"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| r.as_array().into_iter().flatten().map(cell).collect())
+            .collect();
+        table(&headers, &rows);
+        eprintln!("({} rows)", rows.len());
+    }
+    if doc["truncated"] == true {
+        truncated(limit);
+    }
+}
+
+/// Says on stderr that the row limit cut a result.
+pub fn truncated(limit: u64) {
+    eprintln!("(truncated at {limit} rows; raise --limit to see more)");
+}
+
 /// A cell as text on one line.
 pub fn cell(v: &Value) -> String {
     match v {

@@ -90,33 +90,7 @@ pub fn run(
         Format::Table | Format::Json => {
             let doc = document(&schema, &batches, truncated)?;
             if output.is_none() {
-                if format == Format::Json {
-                    render::print_json(&doc);
-                } else {
-                    let headers: Vec<String> = doc["columns"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(render::cell)
-                        .collect();
-                    let rows: Vec<Vec<String>> = doc["rows"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|r| {
-                            r.as_array()
-                                .into_iter()
-                                .flatten()
-                                .map(render::cell)
-                                .collect()
-                        })
-                        .collect();
-                    render::table(&headers, &rows);
-                    eprintln!("({} rows)", rows.len());
-                }
-                if truncated {
-                    eprintln!("(truncated at {limit} rows; raise --limit to see more)");
-                }
+                render::result(&doc, format == Format::Json, limit);
                 return Ok(());
             }
             body = serde_json::to_vec(&doc).unwrap_or_default();
@@ -157,7 +131,7 @@ pub fn run(
         }
     }
     if truncated {
-        eprintln!("(truncated at {limit} rows; raise --limit to see more)");
+        render::truncated(limit);
     }
     Ok(())
 }

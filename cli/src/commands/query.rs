@@ -118,36 +118,7 @@ pub fn run(ctx: &Ctx, workspace: &std::path::Path, args: QueryArgs) -> Result<()
         let doc: Value = resp.json().map_err(|e| {
             CliError::new(Exit::Server, format!("Error: the result broke off: {e}"))
         })?;
-        if args.format == Format::Json {
-            render::print_json(&doc);
-        } else {
-            let headers: Vec<String> = doc["columns"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(render::cell)
-                .collect();
-            let rows: Vec<Vec<String>> = doc["rows"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|r| {
-                    r.as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(render::cell)
-                        .collect()
-                })
-                .collect();
-            render::table(&headers, &rows);
-            eprintln!("({} rows)", rows.len());
-        }
-        if doc["truncated"] == true {
-            eprintln!(
-                "(truncated at {} rows; raise --limit to see more)",
-                args.limit
-            );
-        }
+        render::result(&doc, args.format == Format::Json, args.limit);
         return Ok(());
     }
 

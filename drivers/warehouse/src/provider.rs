@@ -115,26 +115,23 @@ impl TableProvider for RemoteTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let indices: Vec<usize> = match projection {
-            Some(p) => p.clone(),
-            None => (0..self.schema.fields().len()).collect(),
-        };
-        let projected = Arc::new(self.schema.project(&indices)?);
-        let partition = RemotePartition::new(
-            self.client.clone(),
-            self.select(&indices, filters, limit)?,
-            limit.map_or(u64::MAX, |n| n as u64),
-            projected.clone(),
-        );
-        Ok(Arc::new(StreamingTableExec::try_new(
-            projected,
-            vec![Arc::new(partition)],
-            None,
-            [],
-            false,
-            limit,
-        )?))
+        let (indices, projected) = project(&self.schema, projection)?;
+        let sql = self.select(&indices, filters, limit)?;
+        RemotePartition::new(self.client.clone(), sql, limit, projected).into_plan(limit)
     }
+}
+
+/// The projection's column indices (all when None) and the projected schema.
+pub(crate) fn project(
+    schema: &SchemaRef,
+    projection: Option<&Vec<usize>>,
+) -> Result<(Vec<usize>, SchemaRef)> {
+    let indices: Vec<usize> = match projection {
+        Some(p) => p.clone(),
+        None => (0..schema.fields().len()).collect(),
+    };
+    let projected = Arc::new(schema.project(&indices)?);
+    Ok((indices, projected))
 }
 
 /// One query's pages as a DataFusion stream; the query starts when the plan first pulls.
@@ -150,15 +147,32 @@ pub(crate) struct RemotePartition {
 }
 
 impl RemotePartition {
-    /// Rows of `sql`, at most `max_rows`, delivered as `schema`.
-    pub(crate) fn new(client: Client, sql: String, max_rows: u64, schema: SchemaRef) -> Self {
+    /// Rows of `sql`, at most `limit`, delivered as `schema`.
+    pub(crate) fn new(
+        client: Client,
+        sql: String,
+        limit: Option<usize>,
+        schema: SchemaRef,
+    ) -> Self {
         Self {
             client,
             sql,
-            max_rows,
+            max_rows: limit.map_or(u64::MAX, |n| n as u64),
             schema,
             columns: None,
         }
+    }
+
+    /// The plan that streams this partition.
+    pub(crate) fn into_plan(self, limit: Option<usize>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(StreamingTableExec::try_new(
+            self.schema.clone(),
+            vec![Arc::new(self)],
+            None,
+            [],
+            false,
+            limit,
+        )?))
     }
 
     /// Takes only these result columns, by position.

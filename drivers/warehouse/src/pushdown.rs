@@ -18,7 +18,6 @@ use svc_plugin_api::datafusion::catalog::Session;
 use svc_plugin_api::datafusion::datasource::TableType;
 use svc_plugin_api::datafusion::error::Result;
 use svc_plugin_api::datafusion::logical_expr::{Expr, LogicalPlan};
-use svc_plugin_api::datafusion::physical_plan::streaming::StreamingTableExec;
 use svc_plugin_api::datafusion::physical_plan::ExecutionPlan;
 use svc_plugin_api::datafusion::sql::sqlparser::ast::{
     Ident, ObjectName, ObjectNamePart, TableAlias, TableFactor, VisitMut, VisitorMut,
@@ -28,7 +27,7 @@ use svc_plugin_api::datafusion::sql::unparser::Unparser;
 use svc_plugin_api::TableProvider;
 
 use crate::client::Client;
-use crate::provider::RemotePartition;
+use crate::provider::{project, RemotePartition};
 
 /// A table's registry id and its validated warehouse address.
 pub(crate) struct Address {
@@ -115,29 +114,13 @@ impl TableProvider for RemoteQuery {
         _filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let indices: Vec<usize> = match projection {
-            Some(p) => p.clone(),
-            None => (0..self.schema.fields().len()).collect(),
-        };
-        let projected = Arc::new(self.schema.project(&indices)?);
+        let (indices, projected) = project(&self.schema, projection)?;
         let sql = match limit {
             Some(n) => format!("SELECT * FROM ({}) LIMIT {n}", self.sql),
             None => self.sql.clone(),
         };
-        let partition = RemotePartition::new(
-            self.client.clone(),
-            sql,
-            limit.map_or(u64::MAX, |n| n as u64),
-            projected.clone(),
-        )
-        .with_columns(indices);
-        Ok(Arc::new(StreamingTableExec::try_new(
-            projected,
-            vec![Arc::new(partition)],
-            None,
-            [],
-            false,
-            limit,
-        )?))
+        RemotePartition::new(self.client.clone(), sql, limit, projected)
+            .with_columns(indices)
+            .into_plan(limit)
     }
 }

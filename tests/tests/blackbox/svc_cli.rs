@@ -49,6 +49,18 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Rows in a parquet file.
+fn parquet_rows(path: &Path) -> usize {
+    svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(path).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap()
+    .map(|b| b.unwrap().num_rows())
+    .sum()
+}
+
 /// `svc … --json`, which must succeed and print JSON.
 fn json_of(config: &Path, args: &[&str]) -> Value {
     let o = svc(config, args);
@@ -230,13 +242,7 @@ fn the_client_logs_in_discovers_queries_and_administers() {
         ],
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let reader = svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-        std::fs::File::open(&file).unwrap(),
-    )
-    .unwrap()
-    .build()
-    .unwrap();
-    assert_eq!(reader.map(|b| b.unwrap().num_rows()).sum::<usize>(), 50);
+    assert_eq!(parquet_rows(&file), 50);
     let sql_file = home.0.join("q.sql");
     std::fs::write(&sql_file, "SELECT count(*) AS n FROM orders").unwrap();
     let q = json_of(
@@ -521,13 +527,7 @@ fn snapshots_pull_and_offline_queries_match_the_server() {
     // Create, read back as parquet, refuse to overwrite, list, refresh.
     let o = svc(cfg, &snap);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let reader = svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-        std::fs::File::open(&file).unwrap(),
-    )
-    .unwrap()
-    .build()
-    .unwrap();
-    assert_eq!(reader.map(|b| b.unwrap().num_rows()).sum::<usize>(), 20);
+    assert_eq!(parquet_rows(&file), 20);
     let before = std::fs::read(&file).unwrap();
     let o = svc(cfg, &snap);
     assert_eq!(code(&o), 6, "{}", stderr(&o));

@@ -123,6 +123,9 @@ impl SyncApi {
     /// materialized table the caller can see.
     #[oai(path = "/api/sync/status", method = "get")]
     async fn status(&self, auth: BearerAuth) -> ApiResult<Json<Value>> {
+        // Read before the states: a pass records each table before it clears the flag, so
+        // "not locked" then guarantees the states below include the finished pass.
+        let locked = self.state.sync.running();
         let registry = access::registry(&self.state).await?;
         let readable = access::readable_ids(&self.state, &auth.0).await?;
         let states = self.state.store.sync_states().await?;
@@ -144,7 +147,7 @@ impl SyncApi {
             Value::Null
         };
         Ok(Json(json!({
-            "locked": self.state.sync.running(),
+            "locked": locked,
             "last_pass": last,
             "tables": tables,
         })))

@@ -188,7 +188,8 @@ fn materialized_tables_sync_atomically_and_keep_the_last_good_copy() {
     // Over the materialization budget (default 10 GiB): refused before any data moves.
     proxy.set(Fault::DryRunBytes(20 << 30));
     let before = proxy.requests().len();
-    s.post_json("/api/sync/trigger", &admin, &json!(["big_orders"]));
+    let (status, _) = s.post_json("/api/sync/trigger", &admin, &json!(["big_orders"]));
+    assert_eq!(status, 200);
     let state = wait_synced(&s, &admin, "big_orders");
     assert!(
         state["last_error"]

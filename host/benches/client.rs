@@ -100,6 +100,10 @@ fn main() {
             "build",
             "--release",
             "--quiet",
+            // With the host in the same run, shared dependencies resolve to the server's
+            // features and are reused instead of built a second time for the client alone.
+            "-p",
+            "svc-host",
             "-p",
             "svc-cli",
             "--bin",
@@ -158,6 +162,12 @@ fn main() {
         total as f64 / 1e6 / secs,
         rss / 1024
     );
+    let pulled: u64 = std::fs::read_dir(ws.join("tables"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    assert_eq!(pulled, total, "the pull wrote every byte of every table");
     let (secs, _) = run_measured(&svc, &["pull", "--json"], &env);
     println!("  second pull (nothing changed): {:.0} ms", secs * 1000.0);
 
@@ -166,6 +176,10 @@ fn main() {
         &["snapshot", "create", "big", "--as", "big_snap", "--force"],
         &env,
     );
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ws.join("snapshots/big_snap.meta.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["rows"], 5_000_000, "{meta}");
     println!(
         "  snapshot create of 5,000,000 rows: {:.1} s, {:.0} rows/s, client peak RSS {} MiB",
         secs,

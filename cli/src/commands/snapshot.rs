@@ -217,12 +217,14 @@ fn create(ctx: &Ctx, root: &Path, args: CreateArgs) -> Result<()> {
             eprint!("\r{rows} rows");
         }
     }
-    writer.close().map_err(|e| write_error(&data_path, e))?;
+    let file = writer
+        .into_inner()
+        .map_err(|e| write_error(&data_path, e))?;
+    file.sync_all().map_err(|e| write_error(&data_path, e))?;
     if progress {
         eprintln!();
     }
     let bytes = std::fs::metadata(temp.path()).map(|m| m.len()).unwrap_or(0);
-    temp.persist()?;
     let meta = json!({
         "name": name, "table": args.table, "select": args.select, "where": args.predicate,
         "order_by": args.order_by, "limit": args.limit, "fetched_at": now(), "rows": rows,
@@ -234,6 +236,9 @@ fn create(ctx: &Ctx, root: &Path, args: CreateArgs) -> Result<()> {
         serde_json::to_vec_pretty(&meta).unwrap_or_default(),
     )
     .map_err(|e| write_error(&meta_path, e))?;
+    // Both files are complete before either takes its name: a snapshot never appears
+    // without its meta file.
+    temp.persist()?;
     meta_temp.persist()?;
     eprintln!(
         "snapshot {name}: {rows} rows, {bytes} bytes -> {}",

@@ -38,9 +38,46 @@ const COLUMNS: &str =
     "id, timestamp, user_id, action, resource, params, params_before, client_ip, \
      client_kind, correlation_id, result, duration_ms";
 
-/// Rows per statement: 12 parameters each stays far below SQLite's 32,766-parameter limit,
-/// and bounds the size of PostgreSQL's one JSON parameter.
+/// Rows per PostgreSQL statement: bounds the size of its one JSON parameter.
 const ROWS_PER_STATEMENT: usize = 1_000;
+
+/// Rows per SQLite statement, largest first (12 parameters a row stays far below SQLite's
+/// 32,766-parameter limit). A batch is cut into these sizes only, so the ten statements are
+/// prepared once per connection and then reused from sqlx's statement cache; a statement per
+/// batch length would be prepared anew for almost every batch.
+const SQLITE_CHUNK_ROWS: [usize; 10] = [512, 256, 128, 64, 32, 16, 8, 4, 2, 1];
+
+/// The SQLite statement for a chunk of `rows` rows (one of `SQLITE_CHUNK_ROWS`).
+fn sqlite_insert(rows: usize) -> &'static str {
+    static STATEMENTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let statements = STATEMENTS.get_or_init(|| {
+        SQLITE_CHUNK_ROWS
+            .iter()
+            .map(|&n| values_insert(n))
+            .collect()
+    });
+    let at = SQLITE_CHUNK_ROWS
+        .iter()
+        .position(|&n| n == rows)
+        .expect("a chunk size from SQLITE_CHUNK_ROWS");
+    &statements[at]
+}
+
+/// `records` cut into chunks whose sizes all come from `SQLITE_CHUNK_ROWS`.
+fn sqlite_chunks(mut records: &[AuditRecord]) -> Vec<&[AuditRecord]> {
+    let mut chunks = Vec::new();
+    while !records.is_empty() {
+        let size = SQLITE_CHUNK_ROWS
+            .iter()
+            .copied()
+            .find(|&n| n <= records.len())
+            .expect("1 fits any non-empty rest");
+        let (chunk, rest) = records.split_at(size);
+        chunks.push(chunk);
+        records = rest;
+    }
+    chunks
+}
 
 fn json_text(v: &Option<serde_json::Value>) -> Option<String> {
     v.as_ref().filter(|v| !v.is_null()).map(|v| v.to_string())
@@ -69,11 +106,14 @@ impl Store {
     /// instead of one per row is what makes group commit fast through the driver.
     pub async fn insert_audit_batch(&self, records: &[AuditRecord]) -> Result<(), sqlx::Error> {
         let mut tx = self.pool().begin().await?;
-        for chunk in records.chunks(ROWS_PER_STATEMENT) {
+        let chunks = match self.backend() {
+            Backend::Sqlite => sqlite_chunks(records),
+            Backend::Postgres => records.chunks(ROWS_PER_STATEMENT).collect(),
+        };
+        for chunk in chunks {
             match self.backend() {
                 Backend::Sqlite => {
-                    let sql = values_insert(chunk.len());
-                    let mut q = sqlx::query(&sql);
+                    let mut q = sqlx::query(sqlite_insert(chunk.len()));
                     for r in chunk {
                         q = q
                             .bind(r.id.clone())
@@ -161,5 +201,45 @@ impl Store {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(i: usize) -> AuditRecord {
+        AuditRecord {
+            id: i.to_string(),
+            timestamp: String::new(),
+            user_id: None,
+            action: "a".into(),
+            resource: None,
+            params: None,
+            params_before: None,
+            client_ip: None,
+            client_kind: None,
+            correlation_id: None,
+            result: "success".into(),
+            duration_ms: None,
+        }
+    }
+
+    #[test]
+    fn sqlite_chunks_keep_every_row_in_order_with_only_the_fixed_sizes() {
+        for n in [1, 2, 3, 511, 512, 513, 1_000, 4_999] {
+            let records: Vec<_> = (0..n).map(record).collect();
+            let chunks = sqlite_chunks(&records);
+            assert!(chunks.iter().all(|c| SQLITE_CHUNK_ROWS.contains(&c.len())));
+            let ids: Vec<&str> = chunks
+                .iter()
+                .flat_map(|c| c.iter())
+                .map(|r| r.id.as_str())
+                .collect();
+            let expected: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+            assert_eq!(ids, expected);
+            // Greedy largest-first: never more than one chunk of each size below 512.
+            assert!(chunks.len() <= n / 512 + SQLITE_CHUNK_ROWS.len());
+        }
     }
 }

@@ -655,6 +655,103 @@ fn snapshots_pull_and_offline_queries_match_the_server() {
     assert_eq!(code(&o), 8, "{}", stderr(&o));
 }
 
+/// Unmounts a file system when the test ends, however it ends.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Every file under `dir`, recursively (names relative to it).
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(
+                path.strip_prefix(dir)
+                    .unwrap_or(&path)
+                    .display()
+                    .to_string(),
+            );
+        }
+    }
+    out
+}
+
+/// A workspace on a file system that fills up mid-write (a 256 KiB tmpfs): `pull` and
+/// `snapshot create` fail with a clear error and leave neither a partial nor a temp file.
+/// Mounting needs root; without it the test prints a notice and stops.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_fails_pull_and_snapshot_cleanly() {
+    let s = Server::start();
+    let table = write_parquet(&s.dir.0, "local", "events", 300_000, "e");
+    assert!(std::fs::metadata(&table).unwrap().len() > 1 << 20);
+    let admin = s.admin_token();
+    let home = TempDir::new();
+    let cfg = home.0.as_path();
+    let ws = home.0.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&ws)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("notice: cannot mount a small tmpfs (needs root); the full-disk test is skipped");
+        return;
+    }
+    let _unmount = Unmount(ws.clone());
+    let ws = ws.to_str().unwrap();
+    let o = svc(
+        cfg,
+        &["--server", &s.base, "--token", &admin, "auth", "login"],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = svc(
+        cfg,
+        &[
+            "admin",
+            "register-table",
+            "events",
+            "--source-type",
+            "local",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    let o = svc(cfg, &["--workspace", ws, "pull", "--json"]);
+    assert_eq!(code(&o), 9, "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["failed"][0]["table"], "events", "{report}");
+    let reason = report["failed"][0]["error"].as_str().unwrap_or_default();
+    assert!(reason.contains("No space left"), "{reason}");
+    assert_eq!(files_under(Path::new(ws)), Vec::<String>::new());
+
+    let o = svc(
+        cfg,
+        &[
+            "--workspace",
+            ws,
+            "snapshot",
+            "create",
+            "events",
+            "--as",
+            "all_events",
+        ],
+    );
+    assert_eq!(code(&o), 9, "{}", stderr(&o));
+    assert!(stderr(&o).contains("No space left"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nothing was kept"), "{}", stderr(&o));
+    assert_eq!(files_under(Path::new(ws)), Vec::<String>::new());
+}
+
 #[test]
 fn an_expired_session_token_is_an_auth_error() {
     let secret = "a-test-secret-that-is-at-least-32-chars";

@@ -197,12 +197,7 @@ impl Encoder {
         match &mut self.inner {
             Inner::Json { first_row } => {
                 let mut out = Vec::with_capacity(batch.num_rows() * 64);
-                for row in crate::encode::rows_as_arrays(std::slice::from_ref(batch)) {
-                    if !std::mem::take(first_row) {
-                        out.push(b',');
-                    }
-                    serde_json::to_writer(&mut out, &row).expect("JSON values always encode");
-                }
+                crate::encode::write_json_rows(batch, &mut out, first_row);
                 Ok(Bytes::from(out))
             }
             Inner::Arrow(w) => {

@@ -12,6 +12,12 @@ use svc_host::server::{self, ServeArgs};
 use svc_host::state::AppState;
 use svc_host::{admin, store};
 
+// DataFusion allocates and frees large column buffers for every batch it decodes; the
+// system allocator returns them to the kernel and faults them back in each time, mimalloc
+// keeps them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// svc-server — data access and observability for analysts and their AI agents.
 #[derive(Parser, Debug)]
 #[command(name = "svc-server", version, about)]

@@ -13,6 +13,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use svc_plugin_api::datafusion::config::TableParquetOptions;
 use svc_plugin_api::datafusion::datasource::file_format::parquet::ParquetFormat;
 use svc_plugin_api::datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
@@ -165,8 +166,13 @@ impl ParquetFiles {
         let (_, path) = self.open(table)?;
         let url = ListingTableUrl::parse(path.to_string_lossy())
             .map_err(|e| DriverError::internal(format!("Table '{}': {e}", table.id)))?;
-        let options =
-            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        // Filters are evaluated while decoding, most selective first, so columns needed only
+        // by surviving rows are decoded only for them (late materialization).
+        let mut parquet = TableParquetOptions::default();
+        parquet.global.pushdown_filters = true;
+        parquet.global.reorder_filters = true;
+        let options = ListingOptions::new(Arc::new(ParquetFormat::default().with_options(parquet)))
+            .with_file_extension(".parquet");
         let state = SessionContext::new().state();
         let schema = options
             .infer_schema(&state, &url)

@@ -214,11 +214,6 @@ fn context(limits: QueryLimits) -> ApiResult<SessionContext> {
         .with_information_schema(false)
         .with_default_catalog_and_schema("svc", "public");
     config.options_mut().sql_parser.enable_ident_normalization = false;
-    // Evaluate filters while decoding parquet, cheapest and most selective first, so columns
-    // needed only by surviving rows are decoded only for them (late materialization).
-    let parquet = &mut config.options_mut().execution.parquet;
-    parquet.pushdown_filters = true;
-    parquet.reorder_filters = true;
     let runtime = RuntimeEnvBuilder::new()
         .with_memory_pool(Arc::new(FairSpillPool::new(limits.memory_bytes)))
         .build_arc()

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use poem_openapi::Enum;
 use svc_plugin_api::arrow::csv::WriterBuilder as CsvWriterBuilder;
-use svc_plugin_api::arrow::datatypes::{DataType, SchemaRef};
+use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use svc_plugin_api::arrow::error::ArrowError;
 use svc_plugin_api::arrow::ipc::writer::StreamWriter;
 use svc_plugin_api::datafusion::parquet::arrow::ArrowWriter;
@@ -89,7 +89,10 @@ impl Format {
         let sink = Sink::default();
         let inner = match self {
             Self::Json => Inner::Json { first_row: true },
-            Self::Arrow => Inner::Arrow(StreamWriter::try_new(sink.clone(), schema)?),
+            Self::Arrow => {
+                let plain = plain_schema(schema);
+                Inner::Arrow(StreamWriter::try_new(sink.clone(), &plain)?, plain)
+            }
             Self::Csv => Inner::Csv(Some(
                 CsvWriterBuilder::new()
                     .with_header(true)
@@ -138,8 +141,11 @@ impl Write for Sink {
 }
 
 enum Inner {
-    Json { first_row: bool },
-    Arrow(StreamWriter<Sink>),
+    Json {
+        first_row: bool,
+    },
+    /// The writer and the schema it announced (view types as their plain forms).
+    Arrow(StreamWriter<Sink>, SchemaRef),
     Csv(Option<svc_plugin_api::arrow::csv::Writer<Sink>>),
     Parquet(Option<ArrowWriter<Sink>>),
 }
@@ -200,8 +206,8 @@ impl Encoder {
                 crate::encode::write_json_rows(batch, &mut out, first_row);
                 Ok(Bytes::from(out))
             }
-            Inner::Arrow(w) => {
-                w.write(&compact_views(batch)?)?;
+            Inner::Arrow(w, plain) => {
+                w.write(&plain_views(batch, plain)?)?;
                 Ok(self.sink.take())
             }
             Inner::Csv(w) => {
@@ -227,7 +233,7 @@ impl Encoder {
                 "],\"row_count\":{},\"truncated\":{truncated}}}",
                 self.rows
             ))),
-            Inner::Arrow(w) => {
+            Inner::Arrow(w, _) => {
                 w.finish()?;
                 Ok(self.sink.take())
             }
@@ -253,29 +259,43 @@ impl Encoder {
     }
 }
 
-/// The batch with its string and binary view columns compacted. A view column read from
-/// parquet shares whole data buffers with the rest of its page; IPC writes every buffer a
-/// batch references, so without this an Arrow body carries the same bytes once per batch.
-fn compact_views(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
-    use svc_plugin_api::arrow::array::AsArray;
-    if !batch
-        .schema()
+/// `schema` with top-level string and binary view columns as `Utf8` / `Binary`.
+///
+/// DataFusion reads parquet strings as views. In an IPC body a view column costs 16 bytes of
+/// view per value on top of its text, shares whole page buffers between batches (IPC writes
+/// every buffer a batch references, so the same bytes would go out once per batch), and
+/// older Arrow readers cannot decode it. The plain types are smaller and read everywhere.
+fn plain_schema(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<Field> = schema
         .fields()
         .iter()
-        .any(|f| matches!(f.data_type(), DataType::Utf8View | DataType::BinaryView))
-    {
+        .map(|f| match f.data_type() {
+            DataType::Utf8View => f.as_ref().clone().with_data_type(DataType::Utf8),
+            DataType::BinaryView => f.as_ref().clone().with_data_type(DataType::Binary),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// The batch in the `plain` schema: view columns copied into plain arrays.
+fn plain_views(batch: &RecordBatch, plain: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+    if batch.schema().fields() == plain.fields() {
         return Ok(batch.clone());
     }
     let columns = batch
         .columns()
         .iter()
-        .map(|c| match c.data_type() {
-            DataType::Utf8View => Arc::new(c.as_string_view().gc()) as _,
-            DataType::BinaryView => Arc::new(c.as_binary_view().gc()) as _,
-            _ => c.clone(),
+        .zip(plain.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                svc_plugin_api::arrow::compute::cast(c, f.data_type())
+            }
         })
-        .collect::<Vec<svc_plugin_api::arrow::array::ArrayRef>>();
-    RecordBatch::try_new(batch.schema(), columns)
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(plain.clone(), columns)
 }
 
 #[cfg(test)]
@@ -314,7 +334,7 @@ mod tests {
 
     #[test]
     fn arrow_bodies_do_not_repeat_shared_view_buffers() {
-        use svc_plugin_api::arrow::array::StringViewArray;
+        use svc_plugin_api::arrow::array::{AsArray, StringViewArray};
         // Ten slices of one view column whose values live in shared buffers (strings longer
         // than 12 bytes are stored out of line).
         let values: StringViewArray = (0..10_000)
@@ -330,12 +350,22 @@ mod tests {
             "{} bytes for {data_bytes} of text",
             body.len()
         );
-        let read: usize =
-            svc_plugin_api::arrow::ipc::reader::StreamReader::try_new(&body[..], None)
-                .unwrap()
-                .map(|b| b.unwrap().num_rows())
-                .sum();
-        assert_eq!(read, 10_000);
+        let reader =
+            svc_plugin_api::arrow::ipc::reader::StreamReader::try_new(&body[..], None).unwrap();
+        assert_eq!(
+            reader.schema().field(0).data_type(),
+            &DataType::Utf8,
+            "views go out as plain strings"
+        );
+        let read: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
+        assert_eq!(
+            read.iter().map(RecordBatch::num_rows).sum::<usize>(),
+            10_000
+        );
+        assert_eq!(
+            read[9].column(0).as_string::<i32>().value(999),
+            "a value long enough to live in a buffer 9999"
+        );
     }
 
     #[test]

@@ -161,9 +161,9 @@ fn main() {
         Some((rps, p99)) => println!("cached sample (wrk -t2 -c32 10s): {rps} req/s, p99 {p99}"),
         None => println!("cached sample: wrk not installed, skipped"),
     }
-    // The ceiling of this machine for any request: no auth, no access check, no audit.
+    // A peer under the same load: no auth, access check or audit, but one store read.
     if let Some((rps, p99)) = wrk(&format!("{}/api/health", s.base), &admin) {
-        println!("peer: /api/health under the same load: {rps} req/s, p99 {p99}");
+        println!("peer: /api/health (one store read per request) under the same load: {rps} req/s, p99 {p99}");
     }
 
     // 2. Uncached n=100 samples: small file first, then the big one; peak RSS after each.

@@ -2,7 +2,8 @@
 //!
 //! 1. three queries over a generated 10-million-row parquet file (filtered count, group-by
 //!    aggregate, top-N sort), through `POST /api/query` with `format=arrow`, next to DuckDB
-//!    (the PyPI package) on the same file in the same run: medians and the svc/DuckDB ratio;
+//!    (the PyPI package) on the same file in the same run, runs alternating: medians and the
+//!    svc/DuckDB ratio;
 //! 2. result encoding: 100,000 rows × 10 columns as json, arrow and csv — the server's
 //!    encoders alone on the batches the server reads (MB/s of output and the speed ratio to
 //!    json), and end to end through HTTP;
@@ -49,6 +50,8 @@ const QUERIES: [(&str, &str); 3] = [
 ];
 
 const RUNS: usize = 5;
+/// Runs of each engine per query in the DuckDB comparison.
+const COMPARE_RUNS: usize = 15;
 
 fn write_facts(path: &Path, rows: i64) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -201,37 +204,61 @@ fn python() -> Option<PathBuf> {
     (ok && has_duckdb(&py)).then_some(py)
 }
 
-/// DuckDB medians (seconds) for the queries over the same file.
-fn duckdb_medians(py: &Path, file: &Path) -> Vec<f64> {
-    let script = format!(
-        r#"
-import duckdb, json, statistics, sys, time
+/// DuckDB in a process of its own over the same file, timing one query per request, so its
+/// runs can alternate with svc's and both see the same machine.
+struct DuckDb {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl DuckDb {
+    fn start(py: &Path, file: &Path) -> Self {
+        let script = format!(
+            r#"
+import duckdb, json, sys, time
 con = duckdb.connect()
 con.execute("CREATE VIEW facts AS SELECT * FROM read_parquet('{}')")
-out = []
-for sql in json.loads(sys.argv[1]):
-    con.execute(sql).to_arrow_table()
-    times = []
-    for _ in range({RUNS}):
-        t = time.perf_counter()
-        con.execute(sql).to_arrow_table()
-        times.append(time.perf_counter() - t)
-    out.append(statistics.median(times))
-print(json.dumps(out))
+for line in sys.stdin:
+    sql = json.loads(line)
+    t = time.perf_counter()
+    con.sql(sql).to_arrow_table()
+    print(time.perf_counter() - t, flush=True)
 "#,
-        file.display()
-    );
-    let sqls: Vec<&str> = QUERIES.iter().map(|(_, q)| *q).collect();
-    let out = Command::new(py)
-        .args(["-c", &script, &serde_json::to_string(&sqls).unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+            file.display()
+        );
+        let mut child = Command::new(py)
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        Self {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Seconds DuckDB took for `sql`, result materialized as Arrow.
+    fn time(&mut self, sql: &str) -> f64 {
+        use std::io::{BufRead, Write};
+        writeln!(self.stdin, "{}", serde_json::to_string(sql).unwrap()).unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("DuckDB failed on {sql}"))
+    }
+}
+
+impl Drop for DuckDb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn seed_audit(dir: &Path, rows: usize, share: usize) {
@@ -301,33 +328,35 @@ fn main() {
         assert!(r.status().is_success());
     }
 
-    // 1. svc against DuckDB.
-    let ours: Vec<f64> = QUERIES
-        .iter()
-        .map(|(_, sql)| {
-            time_query(&http, &s, &admin, sql, "arrow", 1000);
-            median(
-                (0..RUNS)
-                    .map(|_| time_query(&http, &s, &admin, sql, "arrow", 1000).0)
-                    .collect(),
-            )
-        })
-        .collect();
-    let theirs = python().map(|py| duckdb_medians(&py, &facts));
-    for (i, (name, _)) in QUERIES.iter().enumerate() {
-        match &theirs {
-            Some(d) => println!(
-                "10M rows, {name}: svc {:.1} ms, DuckDB {:.1} ms, ratio {:.2}x (target ≤ 1.5x)",
-                ours[i] * 1e3,
-                d[i] * 1e3,
-                ours[i] / d[i]
-            ),
-            None => println!(
-                "10M rows, {name}: svc {:.1} ms; DuckDB unavailable",
-                ours[i] * 1e3
-            ),
+    // 1. svc against DuckDB, runs alternating so drift on the machine hits both alike.
+    let mut duckdb = python().map(|py| DuckDb::start(&py, &facts));
+    for (name, sql) in QUERIES {
+        time_query(&http, &s, &admin, sql, "arrow", 1000);
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        if let Some(d) = duckdb.as_mut() {
+            d.time(sql);
+        }
+        for _ in 0..COMPARE_RUNS {
+            ours.push(time_query(&http, &s, &admin, sql, "arrow", 1000).0);
+            if let Some(d) = duckdb.as_mut() {
+                theirs.push(d.time(sql));
+            }
+        }
+        let ours = median(ours);
+        if theirs.is_empty() {
+            println!("10M rows, {name}: svc {:.1} ms; DuckDB unavailable", ours * 1e3);
+        } else {
+            let theirs = median(theirs);
+            println!(
+                "10M rows, {name}: svc {:.1} ms, DuckDB {:.1} ms (medians of {COMPARE_RUNS} alternating runs), ratio {:.2}x (target ≤ 1.5x)",
+                ours * 1e3,
+                theirs * 1e3,
+                ours / theirs
+            );
         }
     }
+    drop(duckdb);
 
     // 2. Encoding: the encoders alone, then end to end.
     encode_in_process(&data.join("wide.parquet"));

@@ -93,6 +93,9 @@ pub struct AppState {
     pub sync: crate::sync::SyncRunner,
     /// Per-user scan and query quotas.
     pub quotas: Arc<crate::query::quota::Quotas>,
+    /// Parquet metadata shared by every query (see `query::engine::file_metadata_cache`).
+    pub file_metadata:
+        Arc<svc_plugin_api::datafusion::execution::cache::cache_manager::FileMetadataCache>,
     /// Request-path settings.
     pub config: RuntimeConfig,
 }
@@ -134,6 +137,7 @@ impl AppState {
                 config.query.max_concurrent_per_user,
                 config.query.max_daily_bytes_per_user,
             ),
+            file_metadata: crate::query::engine::file_metadata_cache(),
             config,
             store,
         })

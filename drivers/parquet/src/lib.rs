@@ -9,10 +9,13 @@ mod write;
 
 pub use write::{sweep_temp_files, AtomicParquet};
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
+use svc_plugin_api::arrow::datatypes::SchemaRef;
 use svc_plugin_api::datafusion::config::TableParquetOptions;
 use svc_plugin_api::datafusion::datasource::file_format::parquet::ParquetFormat;
 use svc_plugin_api::datafusion::datasource::listing::{
@@ -29,6 +32,28 @@ use svc_plugin_api::{
 #[derive(Debug, Clone)]
 pub struct ParquetFiles {
     data_dir: PathBuf,
+    /// Query schemas as DataFusion infers them from each file's footer. Inferring builds a
+    /// session and reads the footer, a fixed cost every query paid; an entry serves only
+    /// while the file keeps the size and modification time it was read at, so a replaced
+    /// file (syncs rename a new one into place) is read afresh.
+    schemas: Arc<Mutex<HashMap<PathBuf, (FileStamp, SchemaRef)>>>,
+}
+
+/// What tells one version of a file from the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl FileStamp {
+    fn of(file: &File) -> std::io::Result<Self> {
+        let meta = file.metadata()?;
+        Ok(Self {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        })
+    }
 }
 
 /// Whether an id is safe to use as a file name: the registry's id alphabet, and never `.`
@@ -47,6 +72,7 @@ impl ParquetFiles {
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         Self {
             data_dir: data_dir.into(),
+            schemas: Arc::default(),
         }
     }
 
@@ -163,7 +189,7 @@ impl ParquetFiles {
 
     /// A DataFusion provider over the file, for the query and scan paths.
     pub async fn table_provider(&self, table: &TableRef) -> Result<Arc<dyn TableProvider>> {
-        let (_, path) = self.open(table)?;
+        let (file, path) = self.open(table)?;
         let url = ListingTableUrl::parse(path.to_string_lossy())
             .map_err(|e| DriverError::internal(format!("Table '{}': {e}", table.id)))?;
         // Filters are evaluated while decoding, most selective first, so columns needed only
@@ -173,16 +199,37 @@ impl ParquetFiles {
         parquet.global.reorder_filters = true;
         let options = ListingOptions::new(Arc::new(ParquetFormat::default().with_options(parquet)))
             .with_file_extension(".parquet");
-        let state = SessionContext::new().state();
-        let schema = options
-            .infer_schema(&state, &url)
-            .await
-            .map_err(|e| self.corrupt(table, &path, e))?;
+        let stamp = FileStamp::of(&file).map_err(|e| self.corrupt(table, &path, e))?;
+        let schema = match self.cached_schema(&path, stamp) {
+            Some(schema) => schema,
+            None => {
+                let state = SessionContext::new().state();
+                let schema = options
+                    .infer_schema(&state, &url)
+                    .await
+                    .map_err(|e| self.corrupt(table, &path, e))?;
+                self.lock_schemas()
+                    .insert(path.clone(), (stamp, schema.clone()));
+                schema
+            }
+        };
         let config = ListingTableConfig::new(url)
             .with_listing_options(options)
             .with_schema(schema);
         let provider = ListingTable::try_new(config).map_err(|e| self.corrupt(table, &path, e))?;
         Ok(Arc::new(provider))
+    }
+
+    fn cached_schema(&self, path: &Path, stamp: FileStamp) -> Option<SchemaRef> {
+        match self.lock_schemas().get(path) {
+            Some((seen, schema)) if *seen == stamp => Some(schema.clone()),
+            _ => None,
+        }
+    }
+
+    fn lock_schemas(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (FileStamp, SchemaRef)>> {
+        // A panic while holding the lock cannot leave a half-written entry behind.
+        self.schemas.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

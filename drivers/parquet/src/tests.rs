@@ -149,3 +149,45 @@ async fn missing_corrupt_and_unsafe_files_are_typed_errors() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_replaced_file_is_planned_with_its_own_schema() {
+    let dir = tmp();
+    let path = write(&dir, "t", 100, 50);
+    let files = ParquetFiles::new(&dir);
+    let names = |p: Arc<dyn TableProvider>| -> Vec<String> {
+        p.schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    };
+    assert_eq!(
+        names(files.table_provider(&table("t")).await.unwrap()),
+        ["id", "name", "score"]
+    );
+    // Served from the cache while the file is unchanged.
+    assert_eq!(
+        names(files.table_provider(&table("t")).await.unwrap()),
+        ["id", "name", "score"]
+    );
+
+    // A sync renames a new file over the old one.
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "total",
+        DataType::Int64,
+        false,
+    )]));
+    let next = dir.join("next.parquet");
+    let mut w = ArrowWriter::try_new(File::create(&next).unwrap(), schema.clone(), None).unwrap();
+    let batch =
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1, 2, 3]))]).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    std::fs::rename(&next, &path).unwrap();
+    assert_eq!(
+        names(files.table_provider(&table("t")).await.unwrap()),
+        ["total"]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -13,6 +13,10 @@ use poem::http::StatusCode;
 use serde_json::json;
 use svc_plugin_api::datafusion::common::TableReference;
 use svc_plugin_api::datafusion::error::DataFusionError;
+use svc_plugin_api::datafusion::execution::cache::cache_manager::{
+    CacheManagerConfig, FileMetadataCache, DEFAULT_METADATA_CACHE_LIMIT,
+};
+use svc_plugin_api::datafusion::execution::cache::default_cache::DefaultCache;
 use svc_plugin_api::datafusion::execution::context::SQLOptions;
 use svc_plugin_api::datafusion::execution::memory_pool::FairSpillPool;
 use svc_plugin_api::datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -141,7 +145,7 @@ pub async fn run(
         super::scan::guard_remote(state, &reads).await?;
     }
 
-    let ctx = context(limits)?;
+    let ctx = context(limits, &state.file_metadata)?;
     let who = driver_caller(caller);
     for row in &tables {
         let driver = state.drivers.get(&row.source_type).ok_or_else(|| {
@@ -250,15 +254,30 @@ fn reads_aggregate(plan: &LogicalPlan) -> bool {
     }
 }
 
+/// Parquet footers and page indexes, shared by every query's context so a table's metadata
+/// is read and decoded once rather than at planning and again by each scan partition of
+/// every query. DataFusion checks each entry against the file's current size and
+/// modification time, so a replaced file is read afresh; only files of tables a query was
+/// allowed to register are ever read through it.
+pub fn file_metadata_cache() -> Arc<FileMetadataCache> {
+    Arc::new(DefaultCache::new(DEFAULT_METADATA_CACHE_LIMIT).with_name("svc-file-metadata"))
+}
+
 /// A fresh context: only the tables registered next, identifiers as written (registry ids
-/// are case-sensitive), and a memory pool of its own.
-fn context(limits: QueryLimits) -> ApiResult<SessionContext> {
+/// are case-sensitive), a memory pool of its own, and the shared parquet metadata cache.
+fn context(
+    limits: QueryLimits,
+    file_metadata: &Arc<FileMetadataCache>,
+) -> ApiResult<SessionContext> {
     let mut config = SessionConfig::new()
         .with_information_schema(false)
         .with_default_catalog_and_schema("svc", "public");
     config.options_mut().sql_parser.enable_ident_normalization = false;
     let runtime = RuntimeEnvBuilder::new()
         .with_memory_pool(Arc::new(FairSpillPool::new(limits.memory_bytes)))
+        .with_cache_manager(
+            CacheManagerConfig::default().with_file_metadata_cache(Some(file_metadata.clone())),
+        )
         .build_arc()
         .map_err(ApiError::internal)?;
     Ok(SessionContext::new_with_config_rt(config, runtime))
@@ -433,7 +452,7 @@ mod tests {
         w.write(&batch).unwrap();
         w.close().unwrap();
 
-        let ctx = context(QueryLimits::default()).unwrap();
+        let ctx = context(QueryLimits::default(), &file_metadata_cache()).unwrap();
         ctx.register_parquet("t", path.to_str().unwrap(), Default::default())
             .await
             .unwrap();

@@ -345,7 +345,10 @@ fn main() {
         }
         let ours = median(ours);
         if theirs.is_empty() {
-            println!("10M rows, {name}: svc {:.1} ms; DuckDB unavailable", ours * 1e3);
+            println!(
+                "10M rows, {name}: svc {:.1} ms; DuckDB unavailable",
+                ours * 1e3
+            );
         } else {
             let theirs = median(theirs);
             println!(

@@ -199,7 +199,12 @@ impl ParquetFiles {
         parquet.global.reorder_filters = true;
         let options = ListingOptions::new(Arc::new(ParquetFormat::default().with_options(parquet)))
             .with_file_extension(".parquet");
-        let stamp = FileStamp::of(&file).map_err(|e| self.corrupt(table, &path, e))?;
+        let stamp = FileStamp::of(&file).map_err(|e| {
+            DriverError::internal(format!(
+                "Table '{}': cannot read the metadata of its data file: {e}",
+                table.id
+            ))
+        })?;
         let schema = match self.cached_schema(&path, stamp) {
             Some(schema) => schema,
             None => {

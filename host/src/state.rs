@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use svc_plugin_api::datafusion::execution::cache::cache_manager::FileMetadataCache;
+
 use crate::access::AccessCaches;
 use crate::audit::AuditWriter;
 use crate::auth::ratelimit::LoginLimiter;
@@ -94,8 +96,7 @@ pub struct AppState {
     /// Per-user scan and query quotas.
     pub quotas: Arc<crate::query::quota::Quotas>,
     /// Parquet metadata shared by every query (see `query::engine::file_metadata_cache`).
-    pub file_metadata:
-        Arc<svc_plugin_api::datafusion::execution::cache::cache_manager::FileMetadataCache>,
+    pub file_metadata: Arc<FileMetadataCache>,
     /// Request-path settings.
     pub config: RuntimeConfig,
 }

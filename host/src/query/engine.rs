@@ -20,6 +20,7 @@ use svc_plugin_api::datafusion::execution::cache::default_cache::DefaultCache;
 use svc_plugin_api::datafusion::execution::context::SQLOptions;
 use svc_plugin_api::datafusion::execution::memory_pool::FairSpillPool;
 use svc_plugin_api::datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use svc_plugin_api::datafusion::execution::SessionStateBuilder;
 use svc_plugin_api::datafusion::logical_expr::LogicalPlan;
 use svc_plugin_api::datafusion::physical_plan::execute_stream;
 use svc_plugin_api::datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
@@ -27,6 +28,7 @@ use svc_plugin_api::ScanSpec;
 
 use super::statement::parse_read_only;
 use super::stream::{timeout_error, RowStream};
+use super::string_key::StringKeyAggregation;
 use crate::access;
 use crate::api::discovery::driver_caller;
 use crate::api::{ApiError, ApiResult};
@@ -264,7 +266,8 @@ pub fn file_metadata_cache() -> Arc<FileMetadataCache> {
 }
 
 /// A fresh context: only the tables registered next, identifiers as written (registry ids
-/// are case-sensitive), a memory pool of its own, and the shared parquet metadata cache.
+/// are case-sensitive), a memory pool of its own, the shared parquet metadata cache, and the
+/// string-keyed partial aggregate.
 fn context(
     limits: QueryLimits,
     file_metadata: &Arc<FileMetadataCache>,
@@ -280,7 +283,13 @@ fn context(
         )
         .build_arc()
         .map_err(ApiError::internal)?;
-    Ok(SessionContext::new_with_config_rt(config, runtime))
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(StringKeyAggregation))
+        .build();
+    Ok(SessionContext::new_with_state(state))
 }
 
 /// Registry rows for the referenced names: unknown → 400 naming it with the closest ids;

@@ -8,5 +8,6 @@ pub mod quota;
 pub mod scan;
 pub mod statement;
 pub mod stream;
+pub mod string_key;
 
 pub use engine::{QueryLimits, Route};

@@ -58,6 +58,31 @@ fn sql_over_a_parquet_table_returns_typed_rows_and_reports_truncation() {
 }
 
 #[test]
+fn a_group_by_a_string_column_runs_on_the_string_key_aggregate() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    write_parquet(&s.dir.0, "local", "orders", 300, "o");
+    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
+
+    let sql = "SELECT name, count(*) AS n, sum(id) AS total FROM orders WHERE id >= 100 GROUP BY name ORDER BY total DESC LIMIT 3";
+    let (status, body) = s.post_json("/api/query", &admin, &json!({ "sql": sql }));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["rows"],
+        json!([["o299", 1, 299], ["o298", 1, 298], ["o297", 1, 297]])
+    );
+
+    let (status, body) = s.post_json(
+        "/api/query",
+        &admin,
+        &json!({"sql": format!("EXPLAIN {sql}")}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let plan = body["rows"].to_string();
+    assert!(plan.contains("StringKeyAggregateExec"), "{plan}");
+}
+
+#[test]
 fn bad_queries_get_actionable_errors_and_writes_never_run() {
     let s = Server::start();
     let admin = s.admin_token();

@@ -1,0 +1,166 @@
+//! The rewritten plans answer exactly as DataFusion's own aggregate does, on the same data.
+
+use std::sync::Arc;
+
+use svc_plugin_api::arrow::array::{ArrayRef, Int64Array, StringArray, StringViewArray};
+use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
+use svc_plugin_api::arrow::util::pretty::pretty_format_batches;
+use svc_plugin_api::datafusion::datasource::MemTable;
+use svc_plugin_api::datafusion::execution::memory_pool::FairSpillPool;
+use svc_plugin_api::datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use svc_plugin_api::datafusion::execution::SessionStateBuilder;
+use svc_plugin_api::datafusion::physical_plan::displayable;
+use svc_plugin_api::datafusion::prelude::{SessionConfig, SessionContext};
+use svc_plugin_api::RecordBatch;
+
+use super::StringKeyAggregation;
+
+/// `partitions` × `batches` × `rows`; key `k` cycles through `distinct` values (every 37th
+/// row null, odd ones longer than an inline view), `v` has nulls, `u` is `k` as plain Utf8.
+fn table(partitions: usize, rows: usize, distinct: usize) -> MemTable {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8View, true),
+        Field::new("u", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, true),
+    ]));
+    let key = |i: usize| {
+        let n = (i * 7919) % distinct;
+        (i % 37 != 0).then(|| {
+            if n % 2 == 1 {
+                format!("a key longer than a view holds, number {n}")
+            } else {
+                format!("k{n}")
+            }
+        })
+    };
+    let data = (0..partitions)
+        .map(|p| {
+            (0..3)
+                .map(|b| {
+                    let ids: Vec<usize> = (0..rows).map(|r| (p * 3 + b) * rows + r).collect();
+                    let keys: Vec<Option<String>> = ids.iter().map(|&i| key(i)).collect();
+                    let columns: Vec<ArrayRef> = vec![
+                        Arc::new(StringViewArray::from_iter(keys.clone())),
+                        Arc::new(StringArray::from_iter(keys)),
+                        Arc::new(Int64Array::from_iter(
+                            ids.iter()
+                                .map(|&i| (i % 11 != 0).then_some(i as i64 % 1000)),
+                        )),
+                    ];
+                    RecordBatch::try_new(schema.clone(), columns).unwrap()
+                })
+                .collect()
+        })
+        .collect();
+    MemTable::try_new(schema, data).unwrap()
+}
+
+fn context(with_rule: bool, config: SessionConfig, memory: Option<usize>) -> SessionContext {
+    let mut runtime = RuntimeEnvBuilder::new();
+    if let Some(bytes) = memory {
+        runtime = runtime.with_memory_pool(Arc::new(FairSpillPool::new(bytes)));
+    }
+    let mut state = SessionStateBuilder::new()
+        .with_config(config.with_target_partitions(2))
+        .with_runtime_env(runtime.build_arc().unwrap())
+        .with_default_features();
+    if with_rule {
+        state = state.with_physical_optimizer_rule(Arc::new(StringKeyAggregation));
+    }
+    SessionContext::new_with_state(state.build())
+}
+
+/// The result as text, and whether the plan used the rewritten operator.
+async fn run(ctx: &SessionContext, table: MemTable, sql: &str) -> (String, bool) {
+    ctx.register_table("t", Arc::new(table)).unwrap();
+    let df = ctx.sql(sql).await.unwrap();
+    let plan = df.create_physical_plan().await.unwrap();
+    let rewritten = displayable(plan.as_ref())
+        .indent(true)
+        .to_string()
+        .contains("StringKeyAggregateExec");
+    let batches = svc_plugin_api::datafusion::physical_plan::collect(plan, ctx.task_ctx())
+        .await
+        .unwrap();
+    (
+        pretty_format_batches(&batches).unwrap().to_string(),
+        rewritten,
+    )
+}
+
+/// Runs `sql` with and without the rule; returns whether the rule rewrote it after checking
+/// both gave the same answer.
+async fn compare(
+    sql: &str,
+    make: impl Fn() -> MemTable,
+    config: impl Fn() -> SessionConfig,
+) -> bool {
+    compare_in(sql, make, config, None).await
+}
+
+async fn compare_in(
+    sql: &str,
+    make: impl Fn() -> MemTable,
+    config: impl Fn() -> SessionConfig,
+    memory: Option<usize>,
+) -> bool {
+    let (expected, plain) = run(&context(false, config(), None), make(), sql).await;
+    assert!(!plain);
+    let (got, rewritten) = run(&context(true, config(), memory), make(), sql).await;
+    assert_eq!(got, expected, "{sql}");
+    rewritten
+}
+
+#[tokio::test]
+async fn string_key_group_bys_answer_as_datafusion_does() {
+    let queries = [
+        "SELECT k, count(*) AS n, count(v) AS c, sum(v) AS s, avg(v) AS a, min(v) AS lo, max(v) AS hi, max(u) AS mu FROM t GROUP BY k ORDER BY k",
+        "SELECT DISTINCT k FROM t ORDER BY k",
+        "SELECT k, count(*) AS n FROM t WHERE v > 500 GROUP BY k HAVING count(*) > 3 ORDER BY n DESC, k",
+        "SELECT upper(k) AS key, sum(v) AS s FROM t GROUP BY k ORDER BY key",
+    ];
+    for sql in queries {
+        let rewritten = compare(sql, || table(2, 4000, 60), SessionConfig::new).await;
+        assert!(rewritten, "not rewritten: {sql}");
+    }
+}
+
+#[tokio::test]
+async fn unique_keys_pass_through_and_a_small_pool_emits_early_with_the_same_answer() {
+    let sql = "SELECT k, count(*) AS n, sum(v) AS s FROM t GROUP BY k ORDER BY k";
+    // Nearly every row its own group: after the probe the partitions stop aggregating.
+    let probe_early = || {
+        let mut config = SessionConfig::new();
+        config
+            .options_mut()
+            .execution
+            .skip_partial_aggregation_probe_rows_threshold = 1000;
+        config
+    };
+    assert!(compare(sql, || table(2, 4000, 1_000_000), probe_early).await);
+
+    // No probe, and a pool too small for all the groups: the partials emit as they go.
+    let no_probe = || {
+        let mut config = SessionConfig::new();
+        config
+            .options_mut()
+            .execution
+            .skip_partial_aggregation_probe_ratio_threshold = 1.0;
+        config
+    };
+    assert!(compare_in(sql, || table(2, 4000, 1_000_000), no_probe, Some(1 << 20)).await);
+}
+
+#[tokio::test]
+async fn other_group_bys_keep_datafusion_aggregate() {
+    let queries = [
+        "SELECT k, v, count(*) AS n FROM t GROUP BY k, v ORDER BY k, v",
+        "SELECT k, count(DISTINCT v) AS n FROM t GROUP BY k ORDER BY k",
+        "SELECT u, count(*) AS n FROM t GROUP BY u ORDER BY u",
+        "SELECT lower(k) AS key, count(*) AS n FROM t GROUP BY lower(k) ORDER BY key",
+    ];
+    for sql in queries {
+        let rewritten = compare(sql, || table(2, 2000, 60), SessionConfig::new).await;
+        assert!(!rewritten, "rewritten: {sql}");
+    }
+}

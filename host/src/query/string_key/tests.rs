@@ -23,7 +23,7 @@ fn table(partitions: usize, rows: usize, distinct: usize) -> MemTable {
     ]));
     let key = |i: usize| {
         let n = (i * 7919) % distinct;
-        (i % 37 != 0).then(|| {
+        (!i.is_multiple_of(37)).then(|| {
             if n % 2 == 1 {
                 format!("a key longer than a view holds, number {n}")
             } else {
@@ -42,7 +42,7 @@ fn table(partitions: usize, rows: usize, distinct: usize) -> MemTable {
                         Arc::new(StringArray::from_iter(keys)),
                         Arc::new(Int64Array::from_iter(
                             ids.iter()
-                                .map(|&i| (i % 11 != 0).then_some(i as i64 % 1000)),
+                                .map(|&i| (!i.is_multiple_of(11)).then_some(i as i64 % 1000)),
                         )),
                     ];
                     RecordBatch::try_new(schema.clone(), columns).unwrap()

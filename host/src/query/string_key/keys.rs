@@ -4,14 +4,16 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 
-use svc_plugin_api::arrow::array::{Array, ArrayRef, StringViewArray, StringViewBuilder};
+use svc_plugin_api::arrow::array::{
+    Array, ArrayBuilder, ArrayRef, StringViewArray, StringViewBuilder,
+};
 
 /// Distinct string keys and their group indices.
 ///
 /// A string view of at most 12 bytes holds the whole string in its 128 bits, so such keys are
 /// looked up by that integer alone, first in a direct-mapped cache (one multiply, one load,
-/// one compare: low-cardinality `GROUP BY category` rarely gets further), then in a map. Longer keys are looked up by their bytes, behind a per-batch cache keyed by the view
-/// itself: parquet dictionary pages decode to views that share one copy of each value, so
+/// one compare: low-cardinality `GROUP BY category` rarely gets further), then in a map.
+/// Longer keys are looked up by their bytes, behind a per-batch cache keyed by the view itself: parquet dictionary pages decode to views that share one copy of each value, so
 /// within a batch a repeated key repeats its view and its bytes are hashed once per batch.
 pub(super) struct KeyGroups {
     seed: Seed,
@@ -20,9 +22,9 @@ pub(super) struct KeyGroups {
     long: HashMap<Box<[u8]>, usize, Seed>,
     batch_views: HashMap<u128, usize, Seed>,
     null: Option<usize>,
+    /// Group `i`'s key is entry `i`.
     keys: StringViewBuilder,
     long_bytes: usize,
-    len: usize,
 }
 
 impl KeyGroups {
@@ -38,13 +40,12 @@ impl KeyGroups {
             null: None,
             keys: StringViewBuilder::new(),
             long_bytes: 0,
-            len: 0,
         }
     }
 
     /// Number of groups.
     pub(super) fn len(&self) -> usize {
-        self.len
+        self.keys.len()
     }
 
     /// Writes the group index of every row of `keys` into `out`, adding new groups.
@@ -69,10 +70,10 @@ impl KeyGroups {
         if let Some(g) = self.null {
             return g;
         }
+        let g = self.len();
         self.keys.append_null();
-        self.null = Some(self.len);
-        self.len += 1;
-        self.len - 1
+        self.null = Some(g);
+        g
     }
 
     fn short_group(&mut self, key: u128, keys: &StringViewArray, row: usize) -> usize {
@@ -112,9 +113,9 @@ impl KeyGroups {
     }
 
     fn push(&mut self, value: &str) -> usize {
+        let g = self.len();
         self.keys.append_value(value);
-        self.len += 1;
-        self.len - 1
+        g
     }
 
     /// The keys of all groups, in group order; the table starts empty again, its memory
@@ -126,7 +127,6 @@ impl KeyGroups {
         self.batch_views = HashMap::with_hasher(self.seed);
         self.null = None;
         self.long_bytes = 0;
-        self.len = 0;
         std::sync::Arc::new(self.keys.finish())
     }
 

@@ -127,7 +127,6 @@ impl Partition {
 
     fn consume(&mut self, batch: &RecordBatch) -> Result<()> {
         let values = self.evaluate(batch)?;
-        let keys = batch.column(self.key).as_string_view();
         if self.passing_through {
             let mut columns = vec![Arc::clone(batch.column(self.key))];
             for (acc, values) in self.accumulators.iter().zip(&values) {
@@ -137,6 +136,7 @@ impl Partition {
                 .push_back(RecordBatch::try_new(Arc::clone(&self.schema), columns)?);
             return Ok(());
         }
+        let keys = batch.column(self.key).as_string_view();
         self.groups.intern(keys, &mut self.indices);
         let groups = self.groups.len();
         for (acc, values) in self.accumulators.iter_mut().zip(&values) {

@@ -173,10 +173,17 @@ pub async fn run(
             Some(result) => ctx.read_table(result).map_err(engine_error)?,
             None => df,
         };
-        // One row past the limit tells whether the result was cut.
-        let df = df
-            .limit(0, Some(limit.saturating_add(1)))
-            .map_err(engine_error)?;
+        // One row past the limit tells whether the result was cut. EXPLAIN must stay its
+        // plan's root; the stream alone caps its few rows.
+        let df = if matches!(
+            df.logical_plan(),
+            LogicalPlan::Explain(_) | LogicalPlan::Analyze(_)
+        ) {
+            df
+        } else {
+            df.limit(0, Some(limit.saturating_add(1)))
+                .map_err(engine_error)?
+        };
         let df = without_futile_topk_filters(df);
         let physical = df.create_physical_plan().await.map_err(engine_error)?;
         let stream = execute_stream(physical.clone(), ctx.task_ctx()).map_err(engine_error)?;

@@ -71,6 +71,23 @@ fn a_group_by_a_string_column_answers_through_http() {
         body["rows"],
         json!([["o299", 1, 299], ["o298", 1, 298], ["o297", 1, 297]])
     );
+
+    // EXPLAIN shows the plan, with the string-keyed partial aggregate in it; a limit smaller
+    // than the plan's rows cuts it and says so.
+    let explain = format!("EXPLAIN {sql}");
+    let (status, body) = s.post_json("/api/query", &admin, &json!({ "sql": explain }));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["columns"], json!(["plan_type", "plan"]));
+    assert!(
+        body["rows"].to_string().contains("StringKeyAggregateExec"),
+        "{body}"
+    );
+    let (status, body) = s.post_json("/api/query", &admin, &json!({ "sql": explain, "limit": 1 }));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["row_count"].clone(), body["truncated"].clone()),
+        (json!(1), json!(true))
+    );
 }
 
 #[test]

@@ -59,7 +59,7 @@ impl PhysicalOptimizerRule for StringKeyAggregation {
     }
 }
 
-/// A partial aggregate grouping by one `Utf8View` column, in place of the `AggregateExec` it
+/// A partial aggregate grouping by one string column, in place of the `AggregateExec` it
 /// was built from (which it keeps, for its expressions, schema and properties).
 #[derive(Debug)]
 pub struct StringKeyAggregateExec {
@@ -71,7 +71,7 @@ pub struct StringKeyAggregateExec {
 
 impl StringKeyAggregateExec {
     /// The replacement for `plan`, when it is a partial aggregate this operator reproduces
-    /// exactly: one plain group column of string view type, input in no useful order, no
+    /// exactly: one plain group column of string view or dictionary-of-strings type, input in no useful order, no
     /// grouping sets, no group limit, and aggregates that are not DISTINCT, not ordered and
     /// not filtered, each with a groups accumulator.
     fn try_wrap(plan: &Arc<dyn ExecutionPlan>) -> Option<Self> {
@@ -93,7 +93,7 @@ impl StringKeyAggregateExec {
         let (expr, name) = &group_by.expr()[0];
         let column = expr.downcast_ref::<Column>()?;
         let input_schema = agg.input_schema();
-        if input_schema.fields().get(column.index())?.data_type() != &DataType::Utf8View {
+        if !is_string_key(input_schema.fields().get(column.index())?.data_type()) {
             return None;
         }
         Some(Self {
@@ -108,6 +108,19 @@ impl StringKeyAggregateExec {
         self.original
             .downcast_ref::<AggregateExec>()
             .expect("built from an AggregateExec")
+    }
+}
+
+/// String views, or strings under a dictionary (what parquet's dictionary pages read as when
+/// the file asks for them).
+fn is_string_key(key: &DataType) -> bool {
+    match key {
+        DataType::Utf8View => true,
+        DataType::Dictionary(_, values) => matches!(
+            values.as_ref(),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ),
+        _ => false,
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use svc_plugin_api::arrow::array::{ArrayRef, AsArray};
+use svc_plugin_api::arrow::compute::cast;
 use svc_plugin_api::arrow::datatypes::SchemaRef;
 use svc_plugin_api::datafusion::error::{DataFusionError, Result};
 use svc_plugin_api::datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
@@ -136,8 +137,13 @@ impl Partition {
                 .push_back(RecordBatch::try_new(Arc::clone(&self.schema), columns)?);
             return Ok(());
         }
-        let keys = batch.column(self.key).as_string_view();
-        self.groups.intern(keys, &mut self.indices);
+        let keys = batch.column(self.key);
+        match keys.as_any_dictionary_opt() {
+            Some(dictionary) => self
+                .groups
+                .intern_dictionary(dictionary, &mut self.indices)?,
+            None => self.groups.intern(keys.as_string_view(), &mut self.indices),
+        }
         let groups = self.groups.len();
         for (acc, values) in self.accumulators.iter_mut().zip(&values) {
             acc.update_batch(values, &self.indices, None, groups)?;
@@ -191,7 +197,9 @@ impl Partition {
         if self.groups.len() == 0 {
             return Ok(());
         }
-        let mut columns = vec![self.groups.take()];
+        // Dictionary keys leave as the dictionary type the final stage expects.
+        let keys = cast(&self.groups.take(), self.schema.field(0).data_type())?;
+        let mut columns = vec![keys];
         for acc in &mut self.accumulators {
             columns.extend(acc.state(EmitTo::All)?);
         }

@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
-use svc_plugin_api::arrow::array::{ArrayRef, Int64Array, StringArray, StringViewArray};
-use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
+use svc_plugin_api::arrow::array::{
+    ArrayRef, DictionaryArray, Int32Array, Int64Array, StringArray, StringViewArray,
+};
+use svc_plugin_api::arrow::datatypes::{DataType, Field, Int32Type, Schema};
 use svc_plugin_api::arrow::util::pretty::pretty_format_batches;
 use svc_plugin_api::datafusion::datasource::MemTable;
 use svc_plugin_api::datafusion::execution::SessionStateBuilder;
@@ -14,29 +16,48 @@ use svc_plugin_api::RecordBatch;
 use super::StringKeyAggregation;
 
 /// `partitions` × `batches` × `rows`; key `k` cycles through `distinct` values (every 37th
-/// row null, odd ones longer than an inline view), `v` has nulls, `u` is `k` as plain Utf8.
+/// row null, odd ones longer than an inline view), `v` has nulls, `u` is `k` as plain Utf8,
+/// `d` is `k` dictionary-encoded. As parquet does, a partition's batches share one dictionary,
+/// except its last batch, which brings an equal copy; the partitions' dictionaries list the
+/// values in different orders.
 fn table(partitions: usize, rows: usize, distinct: usize) -> MemTable {
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Utf8View, true),
         Field::new("u", DataType::Utf8, true),
         Field::new("v", DataType::Int64, true),
+        Field::new_dictionary("d", DataType::Int32, DataType::Utf8, true),
     ]));
-    let key = |i: usize| {
-        let n = (i * 7919) % distinct;
-        (!i.is_multiple_of(37)).then(|| {
-            if n % 2 == 1 {
-                format!("a key longer than a view holds, number {n}")
-            } else {
-                format!("k{n}")
-            }
-        })
+    let name = |n: usize| {
+        if n % 2 == 1 {
+            format!("a key longer than a view holds, number {n}")
+        } else {
+            format!("k{n}")
+        }
     };
+    let code = |i: usize| (!i.is_multiple_of(37)).then_some((i * 7919) % distinct);
     let data = (0..partitions)
         .map(|p| {
+            // Partition p's dictionary lists value n at position (n + p) % distinct.
+            let dictionary = || -> ArrayRef {
+                Arc::new(StringArray::from_iter_values(
+                    (0..distinct).map(|pos| name((pos + distinct - p % distinct) % distinct)),
+                ))
+            };
+            let shared = dictionary();
             (0..3)
                 .map(|b| {
                     let ids: Vec<usize> = (0..rows).map(|r| (p * 3 + b) * rows + r).collect();
-                    let keys: Vec<Option<String>> = ids.iter().map(|&i| key(i)).collect();
+                    let keys: Vec<Option<String>> =
+                        ids.iter().map(|&i| code(i).map(name)).collect();
+                    let values = if b < 2 {
+                        Arc::clone(&shared)
+                    } else {
+                        dictionary()
+                    };
+                    let codes = Int32Array::from_iter(
+                        ids.iter()
+                            .map(|&i| code(i).map(|n| ((n + p) % distinct) as i32)),
+                    );
                     let columns: Vec<ArrayRef> = vec![
                         Arc::new(StringViewArray::from_iter(keys.clone())),
                         Arc::new(StringArray::from_iter(keys)),
@@ -44,6 +65,7 @@ fn table(partitions: usize, rows: usize, distinct: usize) -> MemTable {
                             ids.iter()
                                 .map(|&i| (!i.is_multiple_of(11)).then_some(i as i64 % 1000)),
                         )),
+                        Arc::new(DictionaryArray::<Int32Type>::try_new(codes, values).unwrap()),
                     ];
                     RecordBatch::try_new(schema.clone(), columns).unwrap()
                 })
@@ -102,6 +124,10 @@ async fn string_key_group_bys_answer_as_datafusion_does() {
         "SELECT DISTINCT k FROM t ORDER BY k",
         "SELECT k, count(*) AS n FROM t WHERE v > 500 GROUP BY k HAVING count(*) > 3 ORDER BY n DESC, k",
         "SELECT upper(k) AS key, sum(v) AS s FROM t GROUP BY k ORDER BY key",
+        "SELECT d, count(*) AS n, sum(v) AS s, min(u) AS mu FROM t GROUP BY d ORDER BY d",
+        "SELECT d, count(*) AS n FROM t WHERE v < 300 GROUP BY d HAVING count(*) > 2 ORDER BY n DESC, d",
+        // The filter keeps each batch's dictionary whole; the values it removed are no group.
+        "SELECT d, count(*) AS n, sum(v) AS s FROM t WHERE u LIKE 'k1%' GROUP BY d ORDER BY d",
     ];
     for sql in queries {
         let rewritten = compare(sql, || table(2, 4000, 60), SessionConfig::new).await;
@@ -111,8 +137,8 @@ async fn string_key_group_bys_answer_as_datafusion_does() {
 
 #[tokio::test]
 async fn unique_keys_pass_through_with_the_same_answer() {
-    let sql = "SELECT k, count(*) AS n, sum(v) AS s FROM t GROUP BY k ORDER BY k";
-    // Nearly every row its own group: after the probe the partitions stop aggregating.
+    // Nearly every row its own group: after the probe the partitions stop aggregating. The
+    // dictionaries, far longer than a batch, are read row by row.
     let probe_early = || {
         let mut config = SessionConfig::new();
         config
@@ -121,7 +147,12 @@ async fn unique_keys_pass_through_with_the_same_answer() {
             .skip_partial_aggregation_probe_rows_threshold = 1000;
         config
     };
-    assert!(compare(sql, || table(2, 4000, 1_000_000), probe_early).await);
+    for sql in [
+        "SELECT k, count(*) AS n, sum(v) AS s FROM t GROUP BY k ORDER BY k",
+        "SELECT d, count(*) AS n, sum(v) AS s FROM t GROUP BY d ORDER BY d",
+    ] {
+        assert!(compare(sql, || table(2, 4000, 1_000_000), probe_early).await);
+    }
 }
 
 #[tokio::test]

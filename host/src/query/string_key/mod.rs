@@ -112,14 +112,20 @@ impl StringKeyAggregateExec {
 }
 
 /// String views, or strings under a dictionary (what parquet's dictionary pages read as when
-/// the file asks for them).
+/// the file asks for them). The groups leave as the key's type, so a dictionary's keys must
+/// be wide enough for every group: narrow ones stay with DataFusion.
 fn is_string_key(key: &DataType) -> bool {
     match key {
         DataType::Utf8View => true,
-        DataType::Dictionary(_, values) => matches!(
-            values.as_ref(),
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-        ),
+        DataType::Dictionary(index, values) => {
+            matches!(
+                index.as_ref(),
+                DataType::Int32 | DataType::Int64 | DataType::UInt32 | DataType::UInt64
+            ) && matches!(
+                values.as_ref(),
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+            )
+        }
         _ => false,
     }
 }

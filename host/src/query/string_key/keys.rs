@@ -238,7 +238,7 @@ impl KeyGroups {
         self.batch_views = ViewTable::new(self.seed);
         self.null = None;
         self.long_bytes = 0;
-        std::sync::Arc::new(self.keys.finish())
+        Arc::new(self.keys.finish())
     }
 
     /// Bytes held, for the query's memory pool.
@@ -310,10 +310,9 @@ impl ViewTable {
 
     #[inline(always)]
     fn slot(&self, key: u128) -> usize {
-        // The product's halves are folded together, so the low bits used here vary with
+        // The hash folds its product's halves together, so the low bits used here vary with
         // every bit of the key.
-        (fold_mul(self.seed.0 ^ key as u64, K0 ^ (key >> 64) as u64) as usize)
-            & (self.groups.len() - 1)
+        (self.seed.hash_one(key) as usize) & (self.groups.len() - 1)
     }
 
     #[inline(always)]

@@ -328,6 +328,16 @@ fn main() {
         assert!(r.status().is_success());
     }
 
+    // What every query pays before it reads a row: auth, parsing, planning, audit, HTTP.
+    let mut fixed: Vec<f64> = (0..=COMPARE_RUNS)
+        .map(|_| time_query(&http, &s, &admin, "SELECT 1", "arrow", 1000).0)
+        .collect();
+    fixed.remove(0);
+    println!(
+        "per-request floor (SELECT 1 through HTTP): median {:.2} ms",
+        median(fixed) * 1e3
+    );
+
     // 1. svc against DuckDB, runs alternating so drift on the machine hits both alike.
     let mut duckdb = python().map(|py| DuckDb::start(&py, &facts));
     for (name, sql) in QUERIES {

@@ -22,7 +22,6 @@ use svc_plugin_api::datafusion::execution::memory_pool::FairSpillPool;
 use svc_plugin_api::datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use svc_plugin_api::datafusion::execution::SessionStateBuilder;
 use svc_plugin_api::datafusion::logical_expr::LogicalPlan;
-use svc_plugin_api::datafusion::physical_plan::execute_stream;
 use svc_plugin_api::datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
 use svc_plugin_api::ScanSpec;
 
@@ -186,7 +185,7 @@ pub async fn run(
         };
         let df = without_futile_topk_filters(df);
         let physical = df.create_physical_plan().await.map_err(engine_error)?;
-        let stream = execute_stream(physical.clone(), ctx.task_ctx()).map_err(engine_error)?;
+        let stream = super::runtime::execute(physical.clone(), ctx.task_ctx());
         Ok::<_, ApiError>((physical, stream))
     };
     let (physical, stream) = tokio::time::timeout_at(deadline, start)

@@ -5,6 +5,7 @@ pub mod engine;
 pub mod format;
 pub mod predicate;
 pub mod quota;
+pub mod runtime;
 pub mod scan;
 pub mod statement;
 pub mod stream;

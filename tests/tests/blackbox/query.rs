@@ -440,19 +440,34 @@ fn the_deadline_and_the_memory_pool_stop_a_query_and_the_server_stays_up() {
     register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
 
     let started = std::time::Instant::now();
-    let (status, body) = s.post_json(
-        "/api/query",
-        &admin,
-        // 200^5 combinations: hours of work, where four tables (1.6e9) finished in about a
-        // second on this machine and raced the one-second deadline.
-        &json!({"sql": "SELECT count(*) FROM orders a, orders b, orders c, orders d, orders e WHERE a.id + b.id + c.id + d.id + e.id = -1"}),
-    );
+    let ((status, body), health_first) = std::thread::scope(|scope| {
+        let heavy = scope.spawn(|| {
+            let answer = s.post_json(
+                "/api/query",
+                &admin,
+                // 200^5 combinations: hours of work, where four tables (1.6e9) finished in
+                // about a second on this machine and raced the one-second deadline.
+                &json!({"sql": "SELECT count(*) FROM orders a, orders b, orders c, orders d, orders e WHERE a.id + b.id + c.id + d.id + e.id = -1"}),
+            );
+            (answer, std::time::Instant::now())
+        });
+        // While the query keeps the query runtime's threads busy, other requests are answered.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(s.get_json("/api/health", "").0, 200);
+        let health_done = std::time::Instant::now();
+        let (answer, query_done) = heavy.join().unwrap();
+        (answer, health_done < query_done)
+    });
     assert_eq!(
         (status, &body["detail"]["error"]),
         (504, &json!("query_timeout")),
         "{body}"
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(
+        health_first,
+        "the health check waited for the running query to stop"
+    );
 
     let (status, body) = s.post_json(
         "/api/query",

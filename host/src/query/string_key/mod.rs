@@ -6,10 +6,11 @@
 //! physical optimizer rule swaps such a partial `AggregateExec` for [`StringKeyAggregateExec`],
 //! which finds groups through [`keys::KeyGroups`] and otherwise does exactly what the
 //! original did: the same accumulators (DataFusion's own, created from the same aggregate
-//! expressions), the same output schema of key plus accumulator state for the unchanged final
-//! stage, early emission under memory pressure and pass-through when nearly every row is its
-//! own group.
+//! expressions, except that `avg` of an integer skips its cast: [`integer_avg`]), the same
+//! output schema of key plus accumulator state for the unchanged final stage, early emission
+//! under memory pressure and pass-through when nearly every row is its own group.
 
+mod integer_avg;
 mod keys;
 mod stream;
 

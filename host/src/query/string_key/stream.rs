@@ -20,6 +20,7 @@ use svc_plugin_api::datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use svc_plugin_api::datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use svc_plugin_api::RecordBatch;
 
+use super::integer_avg;
 use super::keys::KeyGroups;
 
 /// Aggregates `input` by the string column `key` with `agg`'s accumulators, yielding `agg`'s
@@ -39,15 +40,20 @@ pub(super) fn aggregate(
         ratio: options.skip_partial_aggregation_probe_ratio_threshold,
     });
     let schema = agg.schema();
+    let input_schema = agg.input_schema();
+    let (arguments, accumulators) = agg
+        .aggr_expr()
+        .iter()
+        .map(|a| match integer_avg::fuse(a, &input_schema) {
+            Some((argument, accumulator)) => Ok((vec![argument], accumulator)),
+            None => Ok((a.expressions(), a.create_groups_accumulator()?)),
+        })
+        .collect::<Result<(Vec<_>, Vec<_>)>>()?;
     let state = Partition {
         input,
         key,
-        arguments: agg.aggr_expr().iter().map(|a| a.expressions()).collect(),
-        accumulators: agg
-            .aggr_expr()
-            .iter()
-            .map(|a| a.create_groups_accumulator())
-            .collect::<Result<_>>()?,
+        arguments,
+        accumulators,
         groups: KeyGroups::new(),
         indices: Vec::new(),
         schema: Arc::clone(&schema),

@@ -128,6 +128,8 @@ async fn string_key_group_bys_answer_as_datafusion_does() {
         "SELECT d, count(*) AS n FROM t WHERE v < 300 GROUP BY d HAVING count(*) > 2 ORDER BY n DESC, d",
         // The filter keeps each batch's dictionary whole; the values it removed are no group.
         "SELECT d, count(*) AS n, sum(v) AS s FROM t WHERE u LIKE 'k1%' GROUP BY d ORDER BY d",
+        // avg of integers without their cast: a group with no value is NULL, not NaN.
+        "SELECT k, avg(CASE WHEN k = 'k2' THEN NULL ELSE v END) AS a, avg(CAST(v AS INT)) AS a32, avg(CAST(v AS DOUBLE)) AS af FROM t GROUP BY k ORDER BY k",
     ];
     for sql in queries {
         let rewritten = compare(sql, || table(2, 4000, 60), SessionConfig::new).await;
@@ -148,7 +150,7 @@ async fn unique_keys_pass_through_with_the_same_answer() {
         config
     };
     for sql in [
-        "SELECT k, count(*) AS n, sum(v) AS s FROM t GROUP BY k ORDER BY k",
+        "SELECT k, count(*) AS n, sum(v) AS s, avg(v) AS a FROM t GROUP BY k ORDER BY k",
         "SELECT d, count(*) AS n, sum(v) AS s FROM t GROUP BY d ORDER BY d",
     ] {
         assert!(compare(sql, || table(2, 4000, 1_000_000), probe_early).await);
@@ -166,4 +168,33 @@ async fn other_group_bys_keep_datafusion_aggregate() {
         let rewritten = compare(sql, || table(2, 2000, 60), SessionConfig::new).await;
         assert!(!rewritten, "rewritten: {sql}");
     }
+}
+
+#[tokio::test]
+async fn only_avg_of_an_integer_cast_is_fused() {
+    use svc_plugin_api::datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+    use svc_plugin_api::datafusion::physical_plan::ExecutionPlan;
+
+    fn partial(plan: &Arc<dyn ExecutionPlan>) -> Option<&AggregateExec> {
+        match plan.downcast_ref::<AggregateExec>() {
+            Some(agg) if *agg.mode() == AggregateMode::Partial => Some(agg),
+            _ => plan.children().into_iter().find_map(partial),
+        }
+    }
+    let ctx = context(false, SessionConfig::new());
+    ctx.register_table("t", Arc::new(table(1, 10, 3))).unwrap();
+    let plan = ctx
+        .sql("SELECT k, avg(v), avg(CAST(v AS SMALLINT)), avg(v * 1.5), sum(v) FROM t GROUP BY k")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let agg = partial(&plan).expect("a partial aggregate");
+    let fused: Vec<bool> = agg
+        .aggr_expr()
+        .iter()
+        .map(|a| super::integer_avg::fuse(a, &agg.input_schema()).is_some())
+        .collect();
+    assert_eq!(fused, [true, true, false, false]);
 }

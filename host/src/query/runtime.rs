@@ -1,0 +1,86 @@
+//! The query runtime: DataFusion's work runs on threads of its own.
+//!
+//! DataFusion's operators are CPU-bound between their awaits. On the HTTP runtime a heavy
+//! query would occupy every worker, and with them the timers that enforce its own deadline,
+//! the health check and every other caller's requests. Plans therefore execute on a separate
+//! multi-threaded runtime and hand their batches to the request through a small channel; the
+//! operating system shares the cores between the two, so the server keeps answering while a
+//! query runs.
+
+use std::sync::{Arc, OnceLock};
+
+use futures::{FutureExt, StreamExt};
+use svc_plugin_api::datafusion::error::DataFusionError;
+use svc_plugin_api::datafusion::execution::TaskContext;
+use svc_plugin_api::datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use svc_plugin_api::datafusion::physical_plan::{
+    execute_stream, ExecutionPlan, SendableRecordBatchStream,
+};
+use tokio::runtime::{Builder, Handle, Runtime};
+
+/// Batches computed ahead of the request's reading: enough to overlap encoding and sending
+/// with the next batch's work, few enough that a slow client holds little memory.
+const AHEAD: usize = 2;
+
+/// The process's query runtime, started on first use; it lives as long as the process.
+fn handle() -> &'static Handle {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            Builder::new_multi_thread()
+                .thread_name("svc-query")
+                .enable_all()
+                .build()
+                .expect("the query runtime starts")
+        })
+        .handle()
+}
+
+/// Executes `plan` on the query runtime; the returned stream yields its batches.
+///
+/// Dropping the stream (a finished response, a deadline, a client that went away) drops the
+/// plan's own stream at once, which cancels the tasks DataFusion spawned for it. A panic in
+/// the plan ends the stream with an internal error rather than a silently short result.
+pub fn execute(
+    plan: Arc<dyn ExecutionPlan>,
+    context: Arc<TaskContext>,
+) -> SendableRecordBatchStream {
+    let schema = plan.schema();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(AHEAD);
+    let panic_tx = tx.clone();
+    let work = async move {
+        let mut stream = match execute_stream(plan, context) {
+            Ok(stream) => stream,
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                () = tx.closed() => return,
+                next = stream.next() => next,
+            };
+            let Some(item) = next else { return };
+            let failed = item.is_err();
+            if tx.send(item).await.is_err() || failed {
+                return;
+            }
+        }
+    };
+    handle().spawn(async move {
+        if std::panic::AssertUnwindSafe(work)
+            .catch_unwind()
+            .await
+            .is_err()
+        {
+            let _ = panic_tx
+                .send(Err(DataFusionError::Internal(
+                    "the query's execution panicked".to_owned(),
+                )))
+                .await;
+        }
+    });
+    let batches = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+}

@@ -74,31 +74,39 @@ fn kept(filter: Option<&BooleanArray>, row: usize) -> bool {
     filter.is_none_or(|f| f.is_valid(row) && f.value(row))
 }
 
-/// Per group: how many non-null values, and their sum as Float64. A group with no value has
-/// count 0 and is null in the state, as in DataFusion's `AvgGroupsAccumulator`.
+/// One group's non-null values: their sum as Float64 and how many. Side by side, so a row's
+/// update touches one place.
+#[derive(Clone, Copy, Default)]
+struct Group {
+    sum: f64,
+    count: u64,
+}
+
+/// Per group, a [`Group`]. A group with no value has count 0 and is null in the state, as in
+/// DataFusion's `AvgGroupsAccumulator`.
 struct IntegerAvg<T> {
-    counts: Vec<u64>,
-    sums: Vec<f64>,
+    groups: Vec<Group>,
     _input: std::marker::PhantomData<T>,
 }
 
 impl<T> Default for IntegerAvg<T> {
     fn default() -> Self {
         Self {
-            counts: Vec::new(),
-            sums: Vec::new(),
+            groups: Vec::new(),
             _input: std::marker::PhantomData,
         }
     }
 }
 
-impl<T> IntegerAvg<T> {
-    /// Null where a group has seen no value; None when every group has.
-    fn nulls(counts: &[u64]) -> Option<NullBuffer> {
-        counts
-            .contains(&0)
-            .then(|| NullBuffer::from_iter(counts.iter().map(|&c| c > 0)))
-    }
+/// The emitted groups' counts, sums, and nulls where a group has seen no value (None when
+/// every group has).
+fn columns(groups: Vec<Group>) -> (Vec<u64>, Vec<f64>, Option<NullBuffer>) {
+    let counts: Vec<u64> = groups.iter().map(|g| g.count).collect();
+    let sums = groups.iter().map(|g| g.sum).collect();
+    let nulls = counts
+        .contains(&0)
+        .then(|| NullBuffer::from_iter(counts.iter().map(|&c| c > 0)));
+    (counts, sums, nulls)
 }
 
 impl<T> GroupsAccumulator for IntegerAvg<T>
@@ -114,19 +122,21 @@ where
         total_num_groups: usize,
     ) -> Result<()> {
         let values = values[0].as_primitive::<T>();
-        self.counts.resize(total_num_groups, 0);
-        self.sums.resize(total_num_groups, 0.0);
+        self.groups.resize(total_num_groups, Group::default());
+        let groups = &mut self.groups[..];
         let valid = |row: usize| values.is_valid(row) && kept(opt_filter, row);
         if values.null_count() == 0 && opt_filter.is_none() {
             for (&group, &value) in group_indices.iter().zip(values.values()) {
-                self.sums[group] += value.to_f64();
-                self.counts[group] += 1;
+                let g = &mut groups[group];
+                g.sum += value.to_f64();
+                g.count += 1;
             }
         } else {
             for (row, (&group, &value)) in group_indices.iter().zip(values.values()).enumerate() {
                 if valid(row) {
-                    self.sums[group] += value.to_f64();
-                    self.counts[group] += 1;
+                    let g = &mut groups[group];
+                    g.sum += value.to_f64();
+                    g.count += 1;
                 }
             }
         }
@@ -134,9 +144,7 @@ where
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
-        let counts = emit_to.take_needed(&mut self.counts);
-        let sums = emit_to.take_needed(&mut self.sums);
-        let nulls = Self::nulls(&counts);
+        let (counts, sums, nulls) = columns(emit_to.take_needed(&mut self.groups));
         let averages: Vec<f64> = sums
             .iter()
             .zip(&counts)
@@ -146,9 +154,7 @@ where
     }
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        let counts = emit_to.take_needed(&mut self.counts);
-        let sums = emit_to.take_needed(&mut self.sums);
-        let nulls = Self::nulls(&counts);
+        let (counts, sums, nulls) = columns(emit_to.take_needed(&mut self.groups));
         Ok(vec![
             Arc::new(UInt64Array::new(counts.into(), nulls.clone())),
             Arc::new(Float64Array::new(sums.into(), nulls)),
@@ -163,12 +169,12 @@ where
     ) -> Result<()> {
         let counts = values[0].as_primitive::<UInt64Type>();
         let sums = values[1].as_primitive::<Float64Type>();
-        self.counts.resize(total_num_groups, 0);
-        self.sums.resize(total_num_groups, 0.0);
+        self.groups.resize(total_num_groups, Group::default());
         for (row, &group) in group_indices.iter().enumerate() {
             if counts.is_valid(row) {
-                self.counts[group] += counts.value(row);
-                self.sums[group] += sums.value(row);
+                let g = &mut self.groups[group];
+                g.count += counts.value(row);
+                g.sum += sums.value(row);
             }
         }
         Ok(())
@@ -197,6 +203,6 @@ where
     }
 
     fn size(&self) -> usize {
-        self.counts.capacity() * size_of::<u64>() + self.sums.capacity() * size_of::<f64>()
+        self.groups.capacity() * size_of::<Group>()
     }
 }

@@ -129,7 +129,7 @@ async fn string_key_group_bys_answer_as_datafusion_does() {
         // The filter keeps each batch's dictionary whole; the values it removed are no group.
         "SELECT d, count(*) AS n, sum(v) AS s FROM t WHERE u LIKE 'k1%' GROUP BY d ORDER BY d",
         // avg of integers without their cast: a group with no value is NULL, not NaN.
-        "SELECT k, avg(CASE WHEN k = 'k2' THEN NULL ELSE v END) AS a, avg(CAST(v AS INT)) AS a32, avg(CAST(v AS DOUBLE)) AS af FROM t GROUP BY k ORDER BY k",
+        "SELECT k, avg(CASE WHEN k = 'k2' THEN NULL ELSE v END) AS a, avg(CAST(v AS INT)) AS a32, avg(v * 2) AS a2 FROM t GROUP BY k ORDER BY k",
     ];
     for sql in queries {
         let rewritten = compare(sql, || table(2, 4000, 60), SessionConfig::new).await;
@@ -184,7 +184,7 @@ async fn only_avg_of_an_integer_cast_is_fused() {
     let ctx = context(false, SessionConfig::new());
     ctx.register_table("t", Arc::new(table(1, 10, 3))).unwrap();
     let plan = ctx
-        .sql("SELECT k, avg(v), avg(CAST(v AS SMALLINT)), avg(v * 1.5), sum(v) FROM t GROUP BY k")
+        .sql("SELECT k, avg(v), avg(CAST(v + 1 AS SMALLINT)), avg(length(k) * 1.5), sum(v) FROM t GROUP BY k")
         .await
         .unwrap()
         .create_physical_plan()

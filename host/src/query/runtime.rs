@@ -84,3 +84,53 @@ pub fn execute(
     let batches = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
     Box::pin(RecordBatchStreamAdapter::new(schema, batches))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use futures::StreamExt;
+    use svc_plugin_api::arrow::datatypes::DataType;
+    use svc_plugin_api::datafusion::error::DataFusionError;
+    use svc_plugin_api::datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+    use svc_plugin_api::datafusion::prelude::SessionContext;
+
+    /// The plan of `sql` in a context with a `boom(x)` function that panics.
+    async fn plan(sql: &str) -> (SessionContext, Arc<dyn super::ExecutionPlan>) {
+        let ctx = SessionContext::new();
+        ctx.register_udf(create_udf(
+            "boom",
+            vec![DataType::Int64],
+            DataType::Int64,
+            Volatility::Volatile,
+            Arc::new(|_: &[ColumnarValue]| panic!("boom")),
+        ));
+        let plan = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        (ctx, plan)
+    }
+
+    #[tokio::test]
+    async fn batches_arrive_in_full_and_a_panic_is_an_error_not_a_short_result() {
+        let (ctx, ok) = plan("SELECT * FROM generate_series(1, 100000) AS t(x)").await;
+        let mut stream = super::execute(ok, ctx.task_ctx());
+        let mut rows = 0;
+        while let Some(batch) = stream.next().await {
+            rows += batch.unwrap().num_rows();
+        }
+        assert_eq!(rows, 100_000);
+
+        let (ctx, panics) = plan("SELECT boom(x) FROM generate_series(1, 10) AS t(x)").await;
+        let mut stream = super::execute(panics, ctx.task_ctx());
+        match stream.next().await {
+            Some(Err(DataFusionError::Internal(msg))) => assert!(msg.contains("panicked"), "{msg}"),
+            other => panic!("expected an internal error, got {other:?}"),
+        }
+        assert!(stream.next().await.is_none());
+    }
+}

@@ -14,8 +14,8 @@ use svc_plugin_api::arrow::array::{
 };
 use svc_plugin_api::arrow::buffer::NullBuffer;
 use svc_plugin_api::arrow::datatypes::{
-    DataType, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
-    UInt64Type, UInt8Type,
+    DataType, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, Schema, UInt16Type,
+    UInt32Type, UInt64Type, UInt8Type,
 };
 use svc_plugin_api::datafusion::error::Result;
 use svc_plugin_api::datafusion::logical_expr::{EmitTo, GroupsAccumulator};
@@ -27,7 +27,7 @@ use svc_plugin_api::datafusion::physical_plan::udaf::AggregateFunctionExpr;
 /// of an integer cast to Float64.
 pub(super) fn fuse(
     aggregate: &AggregateFunctionExpr,
-    input: &svc_plugin_api::arrow::datatypes::Schema,
+    input: &Schema,
 ) -> Option<(Arc<dyn PhysicalExpr>, Box<dyn GroupsAccumulator>)> {
     if aggregate.fun().name() != "avg" || aggregate.is_distinct() {
         return None;

@@ -72,9 +72,9 @@ pub struct StringKeyAggregateExec {
 
 impl StringKeyAggregateExec {
     /// The replacement for `plan`, when it is a partial aggregate this operator reproduces
-    /// exactly: one plain group column of string view or dictionary-of-strings type, input in no useful order, no
-    /// grouping sets, no group limit, and aggregates that are not DISTINCT, not ordered and
-    /// not filtered, each with a groups accumulator.
+    /// exactly: one plain group column of string view or dictionary-of-strings type, input in
+    /// no useful order, no grouping sets, no group limit, and aggregates that are not
+    /// DISTINCT, not ordered and not filtered, each with a groups accumulator.
     fn try_wrap(plan: &Arc<dyn ExecutionPlan>) -> Option<Self> {
         let agg = plan.downcast_ref::<AggregateExec>()?;
         let group_by = agg.group_expr();

@@ -111,6 +111,14 @@ pub async fn readable_table(
     caller: &Caller,
     table_id: &str,
 ) -> ApiResult<RegistryRow> {
+    // Nothing that breaks the id rules is registered: such a name (a NUL byte, a path) is
+    // refused before it reaches a cache or the store.
+    if !crate::registry::is_valid_table_id(table_id) {
+        return Err(ApiError::not_found(format!(
+            "Table '{}' is not registered",
+            table_id.escape_debug()
+        )));
+    }
     let row = match registry(state).await?.get(table_id) {
         Some(row) => row.clone(),
         None => {

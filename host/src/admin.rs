@@ -8,7 +8,7 @@ use crate::audit::{Actor, Event};
 use crate::auth::password;
 use crate::state::AppState;
 use crate::store::groups::{Grant, Group};
-use crate::store::users::{User, ADMIN_GROUP};
+use crate::store::users::{Guarded, User, ADMIN_GROUP};
 
 /// Resource types a grant may name.
 pub const RESOURCE_TYPES: &[&str] = &["table"];
@@ -84,14 +84,13 @@ pub async fn admin_group(state: &AppState) -> Result<Group> {
         .ok_or_else(|| ApiError::internal("the Admin group is missing"))
 }
 
-async fn guard_last_admin(state: &AppState, user: &User, message: &str) -> Result<()> {
-    if user.active
-        && state.store.is_admin(&user.id).await?
-        && state.store.count_active_admins().await? <= 1
-    {
-        return Err(ApiError::conflict(message));
+/// The answer to a change the store refused or found nothing for.
+fn guarded(outcome: Guarded, last_admin: &str, missing: impl FnOnce() -> ApiError) -> Result<()> {
+    match outcome {
+        Guarded::Applied => Ok(()),
+        Guarded::LastAdmin => Err(ApiError::conflict(last_admin)),
+        Guarded::Missing => Err(missing()),
     }
-    Ok(())
 }
 
 /// Renames a user.
@@ -148,16 +147,16 @@ pub async fn set_active(state: &AppState, actor: &Actor, user: &User, active: bo
     if user.active == active {
         return Ok(());
     }
-    if !active {
-        if actor.user_id.as_deref() == Some(user.id.as_str()) {
-            return Err(ApiError::conflict("Cannot deactivate yourself"));
-        }
-        guard_last_admin(state, user, "Cannot deactivate the last active admin").await?;
+    if !active && actor.user_id.as_deref() == Some(user.id.as_str()) {
+        return Err(ApiError::conflict("Cannot deactivate yourself"));
     }
-    state
+    let outcome = state
         .store
         .set_user_active(&user.id, active, actor.user_id.as_deref())
         .await?;
+    guarded(outcome, "Cannot deactivate the last active admin", || {
+        ApiError::not_found("User not found")
+    })?;
     state.access_changed();
     state
         .audit
@@ -181,8 +180,10 @@ pub async fn delete_user(state: &AppState, actor: &Actor, user: &User) -> Result
     if actor.user_id.as_deref() == Some(user.id.as_str()) {
         return Err(ApiError::conflict("Cannot delete yourself"));
     }
-    guard_last_admin(state, user, "Cannot delete the last active admin").await?;
-    state.store.delete_user(&user.id).await?;
+    let outcome = state.store.delete_user(&user.id).await?;
+    guarded(outcome, "Cannot delete the last active admin", || {
+        ApiError::not_found("User not found")
+    })?;
     state.access_changed();
     state
         .audit
@@ -373,20 +374,17 @@ pub async fn remove_member(
     group: &Group,
     user: &User,
 ) -> Result<()> {
-    if group.name == ADMIN_GROUP {
-        guard_last_admin(
-            state,
-            user,
-            "Cannot remove the last admin — at least one user must remain in the Admin group",
-        )
-        .await?;
-    }
-    if !state.store.remove_member(&group.id, &user.id).await? {
-        return Err(ApiError::not_found(format!(
-            "User '{}' is not a member of '{}'",
-            user.email, group.name
-        )));
-    }
+    let outcome = state.store.remove_member(&group.id, &user.id).await?;
+    guarded(
+        outcome,
+        "Cannot remove the last admin — at least one user must remain in the Admin group",
+        || {
+            ApiError::not_found(format!(
+                "User '{}' is not a member of '{}'",
+                user.email, group.name
+            ))
+        },
+    )?;
     state.access_changed();
     state
         .audit

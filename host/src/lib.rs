@@ -8,6 +8,7 @@ pub mod api;
 pub mod audit;
 pub mod auth;
 pub mod config;
+pub mod connections;
 pub mod discovery;
 pub mod drivers;
 pub mod encode;

@@ -15,7 +15,7 @@ use crate::registry::is_valid_table_id;
 use crate::schedule::{parse_ts, Schedule};
 use crate::state::AppState;
 use crate::store::registry::{QueryMode, RegistryRow};
-use crate::store::scripts::ScriptRow;
+use crate::store::scripts::{Lease, ScriptRow};
 
 type Result<T> = std::result::Result<T, ApiError>;
 
@@ -171,7 +171,9 @@ pub async fn run(state: &Arc<AppState>, script: &ScriptRow, actor: &Actor) -> Re
 async fn execute(state: &Arc<AppState>, script: &ScriptRow) -> Result<RunOutcome> {
     let owner = owner(state, &script.owner_id).await?;
     let mut plan = None;
-    let cap = state.config.query.max_rows;
+    // A script's result is written whole or not at all: one row past the maximum fails the
+    // run before the target is touched.
+    let cap = state.config.query.script_max_rows;
     let mut rows = crate::query::engine::run(state, &owner, &script.sql, cap, &mut plan).await?;
     let mut count = 0u64;
     let mut writer = None;
@@ -201,6 +203,13 @@ async fn execute(state: &Arc<AppState>, script: &ScriptRow) -> Result<RunOutcome
         }
     }
     let truncated = rows.truncated().unwrap_or(false);
+    if truncated && writer.is_some() {
+        // Dropping the writer removes its temporary file; the table keeps its last data.
+        return Err(ApiError::unprocessable(format!(
+            "The script's result has more than {cap} rows, the most a script may write \
+             (SVC_SCRIPT_MAX_ROWS); the target table was left unchanged"
+        )));
+    }
     if let (Some(w), Some(table)) = (writer, &script.target_table) {
         w.commit().map_err(ApiError::from)?;
         register_target(state, script, table).await?;
@@ -269,21 +278,69 @@ async fn register_target(state: &AppState, script: &ScriptRow, table: &str) -> R
         .map(|_| ())
 }
 
-/// Marks a script running; false when it already runs. A run older than twice the query
-/// timeout is taken to have died with its process.
+/// This process's lease owner: `<replica>/<boot id>`. The replica id is kept in
+/// `DATA_DIR/state/replica_id`, so a restarted server knows which leases its earlier process
+/// held; the boot id tells that process from this one.
+fn lease_owner(data_dir: &std::path::Path) -> &'static (String, String) {
+    static OWNER: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    OWNER.get_or_init(|| {
+        let path = data_dir.join("state").join("replica_id");
+        let replica = match std::fs::read_to_string(&path) {
+            Ok(id) if uuid::Uuid::parse_str(id.trim()).is_ok() => id.trim().to_owned(),
+            _ => {
+                let id = uuid::Uuid::new_v4().to_string();
+                if let Err(e) = std::fs::create_dir_all(data_dir.join("state"))
+                    .and_then(|()| std::fs::write(&path, &id))
+                {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot keep the replica id; a restart will not free this process's script leases early");
+                }
+                id
+            }
+        };
+        let owner = format!("{replica}/{}", uuid::Uuid::new_v4());
+        (replica, owner)
+    })
+}
+
+/// Marks a script running under this process's lease; false when it already runs. The
+/// lease lasts twice the query timeout (a run cannot outlive its query's deadline by more);
+/// a run whose lease expired is taken to have died with its process.
 pub async fn claim(state: &AppState, id: &str) -> Result<bool> {
     let now = Utc::now();
-    let stale = now
-        - chrono::Duration::from_std(state.config.query.timeout * 2)
-            .unwrap_or(chrono::Duration::hours(1));
+    let lease = chrono::Duration::from_std(state.config.query.timeout * 2)
+        .unwrap_or(chrono::Duration::hours(1));
+    let (_, owner) = lease_owner(&state.config.data_dir);
+    let (at, until, stale) = (
+        crate::store::format_ts(now),
+        crate::store::format_ts(now + lease),
+        crate::store::format_ts(now - lease),
+    );
     Ok(state
         .store
         .claim_script(
             id,
-            &crate::store::format_ts(now),
-            &crate::store::format_ts(stale),
+            &Lease {
+                owner,
+                now: &at,
+                until: &until,
+                stale_before: &stale,
+            },
         )
         .await?)
+}
+
+/// At start: ends the runs this replica's previous process claimed and never finished (it
+/// was killed), so they can run again at once instead of when their lease expires.
+pub async fn release_dead_leases(state: &AppState) -> Result<u64> {
+    let (replica, owner) = lease_owner(&state.config.data_dir);
+    let freed = state.store.release_dead_leases(replica, owner).await?;
+    if freed > 0 {
+        tracing::warn!(
+            freed,
+            "script runs left unfinished by the previous process were marked failed"
+        );
+    }
+    Ok(freed)
 }
 
 /// Claims every script whose schedule is due and runs each in the background; returns the

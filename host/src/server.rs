@@ -10,6 +10,7 @@ use poem::listener::{Acceptor, Listener, TcpListener};
 
 use crate::audit::Actor;
 use crate::config::StoreArgs;
+use crate::connections::{ConnectionLimits, Connections, LimitedAcceptor};
 use crate::state::{AppState, RuntimeConfig};
 use crate::store::{redact_url, Store};
 use crate::{admin, registry};
@@ -26,6 +27,16 @@ pub struct ServeArgs {
     /// Take the client address from the last `X-Forwarded-For` hop (behind a reverse proxy).
     #[arg(long, env = "SVC_TRUST_PROXY", default_value_t = false)]
     pub trust_proxy: bool,
+    /// Open connections at most (one more is answered 503 and closed); 0: as many as the
+    /// open-files limit allows, less a reserve for files and the store.
+    #[arg(long, env = "SVC_MAX_CONNECTIONS", default_value_t = 0)]
+    pub max_connections: usize,
+    /// Seconds a connection may sit idle (no request in flight, nothing sent) before it is closed.
+    #[arg(long, env = "SVC_IDLE_TIMEOUT_SECONDS", default_value_t = 60)]
+    pub idle_timeout_seconds: u64,
+    /// Seconds a request's head, and separately its body, may take to arrive.
+    #[arg(long, env = "SVC_REQUEST_READ_TIMEOUT_SECONDS", default_value_t = 30)]
+    pub request_read_timeout_seconds: u64,
     /// E-mail of the administrator created on first start with an empty store.
     #[arg(long, env = "SVC_ADMIN_EMAIL", default_value = "admin@localhost")]
     pub admin_email: String,
@@ -50,6 +61,10 @@ pub struct ServeArgs {
     /// Most rows one `/api/v2/scan` returns.
     #[arg(long, env = "SVC_SCAN_MAX_ROWS", default_value_t = 10_000_000)]
     pub scan_max_rows: usize,
+    /// Most rows a script may write to its target table; a larger result fails the run and
+    /// leaves the table as it was.
+    #[arg(long, env = "SVC_SCRIPT_MAX_ROWS", default_value_t = 100_000_000)]
+    pub script_max_rows: usize,
     /// Scans and queries one user may run at once (beyond: 429 `quota_exceeded`).
     #[arg(long, env = "SVC_SCAN_MAX_CONCURRENT_PER_USER", default_value_t = 5)]
     pub scan_max_concurrent_per_user: usize,
@@ -129,12 +144,16 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
             timeout: Duration::from_secs(args.query_timeout_seconds.max(1)),
             memory_bytes: args.query_memory_mb.max(16) << 20,
             scan_max_rows: args.scan_max_rows.max(1),
+            script_max_rows: args.script_max_rows.max(1),
             max_concurrent_per_user: args.scan_max_concurrent_per_user.max(1),
             max_daily_bytes_per_user: args.scan_max_daily_bytes_per_user,
         },
     };
     let state = open_state(&store_args, config).await?;
     ensure_first_admin(&state, &args.admin_email, &store_args).await?;
+    crate::scripts::release_dead_leases(&state)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot free the previous process's script runs: {e}"))?;
     let swept =
         svc_driver_parquet::sweep_temp_files(&store_args.data_dir, Duration::from_secs(3600));
     if swept > 0 {
@@ -170,7 +189,9 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
     for a in &addrs {
         tracing::info!("svc-server {} listening on http://{a}", crate::api::VERSION);
     }
-    let app = crate::api::app(state.clone());
+    let connections = Connections::new(connection_limits(&args));
+    let acceptor = LimitedAcceptor::new(acceptor, connections.clone());
+    let app = crate::api::app(state.clone(), connections);
     poem::Server::new_with_acceptor(acceptor)
         .run_with_graceful_shutdown(app, shutdown_signal(), Some(Duration::from_secs(30)))
         .await?;
@@ -178,6 +199,30 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
     state.audit.flush().await;
     state.store.close().await;
     Ok(())
+}
+
+/// The connection limits: the cap defaults to the open-files limit less a reserve for the
+/// store, parquet files and dynamic drivers.
+fn connection_limits(args: &ServeArgs) -> ConnectionLimits {
+    const RESERVE: usize = 512;
+    let files = crate::connections::open_files_limit().unwrap_or(1024);
+    let fits = files.saturating_sub(RESERVE).max(64);
+    let max_connections = match args.max_connections {
+        0 => fits,
+        n => n,
+    };
+    if max_connections > fits {
+        tracing::warn!(
+            max_connections,
+            open_files = files,
+            "SVC_MAX_CONNECTIONS is above what the open-files limit leaves room for; raise the limit (ulimit -n, LimitNOFILE=)"
+        );
+    }
+    ConnectionLimits {
+        max_connections,
+        idle: Duration::from_secs(args.idle_timeout_seconds.max(1)),
+        request_read: Duration::from_secs(args.request_read_timeout_seconds.max(1)),
+    }
 }
 
 async fn shutdown_signal() {

@@ -11,6 +11,7 @@ use super::types::Str;
 use super::{ApiError, ApiResult, RequestMeta, Tag};
 use crate::audit::{Actor, Event};
 use crate::auth::password;
+use crate::auth::ratelimit::LimitedBy;
 use crate::state::AppState;
 
 pub struct AuthApi {
@@ -48,8 +49,8 @@ const BAD_CREDENTIALS: &str = "Invalid email or password";
 
 #[OpenApi]
 impl AuthApi {
-    /// Exchanges e-mail and password for a session token (valid 24 h). Failed attempts are
-    /// limited per client address.
+    /// Exchanges e-mail and password for a session token (valid 24 h). Attempts are limited
+    /// per client address and per account (10 a minute each; a success frees only its own).
     #[oai(path = "/auth/token", method = "post", tag = "Tag::Auth")]
     async fn token(
         &self,
@@ -62,26 +63,36 @@ impl AuthApi {
             .client_ip
             .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
         let limiter = &self.state.login_limiter;
-        if let Err(wait) = limiter.check(ip) {
-            return Err(ApiError::too_many(
-                format!("Too many failed logins from this address; retry in {wait} s"),
-                wait,
-            ));
-        }
+        let attempt = limiter.attempt(ip, &body.email).map_err(|refused| {
+            let from = match refused.by {
+                LimitedBy::Address => "from this address",
+                LimitedBy::Account => "on this account",
+            };
+            ApiError::too_many(
+                format!(
+                    "Too many login attempts {from}; retry in {} s",
+                    refused.retry_after
+                ),
+                refused.retry_after,
+            )
+        })?;
         let user = self.state.store.user_by_email(&body.email).await?;
         // Verify against a decoy when there is no hash, so timing does not reveal accounts.
+        // The hash is slow by design: it runs off the request workers.
         let hash = user
             .as_ref()
-            .and_then(|u| u.password_hash.as_deref())
-            .unwrap_or(password::decoy());
-        let password_ok = password::verify(&body.password, hash);
+            .and_then(|u| u.password_hash.clone())
+            .unwrap_or_else(|| password::decoy().to_owned());
+        let candidate = body.password.to_string();
+        let password_ok = tokio::task::spawn_blocking(move || password::verify(&candidate, &hash))
+            .await
+            .map_err(ApiError::internal)?;
         let mut actor = Actor::anonymous(meta.ip_string(), Some(meta.request_id.clone()));
         actor.user_id = user.as_ref().map(|u| u.id.clone());
         let event = Event::new("auth.login").resource(format!("user:{}", body.email));
         let user = match user {
             Some(u) if password_ok && u.password_hash.is_some() => u,
             _ => {
-                limiter.failed(ip);
                 self.state
                     .audit
                     .write(&actor, event.failed(401, BAD_CREDENTIALS).timed(started))
@@ -99,7 +110,7 @@ impl AuthApi {
                 .await;
             return Err(ApiError::unauthorized("Account deactivated"));
         }
-        limiter.succeeded(ip);
+        limiter.succeeded(attempt);
         let (access_token, expires_at) = self.state.auth.issue_session(&user);
         let is_admin = self.state.store.is_admin(&user.id).await?;
         self.state.audit.write(&actor, event.timed(started)).await;

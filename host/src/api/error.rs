@@ -107,8 +107,15 @@ impl ApiError {
 }
 
 impl From<sqlx::Error> for ApiError {
+    /// Store failures are the server's, except text PostgreSQL cannot hold (a NUL byte, code
+    /// 22021): that came from the request, and is refused as such on either backend's terms.
     fn from(e: sqlx::Error) -> Self {
-        Self::internal(e)
+        match &e {
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("22021") => {
+                Self::bad_request("The request holds text with a NUL byte, which is not allowed")
+            }
+            _ => Self::internal(e),
+        }
     }
 }
 

@@ -27,6 +27,7 @@ use poem::{Endpoint, EndpointExt, IntoResponse, Request, Response, Route};
 use poem_openapi::auth::Bearer;
 use poem_openapi::{OpenApiService, SecurityScheme, Tags};
 
+use crate::connections::Connections;
 use crate::state::AppState;
 pub use error::{ApiError, ApiResult};
 
@@ -195,18 +196,32 @@ pub fn openapi_json(state: &Arc<AppState>) -> String {
 }
 
 /// The complete HTTP application.
-pub fn app(state: Arc<AppState>) -> impl Endpoint<Output = Response> {
+///
+/// `connections` learns which connection is handling a request (see [`crate::connections`]).
+pub fn app(
+    state: Arc<AppState>,
+    connections: Arc<Connections>,
+) -> impl Endpoint<Output = Response> {
     let svc = service(&state);
     let spec = svc.spec_endpoint();
     let docs = svc.swagger_ui();
     let max_body = state.config.max_body_bytes;
     let trust_proxy = state.config.trust_proxy;
+    let body_deadline = connections.limits().request_read;
     Route::new()
         .at("/api/openapi.json", spec)
         .nest("/api/docs", docs)
         .nest("/", svc)
         .data(state)
-        .around(move |ep, req| pipeline(ep, req, max_body, trust_proxy))
+        .around(move |ep, mut req| {
+            let busy = connections.begin(&req.remote_addr().0);
+            deadline_body(&mut req, body_deadline);
+            async move {
+                let resp = pipeline(ep, req, max_body, trust_proxy).await;
+                drop(busy);
+                resp
+            }
+        })
 }
 
 /// Runs before and after every endpoint: request id, client address, body limit, envelope.
@@ -252,6 +267,39 @@ async fn pipeline<E: Endpoint>(
         );
     }
     Ok(resp)
+}
+
+/// A request body must arrive within `limit` of the request's head (a slow sender holds a
+/// connection and a handler); past it the read fails and the request gets 400.
+fn deadline_body(req: &mut Request, limit: std::time::Duration) {
+    let has_body = req
+        .headers()
+        .get(poem::http::header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() != b"0")
+        || req
+            .headers()
+            .contains_key(poem::http::header::TRANSFER_ENCODING);
+    if !has_body {
+        return;
+    }
+    let mut expired = Box::pin(tokio::time::sleep(limit));
+    let mut body = Box::pin(req.take_body().into_bytes_stream());
+    let chunks = futures::stream::poll_fn(move |cx| {
+        use futures::Stream;
+        use std::future::Future;
+        use std::task::Poll;
+        match body.as_mut().poll_next(cx) {
+            Poll::Pending => match expired.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the request body did not arrive in time",
+                )))),
+                Poll::Pending => Poll::Pending,
+            },
+            ready => ready,
+        }
+    });
+    req.set_body(poem::Body::from_bytes_stream(chunks));
 }
 
 /// 413 for bodies over the limit, whether or not they announce their length.

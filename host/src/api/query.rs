@@ -73,9 +73,13 @@ impl QueryApi {
         let mut plan: Option<QueryPlan> = None;
         let rows = match self.checked(&body.sql, limit) {
             Err(e) => Err(e),
-            Ok(()) => engine::run(&self.state, caller, &body.sql, limit, &mut plan)
-                .await
-                .and_then(|rows| Ok((rows, self.state.quotas.acquire(&caller.user.id)?))),
+            // The slot is taken before planning, which can itself be heavy.
+            Ok(()) => match self.state.quotas.acquire(&caller.user.id) {
+                Err(e) => Err(e),
+                Ok(permit) => engine::run(&self.state, caller, &body.sql, limit, &mut plan)
+                    .await
+                    .map(|rows| (rows, permit)),
+            },
         };
 
         let mut event = Event::new(plan.as_ref().map_or("query.local", |p| p.route.action()))

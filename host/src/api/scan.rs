@@ -138,10 +138,12 @@ impl ScanApi {
             if p.scan.capped {
                 cap = Some(p.scan.limit);
             }
+            // The slot is taken before planning, which can itself be heavy.
+            let permit = self.state.quotas.acquire(&caller.user.id)?;
             let mut plan = None;
             let rows =
                 engine::run(&self.state, caller, &p.scan.sql(), p.scan.limit, &mut plan).await?;
-            Ok((rows, self.state.quotas.acquire(&caller.user.id)?))
+            Ok((rows, permit))
         }
         .await;
         let event = body.event("scan").param("format", body.format.name());

@@ -21,10 +21,13 @@ use svc_plugin_api::datafusion::execution::context::SQLOptions;
 use svc_plugin_api::datafusion::execution::memory_pool::FairSpillPool;
 use svc_plugin_api::datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use svc_plugin_api::datafusion::execution::SessionStateBuilder;
+use svc_plugin_api::datafusion::execution::SessionStateDefaults;
 use svc_plugin_api::datafusion::logical_expr::LogicalPlan;
 use svc_plugin_api::datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
 use svc_plugin_api::ScanSpec;
 
+use super::bounded;
+use super::runtime;
 use super::statement::parse_read_only;
 use super::stream::{timeout_error, RowStream};
 use super::string_key::StringKeyAggregation;
@@ -46,6 +49,8 @@ pub struct QueryLimits {
     pub memory_bytes: usize,
     /// Most rows one scan returns.
     pub scan_max_rows: usize,
+    /// Most rows a script writes (a larger result fails the run).
+    pub script_max_rows: usize,
     /// Scans and queries one user may run at once.
     pub max_concurrent_per_user: usize,
     /// Bytes one user may read per UTC day.
@@ -59,6 +64,7 @@ impl Default for QueryLimits {
             timeout: Duration::from_secs(120),
             memory_bytes: 2048 << 20,
             scan_max_rows: 10_000_000,
+            script_max_rows: 100_000_000,
             max_concurrent_per_user: 5,
             max_daily_bytes_per_user: 50 << 30,
         }
@@ -126,7 +132,17 @@ pub async fn run(
 ) -> ApiResult<RowStream> {
     let limits = state.config.query;
     let deadline = Instant::now() + limits.timeout;
-    let parsed = parse_read_only(sql).map_err(|e| ApiError::bad_request(e.0))?;
+    // Parsed on the query runtime: its threads have the stack a deeply nested statement
+    // needs, even to be refused and dropped.
+    let text = sql.to_owned();
+    let parsed = tokio::time::timeout_at(
+        deadline,
+        runtime::run(async move { parse_read_only(&text) }),
+    )
+    .await
+    .map_err(|_| timeout_error(limits.timeout))?
+    .map_err(engine_error)?
+    .map_err(|e| ApiError::bad_request(e.0))?;
     let tables = resolve(state, caller, &parsed.tables).await?;
     let route = Route::of(&tables);
     *plan = Some(QueryPlan {
@@ -163,12 +179,20 @@ pub async fn run(
         .with_allow_ddl(false)
         .with_allow_dml(false)
         .with_allow_statements(false);
-    let start = async {
+    let push_down = push_down_driver(state, route, &tables);
+    let text = sql.to_owned();
+    // Planning runs on the query runtime: constant folding evaluates functions, so a plan
+    // can take as long as a query, and the deadline must be able to fire while it does.
+    let start = async move {
         let df = ctx
-            .sql_with_options(sql, options)
+            .sql_with_options(&text, options)
             .await
             .map_err(engine_error)?;
-        let df = match push_down(state, route, &tables, &df).await? {
+        let pushed = match &push_down {
+            Some((driver, refs)) => driver.push_down(df.logical_plan(), refs).await?,
+            None => None,
+        };
+        let df = match pushed {
             Some(result) => ctx.read_table(result).map_err(engine_error)?,
             None => df,
         };
@@ -185,12 +209,13 @@ pub async fn run(
         };
         let df = without_futile_topk_filters(df);
         let physical = df.create_physical_plan().await.map_err(engine_error)?;
-        let stream = super::runtime::execute(physical.clone(), ctx.task_ctx());
+        let stream = runtime::execute(physical.clone(), ctx.task_ctx());
         Ok::<_, ApiError>((physical, stream))
     };
-    let (physical, stream) = tokio::time::timeout_at(deadline, start)
+    let (physical, stream) = tokio::time::timeout_at(deadline, runtime::run(start))
         .await
-        .map_err(|_| timeout_error(limits.timeout))??;
+        .map_err(|_| timeout_error(limits.timeout))?
+        .map_err(engine_error)??;
     Ok(RowStream::new(
         physical,
         stream,
@@ -200,25 +225,22 @@ pub async fn run(
     ))
 }
 
-/// Hands a query that reads only remote tables of one driver to that driver to run whole;
-/// None when the route is another or the driver declines.
-async fn push_down(
+/// The driver to hand a query to whole, with the tables it reads: when the query reads only
+/// remote tables of one driver (which may still decline).
+fn push_down_driver(
     state: &AppState,
     route: Route,
     tables: &[RegistryRow],
-    df: &DataFrame,
-) -> ApiResult<Option<Arc<dyn svc_plugin_api::TableProvider>>> {
-    let Some(first) = tables.first() else {
-        return Ok(None);
-    };
+) -> Option<(
+    Arc<dyn svc_plugin_api::SourceDriver>,
+    Vec<svc_plugin_api::TableRef>,
+)> {
+    let first = tables.first()?;
     if route != Route::Remote || tables.iter().any(|t| t.source_type != first.source_type) {
-        return Ok(None);
+        return None;
     }
-    let Some(driver) = state.drivers.get(&first.source_type) else {
-        return Ok(None);
-    };
-    let refs: Vec<_> = tables.iter().map(RegistryRow::table_ref).collect();
-    Ok(driver.push_down(df.logical_plan(), &refs).await?)
+    let driver = state.drivers.get(&first.source_type)?.clone();
+    Some((driver, tables.iter().map(RegistryRow::table_ref).collect()))
 }
 
 /// DataFusion hands a TopK's running threshold to the scan below it as a dynamic filter.
@@ -289,13 +311,20 @@ fn context(
         )
         .build_arc()
         .map_err(ApiError::internal)?;
+    // Size checks on functions that build large values: the pool does not see their buffers.
+    let budget = limits.memory_bytes / 8;
+    let mut planners = vec![bounded::planner(budget)];
+    planners.extend(SessionStateDefaults::default_expr_planners());
     let state = SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
+        .with_expr_planners(planners)
         .with_physical_optimizer_rule(Arc::new(StringKeyAggregation))
         .build();
-    Ok(SessionContext::new_with_state(state))
+    let ctx = SessionContext::new_with_state(state);
+    bounded::install(&ctx, budget).map_err(engine_error)?;
+    Ok(ctx)
 }
 
 /// Registry rows for the referenced names: unknown → 400 naming it with the closest ids;
@@ -394,19 +423,36 @@ fn internal_ids() -> String {
         .join(", ")
 }
 
+/// How a `ResourcesExhausted` error reads once flattened into another error's text.
+const EXHAUSTED_IN_TEXT: &str = "ResourcesExhausted(\"";
+
 /// Engine errors are the user's to fix (400), except exhausted resources (503) and bugs.
 pub(super) fn engine_error(e: DataFusionError) -> ApiError {
-    match e.find_root() {
-        DataFusionError::ResourcesExhausted(msg) => ApiError::kind(
+    let exhausted = |msg: &str| {
+        ApiError::kind(
             StatusCode::SERVICE_UNAVAILABLE,
             "resources_exhausted",
             format!("The query needs more memory than one query may use: {msg}. Aggregate, filter or LIMIT it"),
             json!({}),
-        ),
-        DataFusionError::External(inner) => match inner.downcast_ref::<svc_plugin_api::DriverError>() {
-            Some(d) => ApiError::from(d.clone()),
-            None => ApiError::bad_request(e.to_string()),
-        },
+        )
+    };
+    match e.find_root() {
+        DataFusionError::ResourcesExhausted(msg) => exhausted(msg),
+        // A filter the parquet reader evaluates while decoding reaches us as text only (its
+        // error passes through arrow's `ComputeError(String)`): the kind is in the text.
+        root if root.to_string().contains(EXHAUSTED_IN_TEXT) => {
+            let text = root.to_string();
+            let msg = text
+                .split_once(EXHAUSTED_IN_TEXT)
+                .map_or(text.as_str(), |(_, rest)| rest.trim_end_matches([')', '"']));
+            exhausted(msg)
+        }
+        DataFusionError::External(inner) => {
+            match inner.downcast_ref::<svc_plugin_api::DriverError>() {
+                Some(d) => ApiError::from(d.clone()),
+                None => ApiError::bad_request(e.to_string()),
+            }
+        }
         DataFusionError::Internal(_) => ApiError::internal(e),
         // DataFusion wraps messages in context; the root message is what a user can act on.
         root => ApiError::bad_request(root.to_string()),

@@ -1,6 +1,7 @@
 //! The query engine: which statements may run, which tables they name, and running them with
 //! DataFusion over the drivers' table providers.
 
+pub mod bounded;
 pub mod engine;
 pub mod format;
 pub mod predicate;

@@ -11,13 +11,24 @@
 //! (`DATE '2026-01-01'`), intervals, number/string/boolean/NULL literals, the table's columns
 //! (bare or qualified by the table id), and the functions of [`FUNCTIONS`].
 
+use std::cell::Cell;
+
 use svc_plugin_api::datafusion::sql::sqlparser::ast::{
     BinaryOperator, CastKind, DuplicateTreatment, Expr, FunctionArg, FunctionArgExpr,
     FunctionArguments, ObjectNamePart, UnaryOperator, Value,
 };
 use svc_plugin_api::datafusion::sql::sqlparser::dialect::GenericDialect;
 use svc_plugin_api::datafusion::sql::sqlparser::parser::Parser;
-use svc_plugin_api::datafusion::sql::sqlparser::tokenizer::Token;
+use svc_plugin_api::datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+
+/// Longest `where` accepted, in bytes.
+pub const MAX_WHERE_BYTES: usize = 16 * 1024;
+/// Most tokens (names, literals, operators, parentheses) a `where` may hold; the syntax tree
+/// has at most about as many nodes, so this bounds the work of every later step.
+pub const MAX_WHERE_TOKENS: usize = 2_000;
+/// Deepest nesting of a `where` (a chain `a OR b OR …` nests one level per term): the checks
+/// recurse this deep on a request worker's stack.
+pub const MAX_WHERE_DEPTH: usize = 128;
 
 /// Scalar functions a `where` may call (lower case; DataFusion names).
 pub const FUNCTIONS: &[&str] = &[
@@ -89,7 +100,7 @@ pub const FUNCTIONS: &[&str] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WhereError {
     /// `parse_error`, `multi_statement`, `nested_select`, `cross_table_reference`,
-    /// `unknown_function`, `unknown_column` or `disallowed_node`.
+    /// `unknown_function`, `unknown_column`, `disallowed_node`, `too_large` or `too_deep`.
     pub reason: &'static str,
     /// What to fix.
     pub message: String,
@@ -129,11 +140,34 @@ pub fn validate(text: &str, table: &str, columns: &[String]) -> Result<String, W
             None,
         ));
     }
-    let mut parser = Parser::new(&GenericDialect {})
-        .try_with_sql(text)
-        .map_err(|e| {
-            WhereError::new("parse_error", format!("`where` does not parse: {e}"), None)
-        })?;
+    if text.len() > MAX_WHERE_BYTES {
+        return Err(WhereError::new(
+            "too_large",
+            format!(
+                "`where` is {} bytes; the most accepted is {MAX_WHERE_BYTES} (use IN (...) for long lists, or a query)",
+                text.len()
+            ),
+            None,
+        ));
+    }
+    let dialect = GenericDialect {};
+    let tokens = Tokenizer::new(&dialect, text).tokenize().map_err(|e| {
+        WhereError::new("parse_error", format!("`where` does not parse: {e}"), None)
+    })?;
+    let significant = tokens
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .count();
+    if significant > MAX_WHERE_TOKENS {
+        return Err(WhereError::new(
+            "too_large",
+            format!(
+                "`where` has {significant} tokens; the most accepted is {MAX_WHERE_TOKENS} (use IN (...) for long lists, or a query)"
+            ),
+            None,
+        ));
+    }
+    let mut parser = Parser::new(&dialect).with_tokens(tokens);
     let expr = parser.parse_expr().map_err(|e| {
         WhereError::new("parse_error", format!("`where` does not parse: {e}"), None)
     })?;
@@ -155,13 +189,19 @@ pub fn validate(text: &str, table: &str, columns: &[String]) -> Result<String, W
             ))
         }
     }
-    Check { table, columns }.expr(&expr)?;
+    Check {
+        table,
+        columns,
+        depth: Cell::new(0),
+    }
+    .expr(&expr)?;
     Ok(expr.to_string())
 }
 
 struct Check<'a> {
     table: &'a str,
     columns: &'a [String],
+    depth: Cell<usize>,
 }
 
 impl Check<'_> {
@@ -170,6 +210,23 @@ impl Check<'_> {
     }
 
     fn expr(&self, e: &Expr) -> Result<(), WhereError> {
+        let depth = self.depth.get() + 1;
+        if depth > MAX_WHERE_DEPTH {
+            return Err(WhereError::new(
+                "too_deep",
+                format!(
+                    "`where` nests more than {MAX_WHERE_DEPTH} levels deep (a chain of operators counts one level per term); use IN (...) for long lists of alternatives"
+                ),
+                None,
+            ));
+        }
+        self.depth.set(depth);
+        let checked = self.node(e);
+        self.depth.set(depth - 1);
+        checked
+    }
+
+    fn node(&self, e: &Expr) -> Result<(), WhereError> {
         match e {
             Expr::Identifier(ident) => self.column(&ident.value, e),
             Expr::CompoundIdentifier(parts) => match parts.as_slice() {
@@ -556,5 +613,26 @@ mod tests {
             accepted > 50,
             "the generator should produce valid predicates too ({accepted})"
         );
+    }
+
+    #[test]
+    fn size_depth_and_token_limits_refuse_before_any_deep_work() {
+        let chain = |n: usize| vec!["amount = 1"; n].join(" OR ");
+        // Within every limit: accepted and re-rendered.
+        assert!(validate(&chain(100), "orders", &cols()).is_ok());
+        // Deeper than the checks recurse.
+        assert_eq!(reason(&chain(MAX_WHERE_DEPTH + 1)), "too_deep");
+        // Too many tokens, under the byte cap.
+        let many = (0..1100)
+            .map(|i| format!("{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        assert_eq!(reason(&format!("amount IN ({many})")), "too_large");
+        // The byte cap comes first: a 9 MiB OR chain is refused without being parsed.
+        let huge = chain(900_000);
+        assert!(huge.len() > 9 << 20);
+        let e = validate(&huge, "orders", &cols()).unwrap_err();
+        assert_eq!(e.reason, "too_large");
+        assert!(e.message.contains("16384"), "{}", e.message);
     }
 }

@@ -6,6 +6,11 @@
 //! multi-threaded runtime and hand their batches to the request through a small channel; the
 //! operating system shares the cores between the two, so the server keeps answering while a
 //! query runs.
+//!
+//! Parsing and planning run here too, on threads with a large stack: a statement's syntax
+//! tree, its plan and their drops recurse as deep as the statement nests, and a hostile
+//! statement nests as deep as the size limit lets it. The depth limits of
+//! [`super::statement`] and this stack are tested together.
 
 use std::sync::{Arc, OnceLock};
 
@@ -22,6 +27,10 @@ use tokio::runtime::{Builder, Handle, Runtime};
 /// with the next batch's work, few enough that a slow client holds little memory.
 const AHEAD: usize = 2;
 
+/// Stack of each query thread. Only the pages a deep statement touches are ever committed,
+/// so the size costs address space, not memory.
+pub const STACK_BYTES: usize = 256 << 20;
+
 /// The process's query runtime, started on first use; it lives as long as the process.
 fn handle() -> &'static Handle {
     static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -29,11 +38,36 @@ fn handle() -> &'static Handle {
         .get_or_init(|| {
             Builder::new_multi_thread()
                 .thread_name("svc-query")
+                .thread_stack_size(STACK_BYTES)
                 .enable_all()
                 .build()
                 .expect("the query runtime starts")
         })
         .handle()
+}
+
+/// Runs `work` (parsing, planning) on the query runtime and waits for it.
+///
+/// Dropping the returned future (a deadline, a client that went away) aborts the work at its
+/// next await; a panic in it is an internal error.
+pub async fn run<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, DataFusionError> {
+    struct AbortOnDrop(tokio::task::AbortHandle);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let task = handle().spawn(work);
+    let _abort = AbortOnDrop(task.abort_handle());
+    task.await.map_err(|e| {
+        DataFusionError::Internal(if e.is_panic() {
+            "the query's planning panicked".to_owned()
+        } else {
+            "the query's planning was cancelled".to_owned()
+        })
+    })
 }
 
 /// Executes `plan` on the query runtime; the returned stream yields its batches.

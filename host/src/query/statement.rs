@@ -9,13 +9,19 @@ use std::ops::ControlFlow;
 
 use svc_plugin_api::datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use svc_plugin_api::datafusion::sql::sqlparser::ast::{
-    ObjectName, Query, Statement, Visit, Visitor,
+    Expr, ObjectName, Query, Statement, Visit, Visitor,
 };
 
 /// Why a statement is refused (a 400 with this message).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct Refused(pub String);
+
+/// Deepest expression nesting accepted. A chain `a + b + c …` or `x = 1 OR x = 2 …` nests
+/// one level per term; parentheses and subqueries are bounded tighter by the parser's own
+/// recursion limit. Statements are parsed and planned on the query runtime's threads, whose
+/// stack is sized for this depth (see `runtime::STACK_BYTES`; tested together).
+pub const MAX_EXPR_DEPTH: usize = 1_000;
 
 const ALLOWED: &str =
     "Only one read-only query is allowed: SELECT (with WITH, JOIN, UNION …) or EXPLAIN of one";
@@ -45,7 +51,13 @@ pub fn parse_read_only(sql: &str) -> Result<ReadOnlyQuery, Refused> {
     };
     let query = query_inside(&statement)?;
     let mut names = Names::default();
-    let _ = query.visit(&mut names);
+    if query.visit(&mut names).is_break() {
+        return Err(Refused(format!(
+            "The statement nests expressions more than {MAX_EXPR_DEPTH} levels deep (a long \
+             chain of operators counts one level per term); use IN (...) for long lists of \
+             alternatives, or split the expression"
+        )));
+    }
     let tables = names
         .relations
         .into_iter()
@@ -82,15 +94,29 @@ fn first_word(statement: &Statement) -> String {
         .to_uppercase()
 }
 
-/// Collects relation names and CTE names.
+/// Collects relation names and CTE names, and stops at [`MAX_EXPR_DEPTH`].
 #[derive(Default)]
 struct Names {
     relations: BTreeSet<String>,
     ctes: BTreeSet<String>,
+    depth: usize,
 }
 
 impl Visitor for Names {
     type Break = ();
+
+    fn pre_visit_expr(&mut self, _expr: &Expr) -> ControlFlow<()> {
+        self.depth += 1;
+        if self.depth > MAX_EXPR_DEPTH {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, _expr: &Expr) -> ControlFlow<()> {
+        self.depth -= 1;
+        ControlFlow::Continue(())
+    }
 
     fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
         if let Some(with) = &query.with {

@@ -298,15 +298,37 @@ impl Store {
         Ok(n > 0)
     }
 
-    /// Removes a membership; returns false when there was none.
-    pub async fn remove_member(&self, group_id: &str, user_id: &str) -> Result<bool, sqlx::Error> {
+    /// Removes a membership; taking the last active admin out of the `Admin` group is
+    /// refused, with the check and the change in one transaction.
+    pub async fn remove_member(
+        &self,
+        group_id: &str,
+        user_id: &str,
+    ) -> Result<super::users::Guarded, sqlx::Error> {
+        use super::users::{is_last_active_admin, Guarded};
+        let mut tx = self.pool().begin().await?;
+        let is_admin_group =
+            sqlx::query("SELECT 1 AS one FROM user_groups WHERE id = $1 AND name = $2")
+                .bind(group_id)
+                .bind(ADMIN_GROUP)
+                .fetch_optional(&mut *tx)
+                .await?
+                .is_some();
+        if is_admin_group && is_last_active_admin(&mut tx, user_id).await? {
+            return Ok(Guarded::LastAdmin);
+        }
         let n = sqlx::query("DELETE FROM user_group_members WHERE group_id = $1 AND user_id = $2")
             .bind(group_id)
             .bind(user_id)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await?
             .rows_affected();
-        Ok(n > 0)
+        tx.commit().await?;
+        Ok(if n > 0 {
+            Guarded::Applied
+        } else {
+            Guarded::Missing
+        })
     }
 
     /// Number of grants a group holds.

@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 45;
+pub const CURRENT_SCHEMA_VERSION: i64 = 46;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -51,6 +51,10 @@ const STEPS: &[Step] = &[
         version: 45,
         name: "sync state and scheduled scripts",
     },
+    Step {
+        version: 46,
+        name: "script run leases",
+    },
 ];
 
 async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<()> {
@@ -77,16 +81,7 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
         }
         40 => {
             ensure_table(tx, b, &schema::AUDIT_LOG_BASE).await?;
-            let existing = columns(tx, b, "audit_log").await?;
-            for c in schema::AUDIT_LOG_V40_COLUMNS {
-                if !existing.iter().any(|e| e.eq_ignore_ascii_case(c.name)) {
-                    exec(
-                        tx,
-                        &format!("ALTER TABLE audit_log ADD COLUMN {}", c.render(b, true)),
-                    )
-                    .await?;
-                }
-            }
+            ensure_columns(tx, b, "audit_log", schema::AUDIT_LOG_V40_COLUMNS).await?;
             ensure_indices(tx, schema::AUDIT_LOG_V40_INDICES).await?;
         }
         41 => {
@@ -104,7 +99,31 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             ensure_table(tx, b, &schema::SYNC_STATE).await?;
             ensure_table(tx, b, &schema::SCRIPTS).await?;
         }
+        46 => {
+            ensure_table(tx, b, &schema::SCRIPTS).await?;
+            ensure_columns(tx, b, "scripts", schema::SCRIPTS_V46_COLUMNS).await?;
+        }
         other => anyhow::bail!("no migration step {other}"),
+    }
+    Ok(())
+}
+
+/// Adds the columns of `wanted` that `table` lacks.
+async fn ensure_columns(
+    tx: &mut Tx<'_>,
+    b: Backend,
+    table: &str,
+    wanted: &[schema::Column],
+) -> anyhow::Result<()> {
+    let existing = columns(tx, b, table).await?;
+    for c in wanted {
+        if !existing.iter().any(|e| e.eq_ignore_ascii_case(c.name)) {
+            exec(
+                tx,
+                &format!("ALTER TABLE {table} ADD COLUMN {}", c.render(b, true)),
+            )
+            .await?;
+        }
     }
     Ok(())
 }

@@ -307,6 +307,7 @@ pub(crate) mod testing {
 mod tests {
     use super::registry::{QueryMode, RegistryRow};
     use super::testing;
+    use super::users::Guarded;
 
     /// The same repository calls give the same answers on SQLite and PostgreSQL.
     #[tokio::test]
@@ -342,8 +343,29 @@ mod tests {
             );
             assert!(store.is_admin(&u.id).await.unwrap());
             assert_eq!(store.count_active_admins().await.unwrap(), 1);
-            store.set_user_active(&u.id, false, None).await.unwrap();
-            assert_eq!(store.count_active_admins().await.unwrap(), 0);
+            // The last active admin stays: deactivation, deletion and removal are refused.
+            assert_eq!(
+                store.set_user_active(&u.id, false, None).await.unwrap(),
+                Guarded::LastAdmin
+            );
+            assert_eq!(store.delete_user(&u.id).await.unwrap(), Guarded::LastAdmin);
+            assert_eq!(
+                store.remove_member(&admin.id, &u.id).await.unwrap(),
+                Guarded::LastAdmin
+            );
+            let b = store
+                .create_user("b@example.com", None, None)
+                .await
+                .unwrap();
+            store
+                .add_member(&admin.id, &b.id, "admin", "t")
+                .await
+                .unwrap();
+            assert_eq!(
+                store.set_user_active(&u.id, false, None).await.unwrap(),
+                Guarded::Applied
+            );
+            assert_eq!(store.count_active_admins().await.unwrap(), 1);
             assert!(!store.user_by_id(&u.id).await.unwrap().unwrap().active);
 
             let g = store.create_group("finance", Some("d"), "t").await.unwrap();
@@ -429,8 +451,10 @@ mod tests {
             assert_eq!(stored.query_mode, QueryMode::Materialized);
             assert!(store.delete_table("orders").await.unwrap());
             assert!(store.table_by_id("orders").await.unwrap().is_none());
-            assert!(store.delete_user(&u.id).await.unwrap());
-            assert_eq!(store.count_users().await.unwrap(), 0);
+            assert_eq!(store.delete_user(&u.id).await.unwrap(), Guarded::Applied);
+            assert_eq!(store.delete_user(&u.id).await.unwrap(), Guarded::Missing);
+            assert_eq!(store.delete_user(&b.id).await.unwrap(), Guarded::LastAdmin);
+            assert_eq!(store.count_users().await.unwrap(), 1);
             store.close().await;
         }
     }

@@ -529,3 +529,8 @@ pub(super) const SCRIPTS: Table = Table {
     primary_key: &["id"],
     unique: &[&["name"]],
 };
+
+/// Run leases on scripts (v46): which server process runs a claimed script, and until when
+/// its claim holds.
+pub(super) const SCRIPTS_V46_COLUMNS: &[Column] =
+    &[col("lease_owner", Text), col("lease_until", Text)];

@@ -96,25 +96,45 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
-    /// Marks a script running unless it already is. Exactly one of several concurrent
-    /// claimers (replicas included) gets true. A run that started before `stale_before` and
-    /// never finished (its process died) may be claimed again.
-    pub async fn claim_script(
-        &self,
-        id: &str,
-        now: &str,
-        stale_before: &str,
-    ) -> Result<bool, sqlx::Error> {
+    /// Marks a script running unless it already is, under a lease held by `lease.owner`
+    /// until `lease.until`. Exactly one of several concurrent claimers (replicas included)
+    /// gets true. An expired lease may be claimed again (its holder died or hung), and so may
+    /// a run claimed before leases existed that started before `lease.stale_before`.
+    pub async fn claim_script(&self, id: &str, lease: &Lease<'_>) -> Result<bool, sqlx::Error> {
         let done = sqlx::query(
-            "UPDATE scripts SET last_status = 'running', last_run = $1 \
-             WHERE id = $2 AND (last_status IS NULL OR last_status <> 'running' OR last_run < $3)",
+            "UPDATE scripts SET last_status = 'running', last_run = $1, lease_owner = $2, lease_until = $3 \
+             WHERE id = $4 AND (last_status IS NULL OR last_status <> 'running' \
+               OR lease_until < $1 OR (lease_until IS NULL AND last_run < $5))",
         )
-        .bind(now)
+        .bind(lease.now)
+        .bind(lease.owner)
+        .bind(lease.until)
         .bind(id)
-        .bind(stale_before)
+        .bind(lease.stale_before)
         .execute(self.pool())
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// Ends the runs still marked as held by an earlier process of this replica (every
+    /// owner `<replica>/…` other than `current`): that process is gone, so its runs died
+    /// with it. `replica` holds no LIKE wildcards (a UUID). Returns how many were freed.
+    pub async fn release_dead_leases(
+        &self,
+        replica: &str,
+        current: &str,
+    ) -> Result<u64, sqlx::Error> {
+        let done = sqlx::query(
+            "UPDATE scripts SET last_status = 'failure', \
+               last_error = 'the server running it stopped before it finished', \
+               lease_owner = NULL, lease_until = NULL \
+             WHERE last_status = 'running' AND lease_owner LIKE $1 AND lease_owner <> $2",
+        )
+        .bind(format!("{replica}/%"))
+        .bind(current)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
     }
 
     /// Records how a claimed run ended.
@@ -133,7 +153,7 @@ impl Store {
         };
         sqlx::query(
             "UPDATE scripts SET last_status = $1, last_error = $2, \
-             last_rows = COALESCE($3, last_rows) WHERE id = $4",
+             last_rows = COALESCE($3, last_rows), lease_owner = NULL, lease_until = NULL WHERE id = $4",
         )
         .bind(status)
         .bind(error)
@@ -143,4 +163,17 @@ impl Store {
         .await?;
         Ok(())
     }
+}
+
+/// A claim on a script run.
+#[derive(Debug, Clone, Copy)]
+pub struct Lease<'a> {
+    /// The claiming process (`<replica>/<boot id>`).
+    pub owner: &'a str,
+    /// When the claim is made.
+    pub now: &'a str,
+    /// When the claim expires.
+    pub until: &'a str,
+    /// Runs claimed before leases existed and started before this are taken to be dead.
+    pub stale_before: &'a str,
 }

@@ -183,20 +183,25 @@ impl Store {
         Ok(())
     }
 
-    /// Activates or deactivates a user; `by` is the acting admin's id.
+    /// Activates or deactivates a user; deactivating the last active admin is refused, with
+    /// the check and the change in one transaction (see [`is_last_active_admin`]).
     pub async fn set_user_active(
         &self,
         id: &str,
         active: bool,
         by: Option<&str>,
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<Guarded, sqlx::Error> {
         let ts = now();
         let (at, by) = if active {
             (None, None)
         } else {
             (Some(ts.as_str()), by)
         };
-        sqlx::query(
+        let mut tx = self.pool().begin().await?;
+        if !active && is_last_active_admin(&mut tx, id).await? {
+            return Ok(Guarded::LastAdmin);
+        }
+        let n = sqlx::query(
             "UPDATE users SET active = $1, deactivated_at = $2, deactivated_by = $3, updated_at = $4 WHERE id = $5",
         )
         .bind(active)
@@ -204,14 +209,20 @@ impl Store {
         .bind(by)
         .bind(&ts)
         .bind(id)
-        .execute(self.pool())
-        .await?;
-        Ok(())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(Guarded::applied_if(n > 0))
     }
 
-    /// Deletes a user and their memberships and tokens, in one transaction.
-    pub async fn delete_user(&self, id: &str) -> Result<bool, sqlx::Error> {
+    /// Deletes a user and their memberships and tokens, in one transaction; the last active
+    /// admin is refused.
+    pub async fn delete_user(&self, id: &str) -> Result<Guarded, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
+        if is_last_active_admin(&mut tx, id).await? {
+            return Ok(Guarded::LastAdmin);
+        }
         for sql in [
             "DELETE FROM user_group_members WHERE user_id = $1",
             "DELETE FROM personal_access_tokens WHERE user_id = $1",
@@ -224,7 +235,7 @@ impl Store {
             .await?
             .rows_affected();
         tx.commit().await?;
-        Ok(n > 0)
+        Ok(Guarded::applied_if(n > 0))
     }
 
     /// Whether the user is a member of the `Admin` group. A missing group denies everyone.
@@ -254,4 +265,60 @@ impl Store {
         .await?
         .try_get("n")
     }
+}
+
+/// What a change that could leave the store without an active admin did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Guarded {
+    /// The change was made.
+    Applied,
+    /// Nothing matched: no such user, or no such membership.
+    Missing,
+    /// Refused: the user is the last active admin.
+    LastAdmin,
+}
+
+impl Guarded {
+    fn applied_if(changed: bool) -> Self {
+        if changed {
+            Self::Applied
+        } else {
+            Self::Missing
+        }
+    }
+}
+
+/// Inside a transaction about to remove an admin (deactivate, delete, or take out of the
+/// `Admin` group): whether `user_id` is the last active one.
+///
+/// It first writes the `Admin` group's row, which serialises every such transaction (a row
+/// lock on PostgreSQL, the write lock on SQLite). The count after it therefore sees every
+/// change committed before, so two admins removing each other at the same moment cannot
+/// both pass: the second sees the first's change and is refused.
+pub(super) async fn is_last_active_admin(
+    tx: &mut sqlx::AnyConnection,
+    user_id: &str,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query("UPDATE user_groups SET name = name WHERE name = $1")
+        .bind(ADMIN_GROUP)
+        .execute(&mut *tx)
+        .await?;
+    let row = sqlx::query(
+        "SELECT \
+           COUNT(DISTINCT CASE WHEN u.id = $3 THEN u.id END) AS target, \
+           COUNT(DISTINCT CASE WHEN u.id <> $3 THEN u.id END) AS others \
+         FROM users u \
+         JOIN user_group_members m ON m.user_id = u.id \
+         JOIN user_groups g ON g.id = m.group_id \
+         WHERE g.name = $1 AND u.active = $2",
+    )
+    .bind(ADMIN_GROUP)
+    .bind(true)
+    .bind(user_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    let target: i64 = row.try_get("target")?;
+    let others: i64 = row.try_get("others")?;
+    Ok(target > 0 && others == 0)
 }

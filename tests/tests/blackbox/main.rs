@@ -8,6 +8,7 @@ mod cli;
 mod discovery;
 mod drivers;
 mod emulator;
+mod hostile;
 mod openapi;
 mod operations;
 mod query;

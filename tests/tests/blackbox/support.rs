@@ -252,6 +252,14 @@ impl Server {
         false
     }
 
+    /// Kills the server with SIGKILL (no shutdown work at all) and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Starts a stopped server again on the same data directory and store.
     pub fn start_again(&mut self) {
         self.start_again_with(&[]);

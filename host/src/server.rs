@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// Memory one query may use, in MiB (beyond it: 503 `resources_exhausted`).
     #[arg(long, env = "SVC_QUERY_MEMORY_MB", default_value_t = 2048)]
     pub query_memory_mb: usize,
+    /// Resident memory (MiB) above which the running query holding the most memory is
+    /// stopped (503 `resources_exhausted`); 0: twice the query memory plus 1024.
+    #[arg(long, env = "SVC_MEMORY_CEILING_MB", default_value_t = 0)]
+    pub memory_ceiling_mb: usize,
     /// Do not refresh remote tables' metadata in the background at start.
     #[arg(long, env = "SVC_SKIP_CACHE_WARMUP", value_name = "1|true")]
     pub skip_cache_warmup: Option<String>,
@@ -149,6 +153,11 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
             max_daily_bytes_per_user: args.scan_max_daily_bytes_per_user,
         },
     };
+    let ceiling_mb = match args.memory_ceiling_mb {
+        0 => args.query_memory_mb.max(16) * 2 + 1024,
+        mb => mb,
+    };
+    crate::query::watchdog::set_ceiling(ceiling_mb << 20);
     let state = open_state(&store_args, config).await?;
     ensure_first_admin(&state, &args.admin_email, &store_args).await?;
     crate::scripts::release_dead_leases(&state)

@@ -11,5 +11,6 @@ pub mod scan;
 pub mod statement;
 pub mod stream;
 pub mod string_key;
+pub mod watchdog;
 
 pub use engine::{QueryLimits, Route};

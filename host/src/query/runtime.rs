@@ -82,6 +82,7 @@ pub fn execute(
     let schema = plan.schema();
     let (tx, mut rx) = tokio::sync::mpsc::channel(AHEAD);
     let panic_tx = tx.clone();
+    let watch = super::watchdog::watch_query(context.memory_pool().clone());
     let work = async move {
         let mut stream = match execute_stream(plan, context) {
             Ok(stream) => stream,
@@ -93,6 +94,13 @@ pub fn execute(
         loop {
             let next = tokio::select! {
                 () = tx.closed() => return,
+                () = watch.stop.notified() => {
+                    drop(stream);
+                    let _ = tx
+                        .send(Err(DataFusionError::ResourcesExhausted(super::watchdog::message())))
+                        .await;
+                    return;
+                }
                 next = stream.next() => next,
             };
             let Some(item) = next else { return };

@@ -519,6 +519,8 @@ impl Hostile {
 #[derive(Debug, Default)]
 struct Campaign {
     tried: usize,
+    by_category: std::collections::BTreeMap<&'static str, usize>,
+    peak_rss: u64,
     leaked: Vec<String>,
     server_errors: Vec<String>,
     died: Option<String>,
@@ -553,8 +555,10 @@ fn campaign(seed: u64, inputs: usize, backend: Backend) -> Campaign {
     let mut g = Hostile(seed);
     let mut seen = Campaign::default();
     for i in 0..inputs {
-        let (what, sent) = match g.below(5) {
-            0 | 1 => {
+        let category = ["sql", "sql", "scan_where", "table_id", "token"][g.below(5)];
+        *seen.by_category.entry(category).or_default() += 1;
+        let (what, sent) = match category {
+            "sql" => {
                 let sql = g.sql();
                 (
                     format!("query {sql:.200}"),
@@ -565,12 +569,12 @@ fn campaign(seed: u64, inputs: usize, backend: Backend) -> Campaign {
                         .send(),
                 )
             }
-            2 => {
+            "scan_where" => {
                 let depth = 1 + g.below(2);
                 let e = g.expr(depth);
                 (format!("scan {e:.200}"), s.http.post(s.url("/api/v2/scan")).bearer_auth(&ana).json(&json!({"table_id": "orders", "where": format!("{e} IS NOT NULL"), "format": "json"})).send())
             }
-            3 => {
+            "table_id" => {
                 let id = g.id();
                 (
                     format!("schema {id:.200}"),
@@ -619,6 +623,7 @@ fn campaign(seed: u64, inputs: usize, backend: Backend) -> Campaign {
             break;
         }
     }
+    seen.peak_rss = s.peak_rss().unwrap_or(0);
     seen
 }
 
@@ -627,11 +632,14 @@ fn report(label: &str, c: &Campaign) {
     h.sort_by(f64::total_cmp);
     let p99 = h.get(h.len() * 99 / 100).copied().unwrap_or(0.0);
     println!(
-        "hostile {label}: tried {}, leaked {}, 5xx {}, aborts {}, health p99 {p99:.1} ms",
+        "hostile {label}: tried {} {:?}, leaked {}, 5xx {}, aborts {}, health p99 {p99:.1} ms, \
+         server peak RSS {} MiB (query memory 256 MiB)",
         c.tried,
+        c.by_category,
         c.leaked.len(),
         c.server_errors.len(),
-        usize::from(c.died.is_some())
+        usize::from(c.died.is_some()),
+        c.peak_rss >> 20
     );
 }
 
@@ -863,4 +871,72 @@ fn health_answers_with_ten_thousand_idle_sockets_open() {
         worst = worst.max(started.elapsed());
     }
     println!("{n} idle sockets open: slowest of 20 health checks {worst:?}");
+}
+
+#[test]
+fn a_query_past_the_memory_ceiling_is_stopped_not_the_server() {
+    // A ceiling below what the idle server already holds: any query still running when the
+    // watchdog samples is over it.
+    let s = Server::start_with(
+        Backend::Sqlite,
+        &[
+            ("SVC_MEMORY_CEILING_MB", "1"),
+            ("SVC_QUERY_TIMEOUT_SECONDS", "60"),
+        ],
+    );
+    let admin = s.admin_token();
+    let started = std::time::Instant::now();
+    let (st, body) = query(&s, &admin, RUNAWAY);
+    assert_eq!((st, kind(&body)), (503, "resources_exhausted"), "{body}");
+    assert!(
+        body["detail"]["message"]
+            .to_string()
+            .contains("SVC_MEMORY_CEILING_MB"),
+        "{body}"
+    );
+    let took = started.elapsed();
+    println!("a runaway query stopped by the memory ceiling after {took:?}");
+    assert!(
+        took.as_secs() < 30,
+        "stopped by the ceiling, not the deadline"
+    );
+    assert_alive(&s, "a query stopped by the ceiling");
+    assert!(s.log().contains("memory ceiling reached"), "{}", s.log());
+}
+
+#[test]
+fn runaway_queries_of_every_kind_answer_504_at_their_deadline() {
+    let (s, ana) = analyst_server();
+    let deadline = 3.0;
+    for (class, sql) in [
+        ("recursion", RUNAWAY),
+        (
+            "cross join",
+            "SELECT count(*) AS n FROM orders a, orders b, orders c, orders d, orders e, orders f \
+             WHERE a.id + b.id + c.id + d.id + e.id + f.id = -1",
+        ),
+        (
+            "regex per row",
+            "SELECT count(*) AS n FROM orders a, orders b, orders c, orders d, orders e \
+             WHERE regexp_like(a.name || b.name || c.name || d.name || e.name, '^(o|1|2|3)*x$')",
+        ),
+        (
+            "sort",
+            "SELECT a.id FROM orders a, orders b, orders c, orders d, orders e, orders f ORDER BY random() LIMIT 1",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let (st, body) = query(&s, &ana, sql);
+        let took = started.elapsed().as_secs_f64();
+        println!("runaway {class}: {st} {} after {took:.3} s (deadline {deadline} s)", kind(&body));
+        // A sort may run out of its memory first; otherwise the deadline answers.
+        assert!(
+            (st, kind(&body)) == (504, "query_timeout") || (st, kind(&body)) == (503, "resources_exhausted"),
+            "{class}: {st} {body}"
+        );
+        if st == 504 {
+            assert!(took < deadline + 2.0, "{class}: 504 only after {took:.3} s");
+        }
+        assert_alive(&s, class);
+    }
 }

@@ -252,6 +252,18 @@ impl Server {
         false
     }
 
+    /// Peak resident memory of the server process so far, in bytes (Linux `VmHWM`).
+    pub fn peak_rss(&self) -> Option<u64> {
+        let pid = self.child.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        line.split_whitespace()
+            .nth(1)?
+            .parse::<u64>()
+            .ok()
+            .map(|kib| kib << 10)
+    }
+
     /// Kills the server with SIGKILL (no shutdown work at all) and waits for it.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

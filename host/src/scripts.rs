@@ -174,7 +174,8 @@ async fn execute(state: &Arc<AppState>, script: &ScriptRow) -> Result<RunOutcome
     // A script's result is written whole or not at all: one row past the maximum fails the
     // run before the target is touched.
     let cap = state.config.query.script_max_rows;
-    let mut rows = crate::query::engine::run(state, &owner, &script.sql, cap, &mut plan).await?;
+    let mut rows =
+        crate::query::engine::run(state, &owner, &script.sql, cap, &mut plan, None).await?;
     let mut count = 0u64;
     let mut writer = None;
     let target_path = match &script.target_table {

@@ -76,9 +76,16 @@ impl QueryApi {
             // The slot is taken before planning, which can itself be heavy.
             Ok(()) => match self.state.quotas.acquire(&caller.user.id) {
                 Err(e) => Err(e),
-                Ok(permit) => engine::run(&self.state, caller, &body.sql, limit, &mut plan)
-                    .await
-                    .map(|rows| (rows, permit)),
+                Ok(permit) => engine::run(
+                    &self.state,
+                    caller,
+                    &body.sql,
+                    limit,
+                    &mut plan,
+                    Some(&permit),
+                )
+                .await
+                .map(|rows| (rows, permit)),
             },
         };
 

@@ -141,8 +141,15 @@ impl ScanApi {
             // The slot is taken before planning, which can itself be heavy.
             let permit = self.state.quotas.acquire(&caller.user.id)?;
             let mut plan = None;
-            let rows =
-                engine::run(&self.state, caller, &p.scan.sql(), p.scan.limit, &mut plan).await?;
+            let rows = engine::run(
+                &self.state,
+                caller,
+                &p.scan.sql(),
+                p.scan.limit,
+                &mut plan,
+                Some(&permit),
+            )
+            .await?;
             Ok((rows, permit))
         }
         .await;

@@ -27,6 +27,7 @@ use svc_plugin_api::datafusion::prelude::{DataFrame, SessionConfig, SessionConte
 use svc_plugin_api::ScanSpec;
 
 use super::bounded;
+use super::quota::Permit;
 use super::runtime;
 use super::statement::parse_read_only;
 use super::stream::{timeout_error, RowStream};
@@ -129,6 +130,7 @@ pub async fn run(
     sql: &str,
     limit: usize,
     plan: &mut Option<QueryPlan>,
+    quota: Option<&Permit>,
 ) -> ApiResult<RowStream> {
     let limits = state.config.query;
     let deadline = Instant::now() + limits.timeout;
@@ -154,6 +156,19 @@ pub async fn run(
             "Internal tables ({}) cannot be combined with other tables in one query; query them separately",
             internal_ids()
         )));
+    }
+
+    if let Some(permit) = quota {
+        // What the local tables hold bounds what the query reads of them; remote reads are
+        // bounded by the remote guard and counted once done.
+        let most: u64 = tables
+            .iter()
+            .filter_map(|t| {
+                let driver = state.drivers.get(&t.source_type)?;
+                driver.size_on_disk(&t.table_ref())
+            })
+            .sum();
+        permit.reserve(most)?;
     }
 
     if matches!(route, Route::Remote | Route::Hybrid) {

@@ -18,6 +18,8 @@ struct Usage {
     running: usize,
     day: NaiveDate,
     bytes: u64,
+    /// Bytes held by running scans and queries for what they may still read.
+    reserved: u64,
 }
 
 /// The quota tracker.
@@ -33,6 +35,8 @@ pub struct Quotas {
 pub struct Permit {
     quotas: Arc<Quotas>,
     user: String,
+    /// Bytes of the day's allowance this run holds until it ends.
+    reserved: std::sync::atomic::AtomicU64,
 }
 
 impl Quotas {
@@ -57,6 +61,7 @@ impl Quotas {
             running: 0,
             day: today,
             bytes: 0,
+            reserved: 0,
         });
         if usage.day != today {
             usage.day = today;
@@ -91,6 +96,7 @@ impl Quotas {
         Ok(Permit {
             quotas: self.clone(),
             user: user.to_string(),
+            reserved: Default::default(),
         })
     }
 
@@ -104,6 +110,36 @@ impl Quotas {
 }
 
 impl Permit {
+    /// Holds `bytes` (what the run may read at most) of today's allowance until the run
+    /// ends, so one request cannot overshoot it by any amount: refused (429) when what was
+    /// read today plus what running requests hold plus `bytes` would pass the allowance.
+    pub fn reserve(&self, bytes: u64) -> ApiResult<()> {
+        let max = self.quotas.max_daily_bytes;
+        let mut users = self.quotas.users.lock().expect("quota lock");
+        let Some(usage) = users.get_mut(&self.user) else {
+            return Ok(());
+        };
+        let committed = usage.bytes.saturating_add(usage.reserved);
+        if committed.saturating_add(bytes) > max {
+            return Err(exceeded(
+                "daily_bytes",
+                format!(
+                    "This request may read up to {bytes} bytes; with {} read today and {} held by \
+                     your running requests that passes the daily allowance of {max} bytes \
+                     (it resets at 00:00 UTC). Filter or LIMIT it, or query a smaller table",
+                    usage.bytes, usage.reserved
+                ),
+                committed,
+                max,
+                seconds_to_next_utc_midnight(),
+            ));
+        }
+        usage.reserved += bytes;
+        self.reserved
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Counts bytes this scan or query read.
     pub fn record(&self, bytes: u64) {
         self.quotas.record(&self.user, bytes);
@@ -120,6 +156,9 @@ impl Drop for Permit {
             .get_mut(&self.user)
         {
             u.running = u.running.saturating_sub(1);
+            u.reserved = u
+                .reserved
+                .saturating_sub(self.reserved.load(std::sync::atomic::Ordering::Relaxed));
         }
     }
 }
@@ -164,6 +203,24 @@ mod tests {
         assert!(q.acquire("bob").is_ok(), "another user is not affected");
         drop(a);
         assert!(q.acquire("ana").is_ok());
+    }
+
+    #[test]
+    fn reservations_refuse_a_run_that_would_overshoot_and_settle_when_it_ends() {
+        let q = Quotas::new(5, 100);
+        let a = q.acquire("ana").unwrap();
+        a.reserve(70).unwrap();
+        let b = q.acquire("ana").unwrap();
+        // 70 held: 40 more would pass 100.
+        let err = b.reserve(40).unwrap_err();
+        assert_eq!(detail(&err)["details"]["kind"], "daily_bytes");
+        b.reserve(30).unwrap();
+        // The first run read only 10 of its 70: the rest is freed when it ends.
+        a.record(10);
+        drop(a);
+        let c = q.acquire("ana").unwrap();
+        c.reserve(60).unwrap();
+        assert!(c.reserve(1).is_err(), "10 read + 30 and 60 held = 100");
     }
 
     #[test]

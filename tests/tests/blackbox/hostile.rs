@@ -940,3 +940,41 @@ fn runaway_queries_of_every_kind_answer_504_at_their_deadline() {
         assert_alive(&s, class);
     }
 }
+
+#[test]
+fn a_query_that_could_overshoot_the_daily_bytes_is_refused_before_it_runs() {
+    let dir_bytes = |s: &Server| {
+        std::fs::metadata(s.dir.0.join("extracts/local/data/orders.parquet"))
+            .unwrap()
+            .len()
+    };
+    // Measure the file once, then allow one byte less than it for the day.
+    let probe = Server::start();
+    write_parquet(&probe.dir.0, "local", "orders", 50, "o");
+    let size = dir_bytes(&probe);
+    drop(probe);
+    let allowance = (size - 1).to_string();
+    let s = Server::start_with(
+        Backend::Sqlite,
+        &[("SVC_SCAN_MAX_DAILY_BYTES_PER_USER", allowance.as_str())],
+    );
+    let admin = s.admin_token();
+    write_parquet(&s.dir.0, "local", "orders", 50, "o");
+    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
+    let (st, body) = query(
+        &s,
+        &admin,
+        "SELECT count(*) AS n FROM orders WHERE name <> ''",
+    );
+    assert_eq!(st, 429, "{body}");
+    assert_eq!(body["detail"]["details"]["kind"], "daily_bytes", "{body}");
+    assert!(
+        body["detail"]["message"]
+            .to_string()
+            .contains(&size.to_string()),
+        "{body}"
+    );
+    // Nothing was read, so a query over no table still runs.
+    let (st, body) = query(&s, &admin, "SELECT 1 AS one");
+    assert_eq!(st, 200, "{body}");
+}

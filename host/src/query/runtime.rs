@@ -111,20 +111,30 @@ pub fn execute(
         }
     };
     handle().spawn(async move {
-        if std::panic::AssertUnwindSafe(work)
-            .catch_unwind()
-            .await
-            .is_err()
-        {
-            let _ = panic_tx
-                .send(Err(DataFusionError::Internal(
-                    "the query's execution panicked".to_owned(),
-                )))
-                .await;
+        if let Err(payload) = std::panic::AssertUnwindSafe(work).catch_unwind().await {
+            let _ = panic_tx.send(Err(panic_error(payload.as_ref()))).await;
         }
     });
     let batches = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
     Box::pin(RecordBatchStreamAdapter::new(schema, batches))
+}
+
+/// What a panic in a plan becomes. Arrow panics when an array would outgrow its offsets
+/// (`offset overflow`, `capacity overflow`): a value the query blew up, which is the
+/// query's size, not a bug; anything else is internal.
+fn panic_error(payload: &(dyn std::any::Any + Send)) -> DataFusionError {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    if text.contains("overflow") {
+        DataFusionError::ResourcesExhausted(format!(
+            "a result grew past what one column of one batch can hold ({text})"
+        ))
+    } else {
+        DataFusionError::Internal("the query's execution panicked".to_owned())
+    }
 }
 
 #[cfg(test)]
@@ -146,6 +156,13 @@ mod tests {
             DataType::Int64,
             Volatility::Volatile,
             Arc::new(|_: &[ColumnarValue]| panic!("boom")),
+        ));
+        ctx.register_udf(create_udf(
+            "overflow",
+            vec![DataType::Int64],
+            DataType::Int64,
+            Volatility::Volatile,
+            Arc::new(|_: &[ColumnarValue]| panic!("offset overflow")),
         ));
         let plan = ctx
             .sql(sql)
@@ -174,5 +191,15 @@ mod tests {
             other => panic!("expected an internal error, got {other:?}"),
         }
         assert!(stream.next().await.is_none());
+
+        // An array outgrowing its offsets is the query's size, not a bug.
+        let (ctx, overflows) = plan("SELECT overflow(x) FROM generate_series(1, 10) AS t(x)").await;
+        let mut stream = super::execute(overflows, ctx.task_ctx());
+        match stream.next().await {
+            Some(Err(DataFusionError::ResourcesExhausted(msg))) => {
+                assert!(msg.contains("offset overflow"), "{msg}")
+            }
+            other => panic!("expected resources exhausted, got {other:?}"),
+        }
     }
 }

@@ -55,6 +55,11 @@ enum Growth {
     ArrayResize,
     /// `range/generate_series([start,] stop [, step])` as arrays: one element per step.
     Series,
+    /// `arrow_cast(value, type)`: free, except into the 64-bit-offset types (`LargeUtf8`,
+    /// `LargeBinary`, `LargeList`), which are refused when planned. A 32-bit-offset array that would grow
+    /// past 2 GiB fails before allocating (503); a large one asks the allocator for the whole
+    /// size at once, which is how a value broadcast through a join could abort the process.
+    Cast,
 }
 
 /// The wrapped functions, by DataFusion name.
@@ -70,6 +75,7 @@ const GUARDED: &[(&str, Growth)] = &[
     ("array_resize", Growth::ArrayResize),
     ("range", Growth::Series),
     ("generate_series", Growth::Series),
+    ("arrow_cast", Growth::Cast),
 ];
 
 /// Replaces the growing functions of `ctx` with checked wrappers and plans `||` as a checked
@@ -140,6 +146,20 @@ impl ScalarUDFImpl for Bounded {
     }
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        if self.growth == Growth::Cast {
+            let target = args
+                .scalar_arguments
+                .get(1)
+                .copied()
+                .flatten()
+                .and_then(|v| v.try_as_str().flatten());
+            if let Some(target) = target.filter(|t| t.contains("Large")) {
+                return plan_err!(
+                    "arrow_cast to {target} is not allowed; cast to the ordinary type \
+                     (Utf8, Binary, List), which holds the same values"
+                );
+            }
+        }
         self.inner.inner().return_field_from_args(args)
     }
 
@@ -154,10 +174,15 @@ impl ScalarUDFImpl for Bounded {
         self.inner.inner().invoke_with_args(args)
     }
 
-    /// Not delegated: `concat`'s and `concat_ws`'s simplifications rebuild the call around
-    /// DataFusion's own (unchecked) `concat`, which would step around the check.
-    fn simplify(&self, args: Vec<Expr>, _info: &SimplifyContext) -> Result<ExprSimplifyResult> {
-        Ok(ExprSimplifyResult::Original(args))
+    /// Not delegated (but for `arrow_cast`): `concat`'s and `concat_ws`'s simplifications
+    /// rebuild the call around DataFusion's own (unchecked) `concat`, which would step
+    /// around the check.
+    fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        match self.growth {
+            // `arrow_cast` only runs as the cast it simplifies to; its target was vetted.
+            Growth::Cast => self.inner.inner().simplify(args, info),
+            _ => Ok(ExprSimplifyResult::Original(args)),
+        }
     }
 
     fn short_circuits(&self) -> bool {
@@ -261,6 +286,8 @@ fn estimate(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<u128>
             per_row(&|r| 16 * n.at(r))
         }
         Growth::Series => series_elements(args, rows)? * 8,
+        // Checked when planned (see `return_field_from_args`); a cast builds nothing more.
+        Growth::Cast => 0,
     })
 }
 

@@ -310,6 +310,21 @@ fn no_single_request_aborts_the_server() {
         "{body}"
     );
 
+    // 64-bit-offset types would let a large value broadcast ask for it all at once.
+    let (st, body) = query(
+        &s,
+        &ana,
+        "SELECT arrow_cast(name, 'LargeUtf8') AS v FROM orders",
+    );
+    assert_eq!(st, 400, "{body}");
+    assert!(body["detail"].to_string().contains("not allowed"), "{body}");
+    let (st, body) = query(
+        &s,
+        &ana,
+        "SELECT arrow_cast(id, 'Utf8') AS v FROM orders ORDER BY id LIMIT 1",
+    );
+    assert_eq!((st, &body["rows"]), (200, &json!([["0"]])), "{body}");
+
     // The scan predicate that aborted the server in one 89-byte body.
     let (st, body) = scan_where(&s, &ana, "lpad(name, 1000000000, 'x') = ''");
     assert_eq!((st, kind(&body)), (503, "resources_exhausted"), "{body}");

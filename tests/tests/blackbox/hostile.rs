@@ -695,27 +695,9 @@ fn a_script_killed_mid_run_can_run_again_after_a_restart() {
         );
         assert_eq!(st, 201, "{script}");
         let id = script["id"].as_str().unwrap().to_owned();
-        let run = {
-            let (http, url, token) = (
-                s.http.clone(),
-                s.url(&format!("/api/scripts/{id}/run")),
-                admin.clone(),
-            );
-            std::thread::spawn(move || http.post(url).bearer_auth(token).json(&json!({})).send())
-        };
+        let run = start_run(&s, &admin, &id);
         // Running: a second run is refused.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        loop {
-            let (_, list) = s.get_json("/api/scripts", &admin);
-            if list["scripts"][0]["last_status"] == "running" {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "never running: {list}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        wait_running(&s, &admin, "never running");
         let (st, body) = s.post_json(&format!("/api/scripts/{id}/run"), &admin, &json!({}));
         assert_eq!(st, 409, "{body}");
         s.kill();
@@ -731,28 +713,37 @@ fn a_script_killed_mid_run_can_run_again_after_a_restart() {
             "{list}"
         );
         // A run can be claimed again at once, not only when the old lease expires.
-        let again = {
-            let (http, url, token) = (
-                s.http.clone(),
-                s.url(&format!("/api/scripts/{id}/run")),
-                admin.clone(),
-            );
-            std::thread::spawn(move || http.post(url).bearer_auth(token).json(&json!({})).send())
-        };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        loop {
-            let (_, list) = s.get_json("/api/scripts", &admin);
-            if list["scripts"][0]["last_status"] == "running" {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "not claimed again: {list}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        let again = start_run(&s, &admin, &id);
+        wait_running(&s, &admin, "not claimed again");
         s.kill();
         let _ = again.join();
+    }
+}
+
+/// Starts `POST /api/scripts/{id}/run` (which waits for the run) on a thread of its own.
+fn start_run(
+    s: &Server,
+    token: &str,
+    id: &str,
+) -> std::thread::JoinHandle<reqwest::Result<reqwest::blocking::Response>> {
+    let (http, url, token) = (
+        s.http.clone(),
+        s.url(&format!("/api/scripts/{id}/run")),
+        token.to_owned(),
+    );
+    std::thread::spawn(move || http.post(url).bearer_auth(token).json(&json!({})).send())
+}
+
+/// Waits until the only script is marked running; fails with `why` after 20 s.
+fn wait_running(s: &Server, token: &str, why: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, list) = s.get_json("/api/scripts", token);
+        if list["scripts"][0]["last_status"] == "running" {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{why}: {list}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
 

@@ -45,7 +45,7 @@ pub struct Connections {
 struct ConnState {
     /// Requests being handled (their response not yet returned by the endpoint).
     busy: AtomicUsize,
-    /// Milliseconds since [`epoch`] of the last byte read or written.
+    /// When the last byte was read or written ([`now_ms`]).
     last_activity: AtomicU64,
     /// When the first byte of a request not yet handed to the pipeline arrived (0: none).
     read_started: AtomicU64,
@@ -98,10 +98,6 @@ impl Connections {
         Busy(state)
     }
 
-    /// Open connections.
-    pub fn open(&self) -> usize {
-        self.by_peer.lock().expect("connections lock").len()
-    }
 }
 
 /// Wraps an acceptor with the limits of its [`Connections`].

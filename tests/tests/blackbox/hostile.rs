@@ -813,7 +813,7 @@ fn idle_and_slow_connections_are_closed_and_the_cap_refuses_clearly() {
 
     // Idle sockets are closed after 3 s, which frees room; then a slow sender (one byte of
     // its head every 300 ms) is cut off by the 2 s read deadline.
-    std::thread::sleep(Duration::from_millis(3500));
+    std::thread::sleep(Duration::from_millis(4500));
     let head = b"GET /api/health HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     let mut slow = TcpStream::connect(&addr).unwrap();
     let started = Instant::now();

@@ -97,7 +97,6 @@ impl Connections {
         }
         Busy(state)
     }
-
 }
 
 /// Wraps an acceptor with the limits of its [`Connections`].

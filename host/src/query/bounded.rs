@@ -55,6 +55,11 @@ enum Growth {
     ArrayResize,
     /// `range/generate_series([start,] stop [, step])` as arrays: one element per step.
     Series,
+    /// `encode(value, 'hex' | 'base64')`: at most twice its input (hex).
+    Encode,
+    /// `make_array`, `array_concat`, `array_append`, `array_prepend`: the sum of the
+    /// arguments (a scalar counts once per row). Nested, each doubles what it is given.
+    Arrays,
     /// `arrow_cast(value, type)`: free, except into the 64-bit-offset types (`LargeUtf8`,
     /// `LargeBinary`, `LargeList`), which are refused when planned. A 32-bit-offset array that would grow
     /// past 2 GiB fails before allocating (503); a large one asks the allocator for the whole
@@ -75,6 +80,11 @@ const GUARDED: &[(&str, Growth)] = &[
     ("array_resize", Growth::ArrayResize),
     ("range", Growth::Series),
     ("generate_series", Growth::Series),
+    ("encode", Growth::Encode),
+    ("make_array", Growth::Arrays),
+    ("array_concat", Growth::Arrays),
+    ("array_append", Growth::Arrays),
+    ("array_prepend", Growth::Arrays),
     ("arrow_cast", Growth::Cast),
 ];
 
@@ -286,6 +296,14 @@ fn estimate(growth: Growth, args: &[ColumnarValue], rows: usize) -> Result<u128>
             per_row(&|r| 16 * n.at(r))
         }
         Growth::Series => series_elements(args, rows)? * 8,
+        Growth::Encode => {
+            let input = lengths(arg(0))?;
+            per_row(&|r| 2 * input.at(r))
+        }
+        Growth::Arrays => {
+            let parts: Vec<u128> = args.iter().map(|a| element_bytes(Some(a))).collect();
+            parts.iter().sum::<u128>() * rows.max(1) as u128
+        }
         // Checked when planned (see `return_field_from_args`); a cast builds nothing more.
         Growth::Cast => 0,
     })
@@ -422,7 +440,7 @@ fn is_ascii(arg: &ColumnarValue) -> bool {
     }
 }
 
-/// Average bytes of one value of an element argument.
+/// Bytes of one value of an argument: a scalar's size, an array's average per row.
 fn element_bytes(arg: Option<&ColumnarValue>) -> u128 {
     match arg {
         None => 8,

@@ -227,12 +227,17 @@ impl<T> LimitedIo<T> {
                 next = next.min(limit - reading);
             }
         }
+        // Activity only moves deadlines later, so a timer already armed can stay: it may
+        // wake the task early, and the check above then arms it again. Resetting it on every
+        // pending read would cost a timer-wheel update per request.
         let at = tokio::time::Instant::now() + Duration::from_millis(next.max(10));
         let timer = self
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-        timer.as_mut().reset(at);
-        // Registers the waker; a timer due right away is polled again on the next wake.
+        if timer.is_elapsed() {
+            timer.as_mut().reset(at);
+        }
+        // Registers the waker with the timer.
         let _ = timer.as_mut().poll(cx);
         Poll::Pending
     }

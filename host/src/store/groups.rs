@@ -315,6 +315,9 @@ impl Store {
                 .await?
                 .is_some();
         if is_admin_group && is_last_active_admin(&mut tx, user_id).await? {
+            // Ended here, not on drop: a dropped transaction holds SQLite's write lock
+            // until its connection is next used.
+            tx.rollback().await?;
             return Ok(Guarded::LastAdmin);
         }
         let n = sqlx::query("DELETE FROM user_group_members WHERE group_id = $1 AND user_id = $2")

@@ -199,6 +199,9 @@ impl Store {
         };
         let mut tx = self.pool().begin().await?;
         if !active && is_last_active_admin(&mut tx, id).await? {
+            // Ended here, not on drop: a dropped transaction holds SQLite's write lock
+            // until its connection is next used.
+            tx.rollback().await?;
             return Ok(Guarded::LastAdmin);
         }
         let n = sqlx::query(
@@ -221,6 +224,9 @@ impl Store {
     pub async fn delete_user(&self, id: &str) -> Result<Guarded, sqlx::Error> {
         let mut tx = self.pool().begin().await?;
         if is_last_active_admin(&mut tx, id).await? {
+            // Ended here, not on drop: a dropped transaction holds SQLite's write lock
+            // until its connection is next used.
+            tx.rollback().await?;
             return Ok(Guarded::LastAdmin);
         }
         for sql in [

@@ -88,19 +88,37 @@ const GUARDED: &[(&str, Growth)] = &[
     ("arrow_cast", Growth::Cast),
 ];
 
-/// Replaces the growing functions of `ctx` with checked wrappers and plans `||` as a checked
-/// call; one call may build at most `budget` bytes.
-pub fn install(ctx: &SessionContext, budget: usize) -> Result<()> {
-    for (name, growth) in GUARDED {
-        // A function this build lacks needs no guard.
-        let Ok(inner) = ctx.udf(name) else { continue };
-        ctx.register_udf(ScalarUDF::new_from_impl(Bounded {
-            inner,
-            growth: *growth,
-            budget,
-        }));
+/// Replaces the growing functions of `ctx` with checked wrappers; one call may build at most
+/// `budget` bytes. `||` is checked through [`planner`].
+pub fn install(ctx: &SessionContext, budget: usize) {
+    // Every context starts from DataFusion's defaults, so the wrappers are built once (per
+    // budget) and each query registers clones of them.
+    static WRAPPED: std::sync::Mutex<Option<(usize, Vec<ScalarUDF>)>> = std::sync::Mutex::new(None);
+    let wrapped = {
+        let mut cached = WRAPPED.lock().expect("wrapped functions lock");
+        match cached.as_ref() {
+            Some((b, udfs)) if *b == budget => udfs.clone(),
+            _ => {
+                let udfs: Vec<ScalarUDF> = GUARDED
+                    .iter()
+                    // A function this build lacks needs no guard.
+                    .filter_map(|(name, growth)| {
+                        let inner = ctx.udf(name).ok()?;
+                        Some(ScalarUDF::new_from_impl(Bounded {
+                            inner,
+                            growth: *growth,
+                            budget,
+                        }))
+                    })
+                    .collect();
+                *cached = Some((budget, udfs.clone()));
+                udfs
+            }
+        }
+    };
+    for udf in wrapped {
+        ctx.register_udf(udf);
     }
-    Ok(())
 }
 
 /// The planner that turns `a || b` over strings into [`StringConcat`]; first in the list so

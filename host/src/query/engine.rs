@@ -338,7 +338,7 @@ fn context(
         .with_physical_optimizer_rule(Arc::new(StringKeyAggregation))
         .build();
     let ctx = SessionContext::new_with_state(state);
-    bounded::install(&ctx, budget).map_err(engine_error)?;
+    bounded::install(&ctx, budget);
     Ok(ctx)
 }
 

@@ -186,14 +186,15 @@ fn two_admins_deactivating_each_other_at_once_leave_one_active() {
     }
 }
 
-/// A server with a small query memory (so every function budget is 32 MiB) and a short
-/// deadline, an `orders` table, and an analyst granted it.
-fn analyst_server() -> (Server, String) {
+/// A server on `backend` with a small query memory (so every function budget is 32 MiB)
+/// and a deadline of `timeout_seconds`, an `orders` table, and an analyst granted it; returns
+/// the server, an admin token and the analyst's token.
+fn analyst_server(backend: Backend, timeout_seconds: &str) -> (Server, String, String) {
     let s = Server::start_with(
-        Backend::Sqlite,
+        backend,
         &[
             ("SVC_QUERY_MEMORY_MB", "256"),
-            ("SVC_QUERY_TIMEOUT_SECONDS", "3"),
+            ("SVC_QUERY_TIMEOUT_SECONDS", timeout_seconds),
         ],
     );
     let admin = s.admin_token();
@@ -209,7 +210,7 @@ fn analyst_server() -> (Server, String) {
         "ana@example.com",
     ]);
     s.cli_ok(&["grants", "add", "--group", "analysts", "--table", "orders"]);
-    (s, analyst)
+    (s, admin, analyst)
 }
 
 /// The server still answers, and its process is still the one started.
@@ -241,7 +242,7 @@ fn kind(body: &Value) -> &str {
 
 #[test]
 fn no_single_request_aborts_the_server() {
-    let (s, ana) = analyst_server();
+    let (s, _, ana) = analyst_server(Backend::Sqlite, "3");
 
     // Functions that build large values: refused before they allocate.
     for (sql, what) in [
@@ -566,28 +567,10 @@ struct Campaign {
 
 /// Sends `inputs` hostile requests as a non-admin analyst; stops at the first death.
 fn campaign(seed: u64, inputs: usize, backend: Backend) -> Campaign {
-    let s = Server::start_with(
-        backend,
-        &[
-            ("SVC_QUERY_MEMORY_MB", "256"),
-            ("SVC_QUERY_TIMEOUT_SECONDS", "2"),
-        ],
-    );
-    let admin = s.admin_token();
-    write_parquet(&s.dir.0, "local", "orders", 50, "o");
+    let (s, admin, ana) = analyst_server(backend, "2");
+    // A table the analyst has no grant to, whose values must never appear in an answer.
     write_parquet(&s.dir.0, "local", "secret", 5, "SECRET-7f3a");
-    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
     register(&s, &admin, json!({"id": "secret", "source_type": "local"}));
-    let ana = s.user_token("ana@example.com", false);
-    s.cli_ok(&[
-        "groups",
-        "add-member",
-        "--group",
-        "analysts",
-        "--email",
-        "ana@example.com",
-    ]);
-    s.cli_ok(&["grants", "add", "--group", "analysts", "--table", "orders"]);
 
     let mut g = Hostile(seed);
     let mut seen = Campaign::default();
@@ -934,7 +917,7 @@ fn a_query_past_the_memory_ceiling_is_stopped_not_the_server() {
 
 #[test]
 fn runaway_queries_of_every_kind_answer_504_at_their_deadline() {
-    let (s, ana) = analyst_server();
+    let (s, _, ana) = analyst_server(Backend::Sqlite, "3");
     let deadline = 3.0;
     for (class, sql) in [
         ("recursion", RUNAWAY),

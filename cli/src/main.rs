@@ -7,6 +7,7 @@ mod commands;
 mod config;
 mod exit;
 mod interrupt;
+mod output;
 mod render;
 mod workspace;
 

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use svc_host::audit::{Actor, AuditWriter, ClientKind, Event};
-use svc_host::store::Store;
+use svc_store::audit::{Actor, AuditWriter, ClientKind, Event};
+use svc_store::Store;
 
 const NAIVE_ROWS: usize = 3_000;
 const BATCHED_ROWS: usize = 200_000;
@@ -40,7 +40,7 @@ async fn naive(store: &Store) -> f64 {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             for i in 0..per {
-                let rec = svc_host::audit::record_for_bench(&actor(p * per + i), event(i));
+                let rec = svc_store::audit::record_for_bench(&actor(p * per + i), event(i));
                 store.insert_audit_one(&rec).await.unwrap();
             }
         }));
@@ -109,7 +109,7 @@ async fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     measure(
         "SQLite (WAL, synchronous=NORMAL)",
-        &svc_host::store::default_sqlite_url(&dir),
+        &svc_store::default_sqlite_url(&dir),
     )
     .await;
     let _ = std::fs::remove_dir_all(&dir);

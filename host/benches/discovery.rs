@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
 use serde_json::json;
-use svc_host::store::registry::{QueryMode, RegistryRow};
-use svc_host::store::Store;
 use svc_plugin_api::arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray};
 use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
 use svc_plugin_api::datafusion::parquet::arrow::ArrowWriter;
 use svc_plugin_api::RecordBatch;
+use svc_store::registry::{QueryMode, RegistryRow};
+use svc_store::Store;
 
 mod common;
 
@@ -189,7 +189,7 @@ fn main() {
     let dir2 = dir.join("catalog");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let store = Store::open(&svc_host::store::default_sqlite_url(&dir2))
+        let store = Store::open(&svc_store::default_sqlite_url(&dir2))
             .await
             .unwrap();
         store.seed_system_groups().await.unwrap();

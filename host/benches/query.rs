@@ -23,14 +23,14 @@ use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
 use serde_json::json;
-use svc_host::query::format::Format;
-use svc_host::store::audit::AuditRecord;
-use svc_host::store::Store;
 use svc_plugin_api::arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray};
 use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
 use svc_plugin_api::datafusion::parquet::arrow::ArrowWriter;
 use svc_plugin_api::datafusion::prelude::SessionContext;
 use svc_plugin_api::RecordBatch;
+use svc_query::format::Format;
+use svc_store::audit::AuditRecord;
+use svc_store::Store;
 
 use common::{percentile, Server};
 
@@ -264,7 +264,7 @@ impl Drop for DuckDb {
 fn seed_audit(dir: &Path, rows: usize, share: usize) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let store = Store::open(&svc_host::store::default_sqlite_url(dir))
+        let store = Store::open(&svc_store::default_sqlite_url(dir))
             .await
             .unwrap();
         store.seed_system_groups().await.unwrap();
@@ -276,7 +276,7 @@ fn seed_audit(dir: &Path, rows: usize, share: usize) {
         for i in 0..rows {
             batch.push(AuditRecord {
                 id: format!("bench-{i:08}"),
-                timestamp: svc_host::store::now(),
+                timestamp: svc_core::clock::now(),
                 user_id: Some(if i % share == 0 {
                     user.id.clone()
                 } else {

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::store;
+use svc_catalog::settings::{DriverSettings, RawSettings};
+use svc_store as store;
 
 /// Where the state lives: the options every subcommand accepts.
 #[derive(Debug, Clone, clap::Args)]
@@ -21,22 +22,17 @@ pub struct StoreArgs {
     pub config: Option<PathBuf>,
 }
 
-/// The instance config file: `[data_source.warehouse]` today. Every key has an environment
-/// override (`SVC_WAREHOUSE_<KEY>`), which wins over the file.
+/// The instance config file: a `[data_source.<source_type>]` table per driver that takes
+/// settings. Every key has an environment override (`SVC_<SOURCE_TYPE>_<KEY>`), which wins
+/// over the file; `svc-catalog` resolves both, driver by driver.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct InstanceConfig {
-    /// Source settings.
-    data_source: DataSources,
-    /// `[data_source.warehouse]`, after overrides (filled by [`InstanceConfig::load`]).
+    /// The drivers' tables, as written.
+    data_source: RawSettings,
+    /// Every driver's settings, resolved (filled by [`InstanceConfig::load`]).
     #[serde(skip)]
-    pub warehouse: svc_driver_warehouse::WarehouseConfig,
-}
-
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct DataSources {
-    warehouse: svc_driver_warehouse::WarehouseConfig,
+    pub drivers: DriverSettings,
 }
 
 impl InstanceConfig {
@@ -56,25 +52,11 @@ impl InstanceConfig {
                 toml::from_str(&text).with_context(|| format!("config file {}", f.display()))?
             }
         };
-        let mut warehouse = std::mem::take(&mut config.data_source.warehouse);
-        for key in svc_driver_warehouse::WarehouseConfig::KEYS {
-            let var = format!("SVC_WAREHOUSE_{}", key.to_ascii_uppercase());
-            if let Ok(value) = std::env::var(&var) {
-                warehouse
-                    .set(key, &value)
-                    .map_err(|e| anyhow::anyhow!("{var}: {e}"))?;
-            }
-        }
-        // A key file that cannot be used stops the start, rather than failing every call.
-        if let Some(file) = warehouse
-            .credentials_file
-            .as_deref()
-            .filter(|f| !f.is_empty())
-        {
-            svc_driver_warehouse::auth::ServiceAccount::read(Path::new(file))
-                .map_err(|e| anyhow::anyhow!("[data_source.warehouse] {e}"))?;
-        }
-        config.warehouse = warehouse;
+        let raw = std::mem::take(&mut config.data_source);
+        config.drivers = DriverSettings::resolve(raw).with_context(|| match &file {
+            Some(f) => format!("config file {}", f.display()),
+            None => "driver settings from the environment".to_owned(),
+        })?;
         Ok(config)
     }
 }
@@ -138,7 +120,7 @@ fn load_or_create_secret(path: &Path) -> anyhow::Result<Vec<u8>> {
 mod tests {
     #[test]
     fn secret_is_created_once_with_owner_only_permissions() {
-        let dir = crate::store::testing::TempDir::new();
+        let dir = svc_store::testing::TempDir::new();
         let path = dir.0.join("state").join("jwt_secret");
         let a = super::load_or_create_secret(&path).unwrap();
         let b = super::load_or_create_secret(&path).unwrap();
@@ -165,29 +147,6 @@ mod instance_tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("svc.toml"), text).unwrap();
         dir
-    }
-
-    #[test]
-    fn the_file_then_the_environment() {
-        let dir = write("[data_source.warehouse]\nproject = \"demo-proj\"\nlocation = \"US\"\nmax_scan_bytes = 100\n");
-        // Only this test sets this variable.
-        std::env::set_var("SVC_WAREHOUSE_LEGACY_WRAP_VIEWS", "true");
-        let c = InstanceConfig::load(None, &dir).unwrap();
-        std::env::remove_var("SVC_WAREHOUSE_LEGACY_WRAP_VIEWS");
-        assert_eq!(c.warehouse.data_project(), Some("demo-proj"));
-        assert_eq!(c.warehouse.job_project(), Some("demo-proj"));
-        assert_eq!(
-            (c.warehouse.max_scan_bytes, c.warehouse.legacy_wrap_views),
-            (100, true)
-        );
-        assert_eq!(
-            c.warehouse.endpoint,
-            svc_driver_warehouse::config::DEFAULT_ENDPOINT
-        );
-
-        let missing =
-            InstanceConfig::load(None, &std::env::temp_dir().join("no-such-svc-dir")).unwrap();
-        assert_eq!(missing.warehouse.data_project(), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use moka::sync::Cache;
 use crate::api::discovery::{CachedSample, SchemaResponse};
 
 /// Schema payloads and sample payloads. (The registry snapshot lives with the access
-/// check, [`crate::access::AccessCaches`].)
+/// check, [`svc_auth::access::AccessCaches`].)
 #[derive(Clone)]
 pub struct DiscoveryCaches {
     /// Schema responses by table id.
@@ -45,7 +45,7 @@ impl Default for DiscoveryCaches {
 
 impl DiscoveryCaches {
     /// Drops everything cached about one table.
-    pub fn flush_table(&self, table_id: &str) {
+    pub fn forget_table(&self, table_id: &str) {
         self.schema.invalidate(table_id);
         let id = table_id.to_string();
         // Only fails when closures are not enabled, which the builder above does.

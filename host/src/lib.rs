@@ -1,24 +1,17 @@
-//! svc-server: the HTTP API, authentication, the state store, the audit log and the host of
-//! source drivers. The binary's entry point is `main.rs`; everything it uses lives here so
-//! benchmarks and unit tests reach the same code.
+//! svc-host (binary `svc-server`): the top of the layered host.
+//!
+//! - [`api`]: HTTP only — routes, extractors, the error envelope and its one status mapping.
+//! - [`jobs`]: sync passes, scripts and the scheduler loop.
+//! - [`state`]: the composition root, assembling the services of the crates below.
+//! - [`config`], [`server`], [`connections`]: settings, start-up and the listener.
+//!
+//! Everything below (`svc-query`, `svc-catalog`, `svc-auth`, `svc-store`, `svc-core`) is
+//! free of HTTP; nothing there may import this crate (`.ci/check-layers` enforces it).
 
-pub mod access;
-pub mod admin;
 pub mod api;
-pub mod audit;
-pub mod auth;
 pub mod config;
 pub mod connections;
 pub mod discovery;
-pub mod drivers;
-pub mod encode;
-pub mod query;
-pub mod registry;
-pub mod schedule;
-pub mod scheduler;
-pub mod scripts;
+pub mod jobs;
 pub mod server;
 pub mod state;
-pub mod store;
-pub mod sync;
-pub mod warmup;

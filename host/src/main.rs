@@ -5,12 +5,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use svc_host::api::ApiError;
-use svc_host::audit::Actor;
 use svc_host::config::StoreArgs;
 use svc_host::server::{self, ServeArgs};
 use svc_host::state::AppState;
-use svc_host::{admin, store};
+use svc_store as store;
+use svc_store::audit::Actor;
 
 // DataFusion allocates and frees large column buffers for every batch it decodes; the
 // system allocator returns them to the kernel and faults them back in each time, mimalloc
@@ -149,10 +148,6 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-fn api_err(e: ApiError) -> anyhow::Error {
-    anyhow::anyhow!("{e}")
-}
-
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let args = cli.store;
     match cli.command {
@@ -187,7 +182,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-async fn user(state: &AppState, email: &str) -> anyhow::Result<svc_host::store::users::User> {
+async fn user(state: &AppState, email: &str) -> anyhow::Result<svc_store::users::User> {
     state
         .store
         .user_by_email(email)
@@ -211,16 +206,10 @@ async fn console(state: &Arc<AppState>, command: Command) -> anyhow::Result<()> 
             } else {
                 None
             };
-            let u = admin::create_user(
-                state,
-                &actor,
-                &email,
-                name.as_deref(),
-                password.as_deref(),
-                admin,
-            )
-            .await
-            .map_err(api_err)?;
+            let u = state
+                .admin
+                .create_user(&actor, &email, name.as_deref(), password.as_deref(), admin)
+                .await?;
             println!("{}", u.id);
         }
         Command::Users(UsersCmd::List) => {
@@ -237,20 +226,13 @@ async fn console(state: &Arc<AppState>, command: Command) -> anyhow::Result<()> 
         }
         Command::Tokens(TokensCmd::Create { email, name, days }) => {
             let u = user(state, &email).await?;
-            let (_, token) = admin::create_token(state, &actor, &u, &name, days)
-                .await
-                .map_err(api_err)?;
+            let (_, token) = state.admin.create_token(&actor, &u, &name, days).await?;
             println!("{token}");
         }
         Command::Groups(GroupsCmd::AddMember { group, email }) => {
             let u = user(state, &email).await?;
-            let g = admin::ensure_group(state, &actor, &group)
-                .await
-                .map_err(api_err)?;
-            if !admin::add_member(state, &actor, &g, &u)
-                .await
-                .map_err(api_err)?
-            {
+            let g = state.admin.ensure_group(&actor, &group).await?;
+            if !state.admin.add_member(&actor, &g, &u).await? {
                 eprintln!("{email} is already a member of {group}");
             }
         }
@@ -261,17 +243,14 @@ async fn console(state: &Arc<AppState>, command: Command) -> anyhow::Result<()> 
                 .group_by_name(&group)
                 .await?
                 .with_context(|| format!("no group named {group}"))?;
-            admin::remove_member(state, &actor, &g, &u)
-                .await
-                .map_err(api_err)?;
+            state.admin.remove_member(&actor, &g, &u).await?;
         }
         Command::Grants(GrantsCmd::Add { group, table }) => {
-            let g = admin::ensure_group(state, &actor, &group)
-                .await
-                .map_err(api_err)?;
-            admin::create_grant(state, &actor, &g, "table", &table)
-                .await
-                .map_err(api_err)?;
+            let g = state.admin.ensure_group(&actor, &group).await?;
+            state
+                .admin
+                .create_grant(&actor, &g, "table", &table)
+                .await?;
         }
         Command::Grants(GrantsCmd::Remove { group, table }) => {
             let g = state
@@ -284,9 +263,7 @@ async fn console(state: &Arc<AppState>, command: Command) -> anyhow::Result<()> 
                 .find_grant(&g.id, "table", &table)
                 .await?
                 .with_context(|| format!("group {group} has no grant on table {table}"))?;
-            admin::delete_grant(state, &actor, &grant)
-                .await
-                .map_err(api_err)?;
+            state.admin.delete_grant(&actor, &grant).await?;
         }
         Command::Serve(_) | Command::Migrate | Command::Openapi => unreachable!("handled by run"),
     }

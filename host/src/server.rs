@@ -8,12 +8,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use poem::listener::{Acceptor, Listener, TcpListener};
 
-use crate::audit::Actor;
 use crate::config::StoreArgs;
 use crate::connections::{ConnectionLimits, Connections, LimitedAcceptor};
 use crate::state::{AppState, RuntimeConfig};
-use crate::store::{redact_url, Store};
-use crate::{admin, registry};
+use svc_store::audit::Actor;
+use svc_store::{redact_url, Store};
 
 /// Options of `svc-server serve`.
 #[derive(Debug, Clone, clap::Args)]
@@ -60,7 +59,7 @@ pub struct ServeArgs {
     #[arg(long, env = "SVC_SKIP_CACHE_WARMUP", value_name = "1|true")]
     pub skip_cache_warmup: Option<String>,
     /// Remote tables whose metadata one full refresh (and the warmup) fetches at once.
-    #[arg(long, env = "SVC_METADATA_REFRESH_CONCURRENCY", default_value_t = crate::warmup::DEFAULT_REFRESH_CONCURRENCY)]
+    #[arg(long, env = "SVC_METADATA_REFRESH_CONCURRENCY", default_value_t = svc_catalog::warmup::DEFAULT_REFRESH_CONCURRENCY)]
     pub metadata_refresh_concurrency: usize,
     /// Most rows one `/api/v2/scan` returns.
     #[arg(long, env = "SVC_SCAN_MAX_ROWS", default_value_t = 10_000_000)]
@@ -88,7 +87,7 @@ pub async fn open_state(
         .with_context(|| format!("state store {}", redact_url(&url)))?;
     store.seed_system_groups().await?;
     let state = AppState::new(store, &store_args.jwt_secret()?, config);
-    registry::seed_internal_tables(&state).await?;
+    state.registry.seed().await?;
     Ok(state)
 }
 
@@ -99,9 +98,9 @@ pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
         max_body_bytes: 0,
         trust_proxy: false,
         driver_dir: None,
-        query: crate::query::QueryLimits::default(),
-        warehouse: Default::default(),
-        metadata_refresh_concurrency: crate::warmup::DEFAULT_REFRESH_CONCURRENCY,
+        query: svc_query::QueryLimits::default(),
+        drivers: Default::default(),
+        metadata_refresh_concurrency: svc_catalog::warmup::DEFAULT_REFRESH_CONCURRENCY,
     }
 }
 
@@ -114,7 +113,11 @@ async fn ensure_first_admin(
     if state.store.count_users().await? > 0 {
         return Ok(());
     }
-    match admin::create_user(state, &Actor::console(), email, Some("Admin"), None, true).await {
+    match state
+        .admin
+        .create_user(&Actor::console(), email, Some("Admin"), None, true)
+        .await
+    {
         Ok(_) => {}
         // Another replica starting at the same moment created it first.
         Err(e) if e.status() == poem::http::StatusCode::CONFLICT => return Ok(()),
@@ -132,18 +135,18 @@ async fn ensure_first_admin(
 
 /// `svc-server serve`.
 pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()> {
-    let scheduler = crate::scheduler::SchedulerConfig::from_env(&|k| std::env::var(k).ok())
+    let scheduler = crate::jobs::scheduler::SchedulerConfig::from_env(&|k| std::env::var(k).ok())
         .map_err(anyhow::Error::msg)?;
     let instance =
         crate::config::InstanceConfig::load(store_args.config.as_deref(), &store_args.data_dir)?;
     let config = RuntimeConfig {
-        warehouse: instance.warehouse,
+        drivers: instance.drivers,
         metadata_refresh_concurrency: args.metadata_refresh_concurrency,
         data_dir: store_args.data_dir.clone(),
         max_body_bytes: args.max_body_bytes,
         trust_proxy: args.trust_proxy,
         driver_dir: args.driver_dir.clone(),
-        query: crate::query::QueryLimits {
+        query: svc_query::QueryLimits {
             max_rows: args.query_max_rows,
             timeout: Duration::from_secs(args.query_timeout_seconds.max(1)),
             memory_bytes: args.query_memory_mb.max(16) << 20,
@@ -157,14 +160,14 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         0 => args.query_memory_mb.max(16) * 2 + 1024,
         mb => mb,
     };
-    crate::query::watchdog::set_ceiling(ceiling_mb << 20);
+    svc_query::watchdog::set_ceiling(ceiling_mb << 20);
     let state = open_state(&store_args, config).await?;
     ensure_first_admin(&state, &args.admin_email, &store_args).await?;
-    crate::scripts::release_dead_leases(&state)
+    crate::jobs::scripts::release_dead_leases(&state)
         .await
         .map_err(|e| anyhow::anyhow!("cannot free the previous process's script runs: {e}"))?;
     let swept =
-        svc_driver_parquet::sweep_temp_files(&store_args.data_dir, Duration::from_secs(3600));
+        svc_catalog::drivers::sweep_temp_files(&store_args.data_dir, Duration::from_secs(3600));
     if swept > 0 {
         tracing::info!(
             files = swept,
@@ -184,7 +187,7 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
     } else {
         warmed = true;
     }
-    crate::scheduler::start(state.clone(), scheduler, warmed);
+    crate::jobs::scheduler::start(state.clone(), scheduler, warmed);
 
     let acceptor = TcpListener::bind(args.listen.clone())
         .into_acceptor()

@@ -1,19 +1,23 @@
 //! Shared server state, built once at start and handed to every endpoint.
 
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use svc_plugin_api::datafusion::execution::cache::cache_manager::FileMetadataCache;
+use svc_catalog::settings::DriverSettings;
+use svc_query::Engine;
 
-use crate::access::AccessCaches;
-use crate::audit::AuditWriter;
-use crate::auth::ratelimit::LoginLimiter;
-use crate::auth::Authenticator;
 use crate::discovery::DiscoveryCaches;
-use crate::drivers::Drivers;
-use crate::store::Store;
-use crate::warmup::MetadataWarmer;
+use svc_auth::access::Access;
+use svc_auth::admin::Admin;
+use svc_auth::ratelimit::LoginLimiter;
+use svc_auth::Authenticator;
+use svc_catalog::caches::CacheHooks;
+use svc_catalog::drivers::Drivers;
+use svc_catalog::registry::Registry;
+use svc_catalog::warmup::MetadataWarmer;
+use svc_store::audit::AuditWriter;
+use svc_store::Store;
 
 /// Settings the request path needs.
 #[derive(Debug, Clone)]
@@ -27,45 +31,11 @@ pub struct RuntimeConfig {
     /// Where dynamic driver libraries are loaded from, if anywhere.
     pub driver_dir: Option<PathBuf>,
     /// Per-query limits.
-    pub query: crate::query::QueryLimits,
-    /// `[data_source.warehouse]` with its environment overrides.
-    pub warehouse: svc_driver_warehouse::WarehouseConfig,
+    pub query: svc_query::QueryLimits,
+    /// Every driver's `[data_source.<source_type>]` settings, with environment overrides.
+    pub drivers: DriverSettings,
     /// Remote tables refreshed at once by a full metadata refresh.
     pub metadata_refresh_concurrency: usize,
-}
-
-/// A cache that holds per-table entries and must drop them when the registry changes.
-pub type FlushHook = Arc<dyn Fn(&str) + Send + Sync>;
-
-/// The one cache-flush path: every registry change calls [`CacheHooks::flush_table`], and
-/// every cache that holds per-table data registers a hook here.
-#[derive(Default)]
-pub struct CacheHooks {
-    hooks: RwLock<Vec<FlushHook>>,
-}
-
-impl std::fmt::Debug for CacheHooks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "CacheHooks({})",
-            self.hooks.read().map(|h| h.len()).unwrap_or(0)
-        )
-    }
-}
-
-impl CacheHooks {
-    /// Adds a cache to flush on registry changes.
-    pub fn register(&self, hook: FlushHook) {
-        self.hooks.write().expect("hooks lock").push(hook);
-    }
-
-    /// Drops everything cached about one table.
-    pub fn flush_table(&self, table_id: &str) {
-        for hook in self.hooks.read().expect("hooks lock").iter() {
-            hook(table_id);
-        }
-    }
 }
 
 /// Everything the endpoints share.
@@ -81,22 +51,24 @@ pub struct AppState {
     pub drivers: Drivers,
     /// Failed-login limiter.
     pub login_limiter: LoginLimiter,
-    /// Registry-change cache flush.
-    pub caches: CacheHooks,
+    /// Registry changes and the per-table cache flushes.
+    pub registry: Registry,
     /// Schema and sample caches.
     pub discovery: DiscoveryCaches,
-    /// The registry snapshot and grant sets the access check reads.
-    pub access: AccessCaches,
+    /// The one access check (registry snapshot and grant sets).
+    pub access: Access,
+    /// Administrative operations on users, groups, grants and tokens.
+    pub admin: Admin,
     /// Refreshes remote tables' persistent metadata.
     pub warmer: MetadataWarmer,
     /// What the scheduler is doing (filled by its loop).
-    pub scheduler: crate::scheduler::SharedStatus,
+    pub scheduler: crate::jobs::scheduler::SharedStatus,
     /// Sync passes over materialized tables.
-    pub sync: crate::sync::SyncRunner,
+    pub sync: crate::jobs::sync::SyncRunner,
     /// Per-user scan and query quotas.
-    pub quotas: Arc<crate::query::quota::Quotas>,
-    /// Parquet metadata shared by every query (see `query::engine::file_metadata_cache`).
-    pub file_metadata: Arc<FileMetadataCache>,
+    pub quotas: Arc<svc_query::quota::Quotas>,
+    /// The query engine (queries, scans, scripts).
+    pub engine: Engine,
     /// Request-path settings.
     pub config: RuntimeConfig,
 }
@@ -105,11 +77,11 @@ impl AppState {
     /// State over an open, migrated store.
     pub fn new(store: Store, jwt_secret: &[u8], config: RuntimeConfig) -> Arc<Self> {
         let discovery = DiscoveryCaches::default();
-        let access = AccessCaches::default();
-        let caches = CacheHooks::default();
+        let access = Access::new(store.clone());
+        let caches = Arc::new(CacheHooks::default());
         {
             let discovery = discovery.clone();
-            caches.register(Arc::new(move |id: &str| discovery.flush_table(id)));
+            caches.register(Arc::new(move |id: &str| discovery.forget_table(id)));
             let access = access.clone();
             caches.register(Arc::new(move |_: &str| access.forget_registry()));
         }
@@ -117,28 +89,41 @@ impl AppState {
             &config.data_dir,
             config.driver_dir.as_deref(),
             &store,
-            &config.warehouse,
+            &config.drivers,
+        );
+        let auth = Authenticator::new(store.clone(), jwt_secret);
+        let audit = AuditWriter::start(store.clone());
+        let admin = Admin::new(store.clone(), audit.clone(), auth.clone(), access.clone());
+        let engine = Engine::new(store.clone(), drivers.clone(), access.clone(), config.query);
+        let warmer = MetadataWarmer::new(
+            store.clone(),
+            drivers.clone(),
+            config.metadata_refresh_concurrency,
+        );
+        let registry = Registry::new(
+            store.clone(),
+            drivers.clone(),
+            audit.clone(),
+            caches,
+            warmer.clone(),
         );
         Arc::new(Self {
-            auth: Authenticator::new(store.clone(), jwt_secret),
-            audit: AuditWriter::start(store.clone()),
-            warmer: MetadataWarmer::new(
-                store.clone(),
-                drivers.clone(),
-                config.metadata_refresh_concurrency,
-            ),
+            engine,
+            auth,
+            audit,
+            admin,
+            registry,
+            warmer,
             drivers,
             login_limiter: LoginLimiter::new(10, Duration::from_secs(60)),
-            sync: crate::sync::SyncRunner::default(),
+            sync: crate::jobs::sync::SyncRunner::default(),
             scheduler: Default::default(),
-            caches,
             discovery,
             access,
-            quotas: crate::query::quota::Quotas::new(
+            quotas: svc_query::quota::Quotas::new(
                 config.query.max_concurrent_per_user,
                 config.query.max_daily_bytes_per_user,
             ),
-            file_metadata: crate::query::engine::file_metadata_cache(),
             config,
             store,
         })
@@ -148,19 +133,16 @@ impl AppState {
     /// cached identities and grant sets are dropped, so this server never acts on access it
     /// has just changed.
     pub fn access_changed(&self) {
-        self.auth.forget_identities();
-        self.access.forget_grants();
+        self.admin.access_changed();
     }
 
-    /// The one flush for a registry change: in-memory caches through their hooks, and the
-    /// table's persistent metadata (its source may have changed), then a background re-warm
-    /// of that row. A failure to forget the metadata is logged; the registry change itself
-    /// has already happened.
-    pub async fn flush_table(&self, table_id: &str) {
-        self.caches.flush_table(table_id);
-        if let Err(e) = self.store.forget_metadata(table_id).await {
-            tracing::warn!(table = %table_id, error = %e, "could not forget cached metadata");
-        }
-        self.warmer.schedule(table_id);
+    /// The one flush for a registry change (see [`Registry::changed`]).
+    pub async fn registry_changed(&self, table_id: &str) {
+        self.registry.changed(table_id).await;
+    }
+
+    /// The one flush for a data change (see [`Registry::data_changed`]).
+    pub fn data_changed(&self, table_id: &str) {
+        self.registry.data_changed(table_id);
     }
 }

@@ -24,15 +24,76 @@ pub use datafusion::arrow::record_batch::RecordBatch;
 pub use datafusion::catalog::TableProvider;
 pub use error::{DriverError, ErrorKind, Result};
 pub use types::{
-    type_name, Caller, ColumnInfo, ScanEstimate, ScanSpec, SyncReport, TableMetadata, TableRef,
-    TableSchema,
+    type_name, Caller, ColumnInfo, ScanEstimate, ScanSpec, SeededTable, SyncReport, TableMetadata,
+    TableRef, TableSchema,
 };
+
+/// A driver's own settings: its `[data_source.<source_type>]` table of the instance config
+/// file, then an environment override `SVC_<SOURCE_TYPE>_<KEY>` for every key in
+/// [`KEYS`](Self::KEYS), which wins, then [`check`](Self::check). The host applies this one
+/// path to every driver that has settings; a mistake stops the start and names the key.
+pub trait DriverSettings: serde::de::DeserializeOwned + Default {
+    /// The keys, as written in the file (and, upper-cased, after `SVC_<SOURCE_TYPE>_`).
+    const KEYS: &'static [&'static str];
+
+    /// Sets one key from text (an environment override); the error names the key.
+    fn set(&mut self, key: &str, value: &str) -> std::result::Result<(), String>;
+
+    /// Refuses settings that cannot work (an unreadable key file), so the start fails rather
+    /// than every later call.
+    fn check(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+}
 
 /// Version of this contract. Dynamically loaded drivers state the version they were built
 /// against; the host refuses a library whose version differs.
 pub const PLUGIN_API_VERSION: u32 = 1;
 
-/// One source kind (`local`, `warehouse`, `internal`, …).
+/// One source kind (`local`, `warehouse`, `internal`, …): the one contract between the host
+/// and a kind of source.
+///
+/// # What an implementor provides
+///
+/// Four methods are required:
+/// - [`source_type`](Self::source_type): the registry's `source_type` this driver serves;
+/// - [`schema`](Self::schema): columns and partitioning hints;
+/// - [`sample`](Self::sample): the first rows;
+/// - [`table_provider`](Self::table_provider): a DataFusion provider, the one way queries and
+///   scans read data (projection, filter and limit push-down are the driver's business).
+///
+/// # When to override the others
+///
+/// - [`refresh_metadata`](Self::refresh_metadata) and [`estimate`](Self::estimate): a remote
+///   source that can tell sizes and row counts without reading (the remote size guard and
+///   the persistent metadata cache use them).
+/// - [`push_down`](Self::push_down): a source that can run a whole query itself.
+/// - [`sync`](Self::sync): a source copied onto this server (materialized or extracted).
+/// - [`local_file`](Self::local_file) and [`size_on_disk`](Self::size_on_disk): a source whose
+///   data lives in a file on this server.
+/// - [`seeded_tables`](Self::seeded_tables) and [`registrable`](Self::registrable): a driver
+///   whose tables the host registers itself at start (and admins may not register).
+/// - [`sql_flavor`](Self::sql_flavor): a source whose users write its own SQL dialect.
+///
+/// `examples/csv-driver` is a complete out-of-tree driver (four required methods, loaded at
+/// run time through [`ffi`]).
+///
+/// # Errors and the status a client sees
+///
+/// Return a [`DriverError`]; the host maps its [`ErrorKind`] to the HTTP status once:
+///
+/// | kind | status |
+/// | --- | --- |
+/// | `NotFound` | 404 |
+/// | `UnsafeIdentifier`, `UnsafeIdentity`, `BadRequest`, `RemoteScanTooLarge`, `ResponseTooLarge` | 400 |
+/// | `CrossProjectForbidden` | 403 |
+/// | `Upstream`, `AuthFailed`, `SourceForbidden` | 502 |
+/// | `Timeout` | 504 |
+/// | `Unsupported` | 501 |
+/// | `NotConfigured`, `Corrupt`, `Internal` | 500 (also logged) |
+///
+/// The envelope's `error` is [`DriverError::code`] when set, else the kind's name; its
+/// `details` are the error's details.
 #[async_trait::async_trait]
 pub trait SourceDriver: Send + Sync {
     /// The `source_type` value of registry rows this driver serves.
@@ -43,6 +104,12 @@ pub trait SourceDriver: Send + Sync {
     /// `internal` rows are seeded by the host and never registered by hand.
     fn registrable(&self) -> bool {
         true
+    }
+
+    /// The tables the host seeds into the registry for this driver at every start; the
+    /// internal driver declares the `svc_*` tables here. Most drivers declare none.
+    fn seeded_tables(&self) -> Vec<SeededTable> {
+        Vec::new()
     }
 
     /// The SQL dialect users write for this table (`datafusion` unless the source pushes

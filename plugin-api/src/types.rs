@@ -2,6 +2,21 @@
 
 use serde::{Deserialize, Serialize};
 
+/// A table a driver declares itself (the service's own tables). The host registers each one
+/// at every start — read-only, and readable by every caller through the driver's row filter
+/// — and removes a seeded row that no driver declares any more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeededTable {
+    /// Registry id.
+    pub id: String,
+    /// Catalog display name.
+    pub name: String,
+    /// Grouping label.
+    pub bucket: String,
+    /// What the driver reads behind it (a store table for the internal driver).
+    pub source_table: String,
+}
+
 /// A registered table as a driver sees it (the registry row, minus bookkeeping).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableRef {

@@ -10,8 +10,8 @@ use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use serde_json::{json, Map, Value};
 
-use super::query::{write_atomically, Format};
 use crate::exit::{CliError, Exit, Result};
+use crate::output::{write_atomically, Format};
 use crate::render;
 
 /// Registers every parquet file of `<workspace>/tables` and `<workspace>/snapshots` under its

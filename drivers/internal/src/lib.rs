@@ -17,8 +17,8 @@ use sqlx::{AnyPool, Row};
 pub use provider::{can_push, InternalProvider, Param, ScanSql};
 pub use rows::StoreColumn;
 use svc_plugin_api::{
-    Caller, ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, SourceDriver, TableProvider,
-    TableRef, TableSchema,
+    Caller, ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, SeededTable, SourceDriver,
+    TableProvider, TableRef, TableSchema,
 };
 
 /// One of the service's own tables exposed through the ordinary query path.
@@ -155,6 +155,18 @@ impl SourceDriver for InternalDriver {
 
     fn registrable(&self) -> bool {
         false
+    }
+
+    fn seeded_tables(&self) -> Vec<SeededTable> {
+        ROSTER
+            .iter()
+            .map(|t| SeededTable {
+                id: t.id.into(),
+                name: t.display_name.into(),
+                bucket: INTERNAL_BUCKET.into(),
+                source_table: t.backing_table.into(),
+            })
+            .collect()
     }
 
     async fn schema(&self, table: &TableRef, _caller: &Caller) -> Result<TableSchema> {

@@ -2,6 +2,7 @@
 //! environment overrides applied by the host.
 
 use serde::Deserialize;
+use svc_plugin_api::DriverSettings;
 
 /// Default API root; the driver appends `/bigquery/v2/...`.
 pub const DEFAULT_ENDPOINT: &str = "https://bigquery.googleapis.com";
@@ -46,9 +47,8 @@ impl Default for WarehouseConfig {
     }
 }
 
-impl WarehouseConfig {
-    /// The keys, as written in the file and (upper-cased) after `SVC_WAREHOUSE_`.
-    pub const KEYS: [&'static str; 9] = [
+impl DriverSettings for WarehouseConfig {
+    const KEYS: &'static [&'static str] = &[
         "endpoint",
         "project",
         "billing_project",
@@ -60,8 +60,7 @@ impl WarehouseConfig {
         "legacy_wrap_views",
     ];
 
-    /// Sets one key from text (an environment override); the error names the key.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+    fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         let number = |v: &str| {
             v.trim()
                 .parse::<u64>()
@@ -89,6 +88,16 @@ impl WarehouseConfig {
         Ok(())
     }
 
+    /// A key file that cannot be used stops the start, rather than failing every call.
+    fn check(&self) -> Result<(), String> {
+        if let Some(file) = self.credentials_file.as_deref().filter(|f| !f.is_empty()) {
+            crate::auth::ServiceAccount::read(std::path::Path::new(file))?;
+        }
+        Ok(())
+    }
+}
+
+impl WarehouseConfig {
     /// The data project, when configured.
     pub fn data_project(&self) -> Option<&str> {
         self.project.as_deref().filter(|p| !p.is_empty())

@@ -1,6 +1,7 @@
 //! `/api/admin/groups` and `/api/admin/grants` — groups, memberships and resource grants.
 
 use std::sync::Arc;
+use svc_core::Error;
 
 use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
@@ -8,10 +9,9 @@ use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 
 use super::types::Str;
-use super::{ApiError, ApiResult, BearerAuth, NoContent, Tag};
-use crate::admin;
+use super::{AdminAuth, ApiResult, NoContent, Tag};
 use crate::state::AppState;
-use crate::store::groups::{Grant, Group, Member};
+use svc_store::groups::{Grant, Group, Member};
 
 pub struct AccessApi {
     pub state: Arc<AppState>,
@@ -171,7 +171,7 @@ impl AccessApi {
             .store
             .group_by_id(id)
             .await?
-            .ok_or_else(|| ApiError::not_found("Group not found"))
+            .ok_or_else(|| Error::not_found("Group not found").into())
     }
 
     async fn info(&self, g: Group) -> ApiResult<GroupInfo> {
@@ -192,8 +192,7 @@ impl AccessApi {
 impl AccessApi {
     /// Every group, system groups first.
     #[oai(path = "/groups", method = "get")]
-    async fn list_groups(&self, auth: BearerAuth) -> ApiResult<Json<Vec<GroupInfo>>> {
-        auth.admin()?;
+    async fn list_groups(&self, _auth: AdminAuth) -> ApiResult<Json<Vec<GroupInfo>>> {
         let mut out = Vec::new();
         for g in self.state.store.list_groups().await? {
             out.push(self.info(g).await?);
@@ -205,24 +204,21 @@ impl AccessApi {
     #[oai(path = "/groups", method = "post")]
     async fn create_group(
         &self,
-        auth: BearerAuth,
+        auth: AdminAuth,
         body: Json<CreateGroup>,
     ) -> ApiResult<CreatedGroup> {
-        let c = auth.admin()?;
-        let g = admin::create_group(
-            &self.state,
-            &c.actor,
-            &body.name,
-            body.description.as_deref(),
-        )
-        .await?;
+        let c = &auth.0;
+        let g = self
+            .state
+            .admin
+            .create_group(&c.actor, &body.name, body.description.as_deref())
+            .await?;
         Ok(CreatedGroup::Created(Json(self.info(g).await?)))
     }
 
     /// One group.
     #[oai(path = "/groups/:id", method = "get")]
-    async fn get_group(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<Json<GroupInfo>> {
-        auth.admin()?;
+    async fn get_group(&self, _auth: AdminAuth, id: Path<String>) -> ApiResult<Json<GroupInfo>> {
         let g = self.group(&id).await?;
         Ok(Json(self.info(g).await?))
     }
@@ -231,27 +227,30 @@ impl AccessApi {
     #[oai(path = "/groups/:id", method = "patch")]
     async fn update_group(
         &self,
-        auth: BearerAuth,
+        auth: AdminAuth,
         id: Path<String>,
         body: Json<UpdateGroup>,
     ) -> ApiResult<Json<GroupInfo>> {
-        let c = auth.admin()?;
+        let c = &auth.0;
         let g = self.group(&id).await?;
         let description = match &body.description {
             MaybeUndefined::Undefined => None,
             MaybeUndefined::Null => Some(None),
             MaybeUndefined::Value(d) => Some(Some(&**d)),
         };
-        admin::update_group(&self.state, &c.actor, &g, body.name.as_deref(), description).await?;
+        self.state
+            .admin
+            .update_group(&c.actor, &g, body.name.as_deref(), description)
+            .await?;
         Ok(Json(self.info(self.group(&id).await?).await?))
     }
 
     /// Deletes a custom group with its memberships and grants.
     #[oai(path = "/groups/:id", method = "delete")]
-    async fn delete_group(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<NoContent> {
-        let c = auth.admin()?;
+    async fn delete_group(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<NoContent> {
+        let c = &auth.0;
         let g = self.group(&id).await?;
-        admin::delete_group(&self.state, &c.actor, &g).await?;
+        self.state.admin.delete_group(&c.actor, &g).await?;
         Ok(NoContent::Done)
     }
 
@@ -259,10 +258,9 @@ impl AccessApi {
     #[oai(path = "/groups/:id/members", method = "get")]
     async fn members(
         &self,
-        auth: BearerAuth,
+        _auth: AdminAuth,
         id: Path<String>,
     ) -> ApiResult<Json<Vec<MemberInfo>>> {
-        auth.admin()?;
         let g = self.group(&id).await?;
         let members = self.state.store.members(&g.id).await?;
         Ok(Json(members.into_iter().map(MemberInfo::from).collect()))
@@ -272,20 +270,20 @@ impl AccessApi {
     #[oai(path = "/groups/:id/members", method = "post")]
     async fn add_member(
         &self,
-        auth: BearerAuth,
+        auth: AdminAuth,
         id: Path<String>,
         body: Json<AddMember>,
     ) -> ApiResult<CreatedMember> {
-        let c = auth.admin()?;
+        let c = &auth.0;
         let g = self.group(&id).await?;
         let u = self
             .state
             .store
             .user_by_email(&body.email)
             .await?
-            .ok_or_else(|| ApiError::not_found(format!("User '{}' not found", body.email)))?;
-        if !admin::add_member(&self.state, &c.actor, &g, &u).await? {
-            return Err(ApiError::conflict("User already a member"));
+            .ok_or_else(|| Error::not_found(format!("User '{}' not found", body.email)))?;
+        if !self.state.admin.add_member(&c.actor, &g, &u).await? {
+            return Err(Error::conflict("User already a member").into());
         }
         let m = self
             .state
@@ -294,7 +292,7 @@ impl AccessApi {
             .await?
             .into_iter()
             .find(|m| m.user_id == u.id);
-        let m = m.ok_or_else(|| ApiError::internal("membership vanished after insert"))?;
+        let m = m.ok_or_else(|| Error::internal("membership vanished after insert"))?;
         Ok(CreatedMember::Created(Json(m.into())))
     }
 
@@ -302,19 +300,19 @@ impl AccessApi {
     #[oai(path = "/groups/:id/members/:user_id", method = "delete")]
     async fn remove_member(
         &self,
-        auth: BearerAuth,
+        auth: AdminAuth,
         id: Path<String>,
         user_id: Path<String>,
     ) -> ApiResult<NoContent> {
-        let c = auth.admin()?;
+        let c = &auth.0;
         let g = self.group(&id).await?;
         let u = self
             .state
             .store
             .user_by_id(&user_id)
             .await?
-            .ok_or_else(|| ApiError::not_found("User not found"))?;
-        admin::remove_member(&self.state, &c.actor, &g, &u).await?;
+            .ok_or_else(|| Error::not_found("User not found"))?;
+        self.state.admin.remove_member(&c.actor, &g, &u).await?;
         Ok(NoContent::Done)
     }
 
@@ -322,11 +320,10 @@ impl AccessApi {
     #[oai(path = "/grants", method = "get")]
     async fn list_grants(
         &self,
-        auth: BearerAuth,
+        _auth: AdminAuth,
         group_id: Query<Option<String>>,
         resource_type: Query<Option<String>>,
     ) -> ApiResult<Json<Vec<GrantInfo>>> {
-        auth.admin()?;
         let grants = self
             .state
             .store
@@ -339,33 +336,30 @@ impl AccessApi {
     #[oai(path = "/grants", method = "post")]
     async fn create_grant(
         &self,
-        auth: BearerAuth,
+        auth: AdminAuth,
         body: Json<CreateGrant>,
     ) -> ApiResult<CreatedGrant> {
-        let c = auth.admin()?;
+        let c = &auth.0;
         let g = self.group(&body.group_id).await?;
-        let grant = admin::create_grant(
-            &self.state,
-            &c.actor,
-            &g,
-            &body.resource_type,
-            &body.resource_id,
-        )
-        .await?;
+        let grant = self
+            .state
+            .admin
+            .create_grant(&c.actor, &g, &body.resource_type, &body.resource_id)
+            .await?;
         Ok(CreatedGrant::Created(Json(grant.into())))
     }
 
     /// Revokes a grant.
     #[oai(path = "/grants/:id", method = "delete")]
-    async fn delete_grant(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<NoContent> {
-        let c = auth.admin()?;
+    async fn delete_grant(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<NoContent> {
+        let c = &auth.0;
         let grant = self
             .state
             .store
             .grant_by_id(&id)
             .await?
-            .ok_or_else(|| ApiError::not_found("Grant not found"))?;
-        admin::delete_grant(&self.state, &c.actor, &grant).await?;
+            .ok_or_else(|| Error::not_found("Grant not found"))?;
+        self.state.admin.delete_grant(&c.actor, &grant).await?;
         Ok(NoContent::Done)
     }
 }

@@ -1,6 +1,7 @@
 //! `/api/admin/users` — user administration.
 
 use std::sync::Arc;
+use svc_core::Error;
 
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -9,10 +10,9 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 
 use super::me::GroupRef;
 use super::types::Str;
-use super::{ApiError, ApiResult, BearerAuth, NoContent, Tag};
-use crate::admin;
+use super::{AdminAuth, ApiResult, NoContent, Tag};
 use crate::state::AppState;
-use crate::store::users::User;
+use svc_store::users::User;
 
 pub struct UsersApi {
     pub state: Arc<AppState>,
@@ -79,7 +79,7 @@ impl UsersApi {
         let groups = self.state.store.groups_of_user(&u.id).await?;
         let is_admin = groups
             .iter()
-            .any(|g| g.name == crate::store::users::ADMIN_GROUP);
+            .any(|g| g.name == svc_store::users::ADMIN_GROUP);
         Ok(UserInfo {
             has_password: u.password_hash.is_some(),
             id: u.id,
@@ -98,7 +98,7 @@ impl UsersApi {
             .store
             .user_by_id(id)
             .await?
-            .ok_or_else(|| ApiError::not_found("User not found"))
+            .ok_or_else(|| Error::not_found("User not found").into())
     }
 }
 
@@ -106,8 +106,7 @@ impl UsersApi {
 impl UsersApi {
     /// Every user.
     #[oai(path = "/", method = "get")]
-    async fn list(&self, auth: BearerAuth) -> ApiResult<Json<Vec<UserInfo>>> {
-        auth.admin()?;
+    async fn list(&self, _auth: AdminAuth) -> ApiResult<Json<Vec<UserInfo>>> {
         let mut out = Vec::new();
         for u in self.state.store.list_users().await? {
             out.push(self.info(u).await?);
@@ -117,25 +116,26 @@ impl UsersApi {
 
     /// Creates a user.
     #[oai(path = "/", method = "post")]
-    async fn create(&self, auth: BearerAuth, body: Json<CreateUser>) -> ApiResult<CreatedUser> {
-        let c = auth.admin()?;
+    async fn create(&self, auth: AdminAuth, body: Json<CreateUser>) -> ApiResult<CreatedUser> {
+        let c = &auth.0;
         let b = body.0;
-        let u = admin::create_user(
-            &self.state,
-            &c.actor,
-            &b.email,
-            b.name.as_deref(),
-            b.password.as_deref(),
-            b.is_admin,
-        )
-        .await?;
+        let u = self
+            .state
+            .admin
+            .create_user(
+                &c.actor,
+                &b.email,
+                b.name.as_deref(),
+                b.password.as_deref(),
+                b.is_admin,
+            )
+            .await?;
         Ok(CreatedUser::Created(Json(self.info(u).await?)))
     }
 
     /// One user.
     #[oai(path = "/:id", method = "get")]
-    async fn get(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<Json<UserInfo>> {
-        auth.admin()?;
+    async fn get(&self, _auth: AdminAuth, id: Path<String>) -> ApiResult<Json<UserInfo>> {
         let u = self.user(&id).await?;
         Ok(Json(self.info(u).await?))
     }
@@ -144,53 +144,53 @@ impl UsersApi {
     #[oai(path = "/:id", method = "patch")]
     async fn update(
         &self,
-        auth: BearerAuth,
+        auth: AdminAuth,
         id: Path<String>,
         body: Json<UpdateUser>,
     ) -> ApiResult<Json<UserInfo>> {
-        let c = auth.admin()?;
+        let c = &auth.0;
         let u = self.user(&id).await?;
         let b = body.0;
         if let Some(p) = &b.password {
-            admin::set_password(&self.state, &c.actor, &u, p).await?;
+            self.state.admin.set_password(&c.actor, &u, p).await?;
         }
         match b.name {
             MaybeUndefined::Undefined => {}
-            MaybeUndefined::Null => admin::rename_user(&self.state, &c.actor, &u, None).await?,
+            MaybeUndefined::Null => self.state.admin.rename_user(&c.actor, &u, None).await?,
             MaybeUndefined::Value(n) => {
-                admin::rename_user(&self.state, &c.actor, &u, Some(&n)).await?
+                self.state.admin.rename_user(&c.actor, &u, Some(&n)).await?
             }
         }
         if let Some(active) = b.active {
-            admin::set_active(&self.state, &c.actor, &u, active).await?;
+            self.state.admin.set_active(&c.actor, &u, active).await?;
         }
         Ok(Json(self.info(self.user(&id).await?).await?))
     }
 
     /// Deactivates a user: their tokens stop working at once.
     #[oai(path = "/:id/deactivate", method = "post")]
-    async fn deactivate(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<Json<UserInfo>> {
-        let c = auth.admin()?;
+    async fn deactivate(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<Json<UserInfo>> {
+        let c = &auth.0;
         let u = self.user(&id).await?;
-        admin::set_active(&self.state, &c.actor, &u, false).await?;
+        self.state.admin.set_active(&c.actor, &u, false).await?;
         Ok(Json(self.info(self.user(&id).await?).await?))
     }
 
     /// Reactivates a user.
     #[oai(path = "/:id/activate", method = "post")]
-    async fn activate(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<Json<UserInfo>> {
-        let c = auth.admin()?;
+    async fn activate(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<Json<UserInfo>> {
+        let c = &auth.0;
         let u = self.user(&id).await?;
-        admin::set_active(&self.state, &c.actor, &u, true).await?;
+        self.state.admin.set_active(&c.actor, &u, true).await?;
         Ok(Json(self.info(self.user(&id).await?).await?))
     }
 
     /// Deletes a user with their memberships and tokens.
     #[oai(path = "/:id", method = "delete")]
-    async fn delete(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<NoContent> {
-        let c = auth.admin()?;
+    async fn delete(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<NoContent> {
+        let c = &auth.0;
         let u = self.user(&id).await?;
-        admin::delete_user(&self.state, &c.actor, &u).await?;
+        self.state.admin.delete_user(&c.actor, &u).await?;
         Ok(NoContent::Done)
     }
 }

@@ -2,17 +2,18 @@
 
 use std::sync::Arc;
 use std::time::Instant;
+use svc_core::Error;
 
 use poem::Request;
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 
 use super::types::Str;
-use super::{ApiError, ApiResult, RequestMeta, Tag};
-use crate::audit::{Actor, Event};
-use crate::auth::password;
-use crate::auth::ratelimit::LimitedBy;
+use super::{ApiResult, RequestMeta, Tag};
 use crate::state::AppState;
+use svc_auth::password;
+use svc_auth::ratelimit::LimitedBy;
+use svc_store::audit::{Actor, Event};
 
 pub struct AuthApi {
     pub state: Arc<AppState>,
@@ -68,7 +69,7 @@ impl AuthApi {
                 LimitedBy::Address => "from this address",
                 LimitedBy::Account => "on this account",
             };
-            ApiError::too_many(
+            Error::too_many(
                 format!(
                     "Too many login attempts {from}; retry in {} s",
                     refused.retry_after
@@ -86,7 +87,7 @@ impl AuthApi {
         let candidate = body.password.to_string();
         let password_ok = tokio::task::spawn_blocking(move || password::verify(&candidate, &hash))
             .await
-            .map_err(ApiError::internal)?;
+            .map_err(Error::internal)?;
         let mut actor = Actor::anonymous(meta.ip_string(), Some(meta.request_id.clone()));
         actor.user_id = user.as_ref().map(|u| u.id.clone());
         let event = Event::new("auth.login").resource(format!("user:{}", body.email));
@@ -97,7 +98,7 @@ impl AuthApi {
                     .audit
                     .write(&actor, event.failed(401, BAD_CREDENTIALS).timed(started))
                     .await;
-                return Err(ApiError::unauthorized(BAD_CREDENTIALS));
+                return Err(Error::unauthorized(BAD_CREDENTIALS).into());
             }
         };
         if !user.active {
@@ -108,7 +109,7 @@ impl AuthApi {
                     event.failed(401, "Account deactivated").timed(started),
                 )
                 .await;
-            return Err(ApiError::unauthorized("Account deactivated"));
+            return Err(Error::unauthorized("Account deactivated").into());
         }
         limiter.succeeded(attempt);
         let (access_token, expires_at) = self.state.auth.issue_session(&user);

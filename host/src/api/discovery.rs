@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 use std::time::Instant;
+use svc_core::{Error, ErrorKind};
 
 use chrono::Utc;
 use poem::Body;
@@ -17,13 +18,14 @@ use serde_json::{json, Value};
 use svc_plugin_api::SourceDriver;
 
 use super::encoded::EncodedJson;
-use super::{ApiError, ApiResult, BearerAuth, Tag};
-use crate::audit::Event;
-use crate::auth::Caller;
+use super::{ApiResult, BearerAuth, Tag};
 use crate::state::AppState;
-use crate::store::metadata::MetadataRow;
-use crate::store::registry::{QueryMode, RegistryRow};
-use crate::{access, encode};
+use svc_auth::access;
+use svc_auth::Caller;
+use svc_query::encode;
+use svc_store::audit::Event;
+use svc_store::metadata::MetadataRow;
+use svc_store::registry::{QueryMode, RegistryRow};
 
 pub struct DiscoveryApi {
     pub state: Arc<AppState>,
@@ -174,7 +176,11 @@ pub(crate) fn freshness(meta: Option<&MetadataRow>) -> &'static str {
     let Some(m) = meta else {
         return "never_fetched";
     };
-    match m.refreshed_at.as_deref().and_then(crate::store::parse_ts) {
+    match m
+        .refreshed_at
+        .as_deref()
+        .and_then(svc_core::clock::parse_ts)
+    {
         Some(t) if (Utc::now() - t).num_seconds() <= freshness_window_secs() => "fresh",
         Some(_) => "stale",
         None if m.error_at.is_some() => "error",
@@ -198,19 +204,11 @@ fn where_examples(known_columns: &[String]) -> Vec<String> {
         .collect()
 }
 
-pub(crate) fn driver_caller(c: &Caller) -> svc_plugin_api::Caller {
-    svc_plugin_api::Caller {
-        user_id: c.user.id.clone(),
-        username: c.user.email.clone(),
-        is_admin: c.is_admin,
-    }
-}
-
 impl DiscoveryApi {
-    fn driver(&self, row: &RegistryRow) -> ApiResult<&Arc<dyn SourceDriver>> {
+    fn driver(&self, row: &RegistryRow) -> svc_core::Result<&Arc<dyn SourceDriver>> {
         self.state.drivers.get(&row.source_type).ok_or_else(|| {
-            ApiError::new(
-                poem::http::StatusCode::NOT_IMPLEMENTED,
+            Error::new(
+                ErrorKind::NotImplemented,
                 format!(
                     "Table '{}' has source_type '{}', which this server has no driver for",
                     row.id, row.source_type
@@ -220,8 +218,8 @@ impl DiscoveryApi {
     }
 
     /// Registry lookup (404) then access check (403): the order every table endpoint uses.
-    async fn readable(&self, caller: &Caller, table_id: &str) -> ApiResult<RegistryRow> {
-        access::readable_table(&self.state, caller, table_id).await
+    async fn readable(&self, caller: &Caller, table_id: &str) -> svc_core::Result<RegistryRow> {
+        self.state.access.readable_table(caller, table_id).await
     }
 
     fn catalog_row(&self, row: &RegistryRow, meta: Option<&MetadataRow>) -> CatalogRow {
@@ -274,8 +272,8 @@ impl DiscoveryApi {
     }
 
     async fn catalog_inner(&self, caller: &Caller) -> ApiResult<Vec<CatalogRow>> {
-        let registry = access::registry(&self.state).await?;
-        let readable = access::readable_ids(&self.state, caller).await?;
+        let registry = self.state.access.registry().await?;
+        let readable = self.state.access.readable_ids(caller).await?;
         let metadata = self.state.store.all_metadata().await?;
         Ok(registry
             .rows()
@@ -296,7 +294,7 @@ impl DiscoveryApi {
         }
         let driver = self.driver(&row)?;
         let table = row.table_ref();
-        let schema = driver.schema(&table, &driver_caller(caller)).await?;
+        let schema = driver.schema(&table, &caller.into()).await?;
         let resp = Arc::new(SchemaResponse {
             table_id: row.id.clone(),
             source_type: row.source_type.clone(),
@@ -327,7 +325,7 @@ impl DiscoveryApi {
     ) -> ApiResult<Arc<CachedSample>> {
         let row = self.readable(caller, table_id).await?;
         // Internal rows differ per caller: never cached.
-        let cacheable = row.query_mode != QueryMode::Internal;
+        let cacheable = row.query_mode.caches_samples();
         let key = (row.id.clone(), n);
         if cacheable {
             if let Some(hit) = self.state.discovery.sample.get(&key) {
@@ -335,9 +333,7 @@ impl DiscoveryApi {
             }
         }
         let driver = self.driver(&row)?;
-        let batches = driver
-            .sample(&row.table_ref(), n, &driver_caller(caller))
-            .await?;
+        let batches = driver.sample(&row.table_ref(), n, &caller.into()).await?;
         let mut rows = encode::rows_as_objects(&batches);
         rows.truncate(n);
         let resp = Arc::new(CachedSample {
@@ -363,16 +359,18 @@ impl DiscoveryApi {
         result: &ApiResult<T>,
         rows: Option<usize>,
     ) {
-        let event = match result {
-            Ok(_) => match rows {
-                Some(n) => event.param("rows_returned", n),
-                None => event,
-            },
-            Err(e) => event.failed(e.status().as_u16(), &e.to_string()),
-        };
         self.state
             .audit
-            .write(&caller.actor, event.timed(started))
+            .write_outcome(
+                &caller.actor,
+                event,
+                started,
+                result,
+                |event, _| match rows {
+                    Some(n) => event.param("rows_returned", n),
+                    None => event,
+                },
+            )
             .await;
     }
 }
@@ -394,7 +392,7 @@ impl DiscoveryApi {
             rows,
         )
         .await;
-        let server_time = crate::store::now();
+        let server_time = svc_core::clock::now();
         result.map(|tables| {
             Json(Catalog {
                 tables,
@@ -473,7 +471,7 @@ impl DiscoveryApi {
     ) -> ApiResult<(Download, u64, bool)> {
         let row = self.readable(caller, table_id).await?;
         let no_file = || {
-            ApiError::not_found(format!(
+            Error::not_found(format!(
                 "Table '{table_id}' has no data file on this server to download"
             ))
         };
@@ -482,7 +480,7 @@ impl DiscoveryApi {
             .local_file(&row.table_ref())
             .ok_or_else(no_file)?;
         let file = tokio::fs::File::open(&path).await.map_err(|_| no_file())?;
-        let meta = file.metadata().await.map_err(ApiError::internal)?;
+        let meta = file.metadata().await.map_err(Error::internal)?;
         let mtime = meta
             .modified()
             .ok()
@@ -545,7 +543,7 @@ mod tests {
     fn freshness_of_cache_rows() {
         assert_eq!(freshness(None), "never_fetched");
         let fresh = MetadataRow {
-            refreshed_at: Some(crate::store::now()),
+            refreshed_at: Some(svc_core::clock::now()),
             ..Default::default()
         };
         assert_eq!(freshness(Some(&fresh)), "fresh");
@@ -555,7 +553,7 @@ mod tests {
         };
         assert_eq!(freshness(Some(&old)), "stale");
         let failed = MetadataRow {
-            error_at: Some(crate::store::now()),
+            error_at: Some(svc_core::clock::now()),
             ..Default::default()
         };
         assert_eq!(freshness(Some(&failed)), "error");

@@ -1,167 +1,73 @@
-//! The one error envelope: `{"detail": "<message>"}` or
-//! `{"detail": {"error": kind, "message": ..., "details": {...}}}`.
+//! The domain error over HTTP: its status from the one status table
+//! ([`svc_core::ErrorKind::status`]) and its envelope, `{"detail": "<message>"}` or
+//! `{"detail": {"error": code, "message": ..., "details": {...}}}`.
 
 use poem::http::StatusCode;
 use poem::{IntoResponse, Response};
 use serde_json::{json, Value};
+use svc_core::{Error, ErrorKind};
 
-/// An error answered to a client.
+/// The domain error on its way out over HTTP. Handlers return it; everything below the HTTP
+/// layer returns [`svc_core::Error`], which `?` turns into this.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct ApiError {
-    status: StatusCode,
-    kind: Option<std::borrow::Cow<'static, str>>,
-    message: String,
-    details: Option<Value>,
-    retry_after: Option<u64>,
-}
+#[error(transparent)]
+pub struct ApiError(pub svc_core::Error);
 
 /// Shorthand for handler results.
 pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
-    /// A plain-message error.
-    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            kind: None,
-            message: message.into(),
-            details: None,
-            retry_after: None,
-        }
-    }
-
-    /// A structured error with a machine-readable kind.
-    pub fn kind(
-        status: StatusCode,
-        kind: &'static str,
-        message: impl Into<String>,
-        details: Value,
-    ) -> Self {
-        Self {
-            status,
-            kind: Some(kind.into()),
-            message: message.into(),
-            details: Some(details),
-            retry_after: None,
-        }
-    }
-
-    /// 400.
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, message)
-    }
-    /// 401.
-    pub fn unauthorized(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, message)
-    }
-    /// 403.
-    pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, message)
-    }
-    /// 404.
-    pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, message)
-    }
-    /// 409.
-    pub fn conflict(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, message)
-    }
-    /// 422.
-    pub fn unprocessable(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, message)
-    }
-    /// 429 with a `Retry-After` header.
-    pub fn too_many(message: impl Into<String>, retry_after_secs: u64) -> Self {
-        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, message);
-        e.retry_after = Some(retry_after_secs);
-        e
-    }
-    /// Adds a `Retry-After` header (seconds).
-    pub fn retry_after(mut self, secs: u64) -> Self {
-        self.retry_after = Some(secs);
-        self
-    }
-    /// 500 for a store failure; the cause is logged, never sent.
-    pub fn internal(cause: impl std::fmt::Display) -> Self {
-        tracing::error!(error = %cause, "internal error");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "Internal server error")
-    }
-
-    /// The HTTP status.
+    /// The HTTP status: the kind's, from the one status table ([`ErrorKind::status`]).
     pub fn status(&self) -> StatusCode {
-        self.status
-    }
-
-    /// The body.
-    pub fn body(&self) -> Value {
-        match &self.kind {
-            None => json!({ "detail": self.message }),
-            Some(kind) => json!({ "detail": {
-                "error": kind,
-                "message": self.message,
-                "details": self.details.clone().unwrap_or_else(|| json!({})),
-            }}),
-        }
+        http_status(self.0.kind())
     }
 }
 
-impl From<sqlx::Error> for ApiError {
-    /// Store failures are the server's, except text PostgreSQL cannot hold (a NUL byte, code
-    /// 22021): that came from the request, and is refused as such on either backend's terms.
-    fn from(e: sqlx::Error) -> Self {
-        match &e {
-            sqlx::Error::Database(db) if db.code().as_deref() == Some("22021") => {
-                Self::bad_request("The request holds text with a NUL byte, which is not allowed")
-            }
-            _ => Self::internal(e),
-        }
+/// The HTTP status of a kind.
+fn http_status(kind: ErrorKind) -> StatusCode {
+    StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+impl svc_store::audit::AuditedError for ApiError {
+    fn status(&self) -> u16 {
+        self.0.status()
+    }
+}
+
+impl From<svc_core::Error> for ApiError {
+    fn from(e: svc_core::Error) -> Self {
+        Self(e)
     }
 }
 
 impl From<svc_plugin_api::DriverError> for ApiError {
-    /// The host alone maps driver error kinds to HTTP statuses.
     fn from(e: svc_plugin_api::DriverError) -> Self {
-        use svc_plugin_api::ErrorKind as K;
-        let status = match e.kind {
-            K::NotFound => StatusCode::NOT_FOUND,
-            K::UnsafeIdentifier | K::UnsafeIdentity | K::BadRequest | K::RemoteScanTooLarge => {
-                StatusCode::BAD_REQUEST
-            }
-            K::CrossProjectForbidden => StatusCode::FORBIDDEN,
-            K::Upstream | K::AuthFailed | K::SourceForbidden => StatusCode::BAD_GATEWAY,
-            K::ResponseTooLarge => StatusCode::BAD_REQUEST,
-            K::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            K::Unsupported => StatusCode::NOT_IMPLEMENTED,
-            K::NotConfigured | K::Corrupt | K::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        if status.is_server_error() {
-            tracing::error!(kind = e.kind.as_str(), error = %e.message, "driver error");
-        }
-        let mut err = Self::kind(status, e.kind.as_str(), e.message, e.details);
-        if let Some(code) = e.code {
-            err.kind = Some(code.into());
-        }
-        err
+        Self(e.into())
+    }
+}
+
+impl From<svc_store::StoreError> for ApiError {
+    fn from(e: svc_store::StoreError) -> Self {
+        Self(e.into())
     }
 }
 
 impl From<anyhow::Error> for ApiError {
     fn from(e: anyhow::Error) -> Self {
-        Self::internal(format!("{e:#}"))
+        Self(svc_core::Error::internal(format!("{e:#}")))
     }
 }
 
 impl poem::error::ResponseError for ApiError {
     fn status(&self) -> StatusCode {
-        self.status
+        ApiError::status(self)
     }
 
     fn as_response(&self) -> Response {
-        let mut resp = poem::web::Json(self.body())
-            .with_status(self.status)
+        let mut resp = poem::web::Json(self.0.body())
+            .with_status(ApiError::status(self))
             .into_response();
-        if let Some(secs) = self.retry_after {
+        if let Some(secs) = self.0.retry_after_secs() {
             resp.headers_mut().insert("retry-after", secs.into());
         }
         resp
@@ -213,15 +119,18 @@ pub fn render(err: poem::Error) -> Response {
         || err.is::<oe::ParseMultipartError>()
         || err.is::<poem::error::ParseJsonError>();
     let api = if validation {
-        ApiError::unprocessable(err.to_string())
+        Error::invalid(err.to_string())
     } else if err.is::<oe::AuthorizationError>() {
-        ApiError::unauthorized("Missing or invalid Authorization header")
+        Error::unauthorized("Missing or invalid Authorization header")
     } else if err.status() == StatusCode::NOT_FOUND {
-        ApiError::not_found("Not found")
+        Error::not_found("Not found")
     } else if err.status().is_server_error() {
-        ApiError::internal(err.to_string())
+        Error::internal(err.to_string())
     } else {
-        ApiError::new(err.status(), err.to_string())
+        // A status no domain kind names (405, 415, ...): poem's own, in the plain envelope.
+        return poem::web::Json(json!({ "detail": err.to_string() }))
+            .with_status(err.status())
+            .into_response();
     };
-    api.as_response()
+    ApiError(api).as_response()
 }

@@ -7,7 +7,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 
 use super::{Tag, VERSION};
 use crate::state::AppState;
-use crate::store::CURRENT_SCHEMA_VERSION;
+use svc_store::CURRENT_SCHEMA_VERSION;
 
 pub struct HealthApi {
     pub state: Arc<AppState>,

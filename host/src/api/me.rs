@@ -1,6 +1,7 @@
 //! `/api/me` and the caller's own personal access tokens (`/api/tokens`).
 
 use std::sync::Arc;
+use svc_core::Error;
 
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -8,12 +9,12 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
 
 use super::types::Str;
-use super::{ApiError, ApiResult, BearerAuth, NoContent, Tag};
-use crate::audit::Event;
-use crate::auth::jwt::TokenType;
+use super::{ApiResult, BearerAuth, NoContent, Tag};
 use crate::state::AppState;
-use crate::store::groups::Group;
-use crate::store::tokens::PatRow;
+use svc_auth::jwt::TokenType;
+use svc_store::audit::Event;
+use svc_store::groups::Group;
+use svc_store::tokens::PatRow;
 
 pub struct MeApi {
     pub state: Arc<AppState>,
@@ -156,18 +157,16 @@ impl MeApi {
     ) -> ApiResult<CreatedTokenResponse> {
         let c = auth.0;
         if c.token_type == TokenType::Pat {
-            return Err(ApiError::forbidden(
+            return Err(Error::forbidden(
                 "This endpoint requires an interactive session, not a personal access token",
-            ));
+            )
+            .into());
         }
-        let (row, token) = crate::admin::create_token(
-            &self.state,
-            &c.actor,
-            &c.user,
-            &body.name,
-            body.expires_in_days,
-        )
-        .await?;
+        let (row, token) = self
+            .state
+            .admin
+            .create_token(&c.actor, &c.user, &body.name, body.expires_in_days)
+            .await?;
         Ok(CreatedTokenResponse::Created(Json(CreatedToken {
             id: row.id,
             name: row.name,
@@ -192,7 +191,7 @@ impl MeApi {
         let row = self.state.store.pat_by_id(&id).await?;
         let row = row
             .filter(|r| r.user_id == c.user.id)
-            .ok_or_else(|| ApiError::not_found("Token not found"))?;
+            .ok_or_else(|| Error::not_found("Token not found"))?;
         self.state.store.revoke_pat(&row.id).await?;
         self.state.access_changed();
         self.state

@@ -2,23 +2,22 @@
 
 use std::sync::Arc;
 use std::time::Instant;
+use svc_core::{Error, ErrorKind};
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use poem::http::StatusCode;
 use poem_openapi::param::Query;
 use poem_openapi::payload::{EventStream, Json};
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::{json, Value};
 
 use super::discovery::freshness;
-use super::{ApiError, ApiResult, BearerAuth, Tag};
-use crate::access;
-use crate::audit::Event;
+use super::{AdminAuth, ApiResult, BearerAuth, Tag};
 use crate::state::AppState;
-use crate::store::metadata::MetadataRow;
-use crate::store::registry::QueryMode;
-use crate::warmup::{Rewarm, WarmupEvent};
+use svc_auth::access;
+use svc_catalog::warmup::{Rewarm, WarmupEvent};
+use svc_store::audit::Event;
+use svc_store::metadata::MetadataRow;
 
 pub struct MetadataApi {
     pub state: Arc<AppState>,
@@ -102,18 +101,19 @@ impl MetadataApi {
             auth.admin()?;
             match self.state.warmer.refresh_all().await? {
                 Some(n) => Ok(n),
-                None => Err(ApiError::conflict("A metadata refresh is already running")),
+                None => Err(Error::conflict("A metadata refresh is already running").into()),
             }
         }
         .await;
-        let mut event = Event::new(action);
-        event = match &result {
-            Ok(n) => event.param("tables", *n),
-            Err(e) => event.failed(e.status().as_u16(), &e.to_string()),
-        };
         self.state
             .audit
-            .write(&auth.0.actor, event.timed(started))
+            .write_outcome(
+                &auth.0.actor,
+                Event::new(action),
+                started,
+                &result,
+                |e, n| e.param("tables", *n),
+            )
             .await;
         result.map(|tables| RunResponse::Started(Json(RefreshStarted { tables })))
     }
@@ -131,33 +131,32 @@ impl MetadataApi {
         let started = Instant::now();
         let result = async {
             auth.admin()?;
-            let row = access::readable_table(&self.state, &auth.0, &table).await?;
-            if row.query_mode != QueryMode::Remote {
-                return Err(ApiError::bad_request(format!(
+            let row = self.state.access.readable_table(&auth.0, &table).await?;
+            if !row.query_mode.is_remote() {
+                return Err(Error::bad_request(format!(
                     "Table '{}' is {}, not a remote table; only remote tables keep metadata",
                     row.id,
                     row.query_mode.as_str()
-                )));
+                ))
+                .into());
             }
             if let Rewarm::Failed(message) = self.state.warmer.rewarm(&row.id).await {
-                return Err(ApiError::kind(
-                    StatusCode::BAD_GATEWAY,
+                return Err(Error::coded(
+                    ErrorKind::Upstream,
                     "metadata_refresh_failed",
                     format!("Refreshing '{}' failed: {message}", row.id),
                     json!({"table_id": row.id}),
-                ));
+                )
+                .into());
             }
             let all = self.state.store.all_metadata().await?;
             Ok(MetadataStatus::new(row.id.clone(), all.get(&row.id)))
         }
         .await;
-        let mut event = Event::new("metadata_cache.refresh").resource(format!("table:{}", *table));
-        if let Err(e) = &result {
-            event = event.failed(e.status().as_u16(), &e.to_string());
-        }
+        let event = Event::new("metadata_cache.refresh").resource(format!("table:{}", *table));
         self.state
             .audit
-            .write(&auth.0.actor, event.timed(started))
+            .write_outcome(&auth.0.actor, event, started, &result, |e, _| e)
             .await;
         result.map(Json)
     }
@@ -165,13 +164,13 @@ impl MetadataApi {
     /// Cached metadata of every remote table the caller can see.
     #[oai(path = "/api/v2/metadata-cache/status", method = "get")]
     async fn status(&self, auth: BearerAuth) -> ApiResult<Json<StatusList>> {
-        let registry = access::registry(&self.state).await?;
-        let readable = access::readable_ids(&self.state, &auth.0).await?;
+        let registry = self.state.access.registry().await?;
+        let readable = self.state.access.readable_ids(&auth.0).await?;
         let all = self.state.store.all_metadata().await?;
         let tables = registry
             .rows()
             .iter()
-            .filter(|r| r.query_mode == QueryMode::Remote)
+            .filter(|r| r.query_mode.is_remote())
             .filter(|r| access::is_visible(r, readable.as_deref()))
             .map(|r| MetadataStatus::new(r.id.clone(), all.get(&r.id)))
             .collect();
@@ -194,8 +193,7 @@ impl MetadataApi {
 
     /// Where the last (or current) warmup stands, row by row (admin).
     #[oai(path = "/api/admin/cache-warmup/status", method = "get")]
-    async fn warmup_status(&self, auth: BearerAuth) -> ApiResult<Json<Value>> {
-        auth.admin()?;
+    async fn warmup_status(&self, _auth: AdminAuth) -> ApiResult<Json<Value>> {
         Ok(Json(json!(self.state.warmer.snapshot())))
     }
 
@@ -205,9 +203,8 @@ impl MetadataApi {
     #[oai(path = "/api/admin/cache-warmup/stream", method = "get")]
     async fn warmup_stream(
         &self,
-        auth: BearerAuth,
+        _auth: AdminAuth,
     ) -> ApiResult<EventStream<BoxStream<'static, Value>>> {
-        auth.admin()?;
         let (snapshot, events) = self.state.warmer.subscribe();
         let running = snapshot.running;
         let first = json!({"type": "snapshot", "snapshot": snapshot});

@@ -21,8 +21,8 @@ mod types;
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use svc_core::{Error, ErrorKind};
 
-use poem::http::StatusCode;
 use poem::{Endpoint, EndpointExt, IntoResponse, Request, Response, Route};
 use poem_openapi::auth::Bearer;
 use poem_openapi::{OpenApiService, SecurityScheme, Tags};
@@ -95,9 +95,9 @@ impl RequestMeta {
 /// `Authorization: Bearer <token>` — a session JWT or a personal access token.
 #[derive(SecurityScheme)]
 #[oai(ty = "bearer", bearer_format = "JWT", checker = "check_bearer")]
-pub struct BearerAuth(crate::auth::Caller);
+pub struct BearerAuth(svc_auth::Caller);
 
-async fn check_bearer(req: &Request, bearer: Bearer) -> poem::Result<crate::auth::Caller> {
+async fn check_bearer(req: &Request, bearer: Bearer) -> poem::Result<svc_auth::Caller> {
     let state = req
         .data::<Arc<AppState>>()
         .expect("state is attached to every route");
@@ -112,19 +112,43 @@ async fn check_bearer(req: &Request, bearer: Bearer) -> poem::Result<crate::auth
         )
         .await
         .map_err(|e| match e {
-            crate::auth::ResolveError::Refused(f) => ApiError::unauthorized(f.message()).into(),
-            crate::auth::ResolveError::Store(e) => ApiError::from(e).into(),
+            svc_auth::ResolveError::Refused(f) => ApiError(Error::unauthorized(f.message())).into(),
+            svc_auth::ResolveError::Store(e) => ApiError::from(e).into(),
         })
 }
 
 impl BearerAuth {
-    /// The caller, after checking they are an administrator (403 otherwise).
-    fn admin(&self) -> ApiResult<&crate::auth::Caller> {
+    /// The caller, after checking they are an administrator (403 otherwise). Only for the
+    /// endpoints that audit a refused attempt; every other admin endpoint takes [`AdminAuth`].
+    fn admin(&self) -> ApiResult<&svc_auth::Caller> {
         if self.0.is_admin {
             Ok(&self.0)
         } else {
-            Err(ApiError::forbidden("Admin access required"))
+            Err(Error::forbidden("Admin access required").into())
         }
+    }
+}
+
+// An administrator's bearer token: the same scheme as `BearerAuth` in the OpenAPI document
+// (same name and doc text, so the document is unchanged), but refused with 403 before the
+// handler runs when the caller is not an administrator, so an admin endpoint cannot forget
+// the check.
+/// `Authorization: Bearer <token>` — a session JWT or a personal access token.
+#[derive(SecurityScheme)]
+#[oai(
+    rename = "BearerAuth",
+    ty = "bearer",
+    bearer_format = "JWT",
+    checker = "check_admin"
+)]
+pub struct AdminAuth(svc_auth::Caller);
+
+async fn check_admin(req: &Request, bearer: Bearer) -> poem::Result<svc_auth::Caller> {
+    let caller = check_bearer(req, bearer).await?;
+    if caller.is_admin {
+        Ok(caller)
+    } else {
+        Err(ApiError(Error::forbidden("Admin access required")).into())
     }
 }
 
@@ -305,8 +329,8 @@ fn deadline_body(req: &mut Request, limit: std::time::Duration) {
 /// 413 for bodies over the limit, whether or not they announce their length.
 async fn limit_body(req: &mut Request, max: usize) -> Result<(), ApiError> {
     let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
+        Error::new(
+            ErrorKind::PayloadTooLarge,
             format!("Request body exceeds the limit of {max} bytes"),
         )
     };
@@ -316,7 +340,7 @@ async fn limit_body(req: &mut Request, max: usize) -> Result<(), ApiError> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     match declared {
-        Some(n) if n > max => Err(too_large()),
+        Some(n) if n > max => Err(too_large().into()),
         Some(_) => Ok(()),
         None if req
             .headers()
@@ -359,12 +383,4 @@ fn client_ip(req: &Request, trust_proxy: bool) -> Option<IpAddr> {
         }
     }
     req.remote_addr().as_socket_addr().map(|a| a.ip())
-}
-
-/// Maps a unique-constraint violation to 409 with `message`; other errors to 500.
-pub(crate) fn conflict_on_duplicate(err: sqlx::Error, message: impl Into<String>) -> ApiError {
-    match err.as_database_error() {
-        Some(db) if db.is_unique_violation() => ApiError::conflict(message),
-        _ => ApiError::from(err),
-    }
 }

@@ -2,18 +2,19 @@
 
 use std::sync::Arc;
 use std::time::Instant;
+use svc_core::{Error, ErrorKind};
 
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 
 use super::result_body::{serve_rows, ResultBody};
+use super::types::FormatParam;
 use super::types::Str;
 use super::{ApiError, ApiResult, BearerAuth, Tag};
-use crate::audit::Event;
-use crate::query::engine::{self, QueryPlan, Route};
-use crate::query::format::Format;
 use crate::state::AppState;
-use poem::http::StatusCode;
+use svc_query::engine::{QueryPlan, Route};
+use svc_query::format::Format;
+use svc_store::audit::Event;
 
 pub struct QueryApi {
     pub state: Arc<AppState>,
@@ -29,7 +30,7 @@ struct QueryRequest {
     limit: u64,
     /// Result format.
     #[oai(default)]
-    format: Format,
+    format: FormatParam,
 }
 
 fn default_limit() -> u64 {
@@ -43,19 +44,21 @@ impl QueryApi {
     /// Request checks the engine does not make: SQL size and the row cap.
     fn checked(&self, sql: &str, limit: usize) -> ApiResult<()> {
         if sql.len() > MAX_SQL_BYTES {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
+            return Err(Error::new(
+                ErrorKind::PayloadTooLarge,
                 format!(
                     "The SQL is {} bytes; the most accepted is {MAX_SQL_BYTES}",
                     sql.len()
                 ),
-            ));
+            )
+            .into());
         }
         let max = self.state.config.query.max_rows;
         if limit > max {
-            return Err(ApiError::unprocessable(format!(
+            return Err(Error::invalid(format!(
                 "limit {limit} is above this server's cap of {max} rows (SVC_QUERY_MAX_ROWS)"
-            )));
+            ))
+            .into());
         }
         Ok(())
     }
@@ -75,17 +78,14 @@ impl QueryApi {
             Err(e) => Err(e),
             // The slot is taken before planning, which can itself be heavy.
             Ok(()) => match self.state.quotas.acquire(&caller.user.id) {
-                Err(e) => Err(e),
-                Ok(permit) => engine::run(
-                    &self.state,
-                    caller,
-                    &body.sql,
-                    limit,
-                    &mut plan,
-                    Some(&permit),
-                )
-                .await
-                .map(|rows| (rows, permit)),
+                Err(e) => Err(e.into()),
+                Ok(permit) => self
+                    .state
+                    .engine
+                    .run(caller, &body.sql, limit, &mut plan, Some(&permit))
+                    .await
+                    .map(|rows| (rows, permit))
+                    .map_err(ApiError::from),
             },
         };
 
@@ -99,7 +99,7 @@ impl QueryApi {
                 "tables",
                 plan.as_ref().map(|p| p.tables.clone()).unwrap_or_default(),
             )
-            .param("format", body.format.name());
+            .param("format", Format::from(body.format).name());
         if plan.as_ref().is_some_and(|p| p.route == Route::Internal) {
             event = event.param("is_admin", caller.is_admin);
         }
@@ -108,7 +108,7 @@ impl QueryApi {
             &caller.actor,
             started,
             event,
-            body.format,
+            body.format.into(),
             None,
             rows,
         )

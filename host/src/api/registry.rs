@@ -7,11 +7,11 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 
-use super::types::{opt, Str};
-use super::{ApiResult, BearerAuth, NoContent, Tag};
-use crate::registry::{self, Registered};
+use super::types::{opt, QueryModeParam, Str};
+use super::{AdminAuth, ApiResult, NoContent, Tag};
 use crate::state::AppState;
-use crate::store::registry::{QueryMode, RegistryRow};
+use svc_catalog::registry::Registered;
+use svc_store::registry::RegistryRow;
 
 pub struct RegistryApi {
     pub state: Arc<AppState>,
@@ -33,7 +33,7 @@ struct RegisterTable {
     source_table: Option<Str>,
     /// `local`, `remote` or `materialized`.
     #[oai(default = "default_mode")]
-    query_mode: QueryMode,
+    query_mode: QueryModeParam,
     /// SQL run at the source; only with `materialized`.
     source_query: Option<Str>,
     /// `every Nm`, `every Nh` or `daily HH:MM[,HH:MM...]` (UTC).
@@ -42,8 +42,8 @@ struct RegisterTable {
     description: Option<Str>,
 }
 
-fn default_mode() -> QueryMode {
-    QueryMode::Local
+fn default_mode() -> QueryModeParam {
+    QueryModeParam::Local
 }
 
 /// Partial change; absent fields stay, `null` clears.
@@ -58,7 +58,7 @@ struct UpdateTable {
     /// Name at the source.
     source_table: MaybeUndefined<Str>,
     /// Query mode.
-    query_mode: Option<QueryMode>,
+    query_mode: Option<QueryModeParam>,
     /// Materialization SQL.
     source_query: MaybeUndefined<Str>,
     /// Sync schedule.
@@ -81,7 +81,7 @@ struct TableInfo {
     /// Name at the source.
     source_table: Option<String>,
     /// Query mode.
-    query_mode: QueryMode,
+    query_mode: QueryModeParam,
     /// Materialization SQL.
     source_query: Option<String>,
     /// Sync schedule.
@@ -104,7 +104,7 @@ impl From<RegistryRow> for TableInfo {
             source_type: r.source_type,
             bucket: r.bucket,
             source_table: r.source_table,
-            query_mode: r.query_mode,
+            query_mode: r.query_mode.into(),
             source_query: r.source_query,
             sync_schedule: r.sync_schedule,
             description: r.description,
@@ -148,10 +148,10 @@ impl RegistryApi {
     #[oai(path = "/register-table", method = "post")]
     async fn register(
         &self,
-        auth: BearerAuth,
+        auth: AdminAuth,
         body: Json<RegisterTable>,
     ) -> ApiResult<RegisterResponse> {
-        let c = auth.admin()?;
+        let c = &auth.0;
         let b = body.0;
         let row = RegistryRow {
             name: opt(b.name)
@@ -161,7 +161,7 @@ impl RegistryApi {
             source_type: b.source_type.into(),
             bucket: opt(b.bucket),
             source_table: opt(b.source_table),
-            query_mode: b.query_mode,
+            query_mode: b.query_mode.into(),
             source_query: opt(b.source_query),
             sync_schedule: opt(b.sync_schedule),
             description: opt(b.description),
@@ -170,14 +170,14 @@ impl RegistryApi {
             updated_at: None,
         };
         let id = row.id.clone();
-        let outcome = registry::register(&self.state, &c.actor, row).await?;
+        let outcome = self.state.registry.register(&c.actor, row).await?;
         let stored = self
             .state
             .store
             .table_by_id(&id)
             .await?
             .map(TableInfo::from);
-        let stored = stored.ok_or_else(|| super::ApiError::internal("registered row vanished"))?;
+        let stored = stored.ok_or_else(|| super::Error::internal("registered row vanished"))?;
         Ok(match outcome {
             Registered::Created => RegisterResponse::Created(Json(stored)),
             Registered::Updated => RegisterResponse::Updated(Json(stored)),
@@ -186,8 +186,7 @@ impl RegistryApi {
 
     /// Every registered table.
     #[oai(path = "/registry", method = "get")]
-    async fn list(&self, auth: BearerAuth) -> ApiResult<Json<TableList>> {
-        auth.admin()?;
+    async fn list(&self, _auth: AdminAuth) -> ApiResult<Json<TableList>> {
         let tables: Vec<TableInfo> = self
             .state
             .store
@@ -206,29 +205,32 @@ impl RegistryApi {
     #[oai(path = "/registry/:id", method = "put")]
     async fn update(
         &self,
-        auth: BearerAuth,
+        auth: AdminAuth,
         #[oai(validator(pattern = r"^[A-Za-z0-9_.\-]{1,128}$"))] id: Path<String>,
         body: Json<UpdateTable>,
     ) -> ApiResult<Json<TableInfo>> {
-        let c = auth.admin()?;
+        let c = &auth.0;
         let b = body.0;
-        let row = registry::update(&self.state, &c.actor, &id, |r| {
-            if let Some(n) = b.name.filter(|n| !n.trim().is_empty()) {
-                r.name = n.into();
-            }
-            if let Some(st) = b.source_type {
-                r.source_type = st.into();
-            }
-            if let Some(m) = b.query_mode {
-                r.query_mode = m;
-            }
-            clear(b.bucket, &mut r.bucket);
-            clear(b.source_table, &mut r.source_table);
-            clear(b.source_query, &mut r.source_query);
-            clear(b.sync_schedule, &mut r.sync_schedule);
-            clear(b.description, &mut r.description);
-        })
-        .await?;
+        let row = self
+            .state
+            .registry
+            .update(&c.actor, &id, |r| {
+                if let Some(n) = b.name.filter(|n| !n.trim().is_empty()) {
+                    r.name = n.into();
+                }
+                if let Some(st) = b.source_type {
+                    r.source_type = st.into();
+                }
+                if let Some(m) = b.query_mode {
+                    r.query_mode = m.into();
+                }
+                clear(b.bucket, &mut r.bucket);
+                clear(b.source_table, &mut r.source_table);
+                clear(b.source_query, &mut r.source_query);
+                clear(b.sync_schedule, &mut r.sync_schedule);
+                clear(b.description, &mut r.description);
+            })
+            .await?;
         Ok(Json(row.into()))
     }
 
@@ -236,11 +238,11 @@ impl RegistryApi {
     #[oai(path = "/registry/:id", method = "delete")]
     async fn delete(
         &self,
-        auth: BearerAuth,
+        auth: AdminAuth,
         #[oai(validator(pattern = r"^[A-Za-z0-9_.\-]{1,128}$"))] id: Path<String>,
     ) -> ApiResult<NoContent> {
-        let c = auth.admin()?;
-        registry::unregister(&self.state, &c.actor, &id).await?;
+        let c = &auth.0;
+        self.state.registry.unregister(&c.actor, &id).await?;
         Ok(NoContent::Done)
     }
 }

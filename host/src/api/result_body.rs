@@ -23,11 +23,12 @@ use poem_openapi::{ApiResponse, Object};
 use serde_json::Value;
 
 use super::ApiError;
-use crate::audit::{Actor, Event};
-use crate::query::format::{Encoder, Format};
-use crate::query::quota::Permit;
-use crate::query::stream::RowStream;
 use crate::state::AppState;
+use svc_core::Error;
+use svc_query::format::{Encoder, Format};
+use svc_query::quota::Permit;
+use svc_query::stream::RowStream;
+use svc_store::audit::{Actor, Event};
 
 /// Rows held back before the first byte, to settle `X-Svc-Truncated`.
 pub const LOOK_AHEAD_BYTES: usize = 16 << 20;
@@ -65,9 +66,9 @@ struct Completion {
 
 impl Completion {
     /// Audits a failure during the body.
-    async fn fail(mut self, err: &ApiError) {
+    async fn fail(mut self, err: &Error) {
         if let Some(event) = self.event.take() {
-            let event = event.failed(err.status().as_u16(), &err.to_string());
+            let event = event.failed(err.status(), &err.to_string());
             self.state
                 .audit
                 .write(&self.actor, event.timed(self.started))
@@ -140,8 +141,9 @@ pub async fn serve_rows(
                 Err(e) => Err(e),
             };
             checked
-                .and_then(|()| format.encoder(rows.schema()).map_err(ApiError::internal))
+                .and_then(|()| format.encoder(rows.schema()).map_err(Error::internal))
                 .map(|encoder| (rows, encoder, permit))
+                .map_err(ApiError::from)
         }
         Err(e) => Err(e),
     };
@@ -222,14 +224,14 @@ impl Streaming {
                 Phase::Done => return None,
                 Phase::Begin => {
                     self.phase = Phase::Rows;
-                    self.encoder.begin().map_err(ApiError::internal)
+                    self.encoder.begin().map_err(Error::internal)
                 }
                 Phase::Rows => match self.rows.next().await {
-                    Ok(Some(batch)) => self.encoder.batch(&batch).map_err(ApiError::internal),
+                    Ok(Some(batch)) => self.encoder.batch(&batch).map_err(Error::internal),
                     Ok(None) => {
                         self.phase = Phase::Done;
                         let truncated = self.rows.truncated().unwrap_or(false);
-                        self.encoder.finish(truncated).map_err(ApiError::internal)
+                        self.encoder.finish(truncated).map_err(Error::internal)
                     }
                     Err(e) => Err(e),
                 },

@@ -2,31 +2,28 @@
 
 use std::sync::Arc;
 use std::time::Instant;
+use svc_core::Error;
 
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 
-use super::discovery::driver_caller;
 use super::result_body::{serve_rows, ResultBody};
+use super::types::FormatParam;
 use super::types::Str;
 use super::{ApiError, ApiResult, BearerAuth, Tag};
-use crate::access;
-use crate::audit::Event;
-use crate::auth::Caller;
-use crate::query::engine;
-use crate::query::format::Format;
-use crate::query::scan::{
-    check_guard, estimate, guard_remote, is_view, Guarded, ScanAsk, ValidScan,
-};
 use crate::state::AppState;
-use crate::store::registry::{QueryMode, RegistryRow};
+use svc_auth::Caller;
+use svc_query::format::Format;
+use svc_query::scan::{check_guard, Guarded, ScanAsk, ValidScan};
+use svc_store::audit::Event;
+use svc_store::registry::RegistryRow;
 
 pub struct ScanApi {
     pub state: Arc<AppState>,
 }
 
-fn default_format() -> Format {
-    Format::Arrow
+fn default_format() -> FormatParam {
+    FormatParam::Arrow
 }
 
 /// A scan of one table.
@@ -47,7 +44,7 @@ struct ScanRequest {
     limit: Option<u64>,
     /// Result format (default `arrow`).
     #[oai(default = "default_format")]
-    format: Format,
+    format: FormatParam,
 }
 
 impl ScanRequest {
@@ -96,20 +93,24 @@ struct Prepared {
 
 impl ScanApi {
     async fn prepare(&self, caller: &Caller, req: &ScanRequest) -> ApiResult<Prepared> {
-        let row = access::readable_table(&self.state, caller, &req.table_id).await?;
+        let row = self
+            .state
+            .access
+            .readable_table(caller, &req.table_id)
+            .await?;
         let driver = self
             .state
             .drivers
             .get(&row.source_type)
             .cloned()
             .ok_or_else(|| {
-                ApiError::bad_request(format!(
+                Error::bad_request(format!(
                     "Table '{}' has source type '{}', which this server has no driver for",
                     row.id, row.source_type
                 ))
             })?;
         let provider = driver
-            .table_provider(&row.table_ref(), &driver_caller(caller))
+            .table_provider(&row.table_ref(), &caller.into())
             .await?;
         let schema = provider.schema();
         let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
@@ -118,8 +119,11 @@ impl ScanApi {
     }
 
     /// Guards a remote scan on its estimate.
-    async fn guard(&self, p: &Prepared) -> ApiResult<()> {
-        guard_remote(&self.state, &[(&p.row, p.scan.spec(&p.schema)?)]).await
+    async fn guard(&self, p: &Prepared) -> svc_core::Result<()> {
+        self.state
+            .engine
+            .guard_remote(&[(&p.row, p.scan.spec(&p.schema)?)])
+            .await
     }
 }
 
@@ -141,25 +145,29 @@ impl ScanApi {
             // The slot is taken before planning, which can itself be heavy.
             let permit = self.state.quotas.acquire(&caller.user.id)?;
             let mut plan = None;
-            let rows = engine::run(
-                &self.state,
-                caller,
-                &p.scan.sql(),
-                p.scan.limit,
-                &mut plan,
-                Some(&permit),
-            )
-            .await?;
+            let rows = self
+                .state
+                .engine
+                .run(
+                    caller,
+                    &p.scan.sql(),
+                    p.scan.limit,
+                    &mut plan,
+                    Some(&permit),
+                )
+                .await?;
             Ok((rows, permit))
         }
         .await;
-        let event = body.event("scan").param("format", body.format.name());
+        let event = body
+            .event("scan")
+            .param("format", Format::from(body.format).name());
         serve_rows(
             &self.state,
             &caller.actor,
             started,
             event,
-            body.format,
+            body.format.into(),
             cap,
             rows,
         )
@@ -178,11 +186,15 @@ impl ScanApi {
         let caller = &auth.0;
         let result = async {
             let p = self.prepare(caller, &body).await?;
-            let estimate = estimate(&self.state, &p.row, &p.scan.spec(&p.schema)?).await?;
+            let estimate = self
+                .state
+                .engine
+                .estimate(&p.row, &p.scan.spec(&p.schema)?)
+                .await?;
             let would_exceed = match &estimate {
-                Some(e) if p.row.query_mode == QueryMode::Remote => check_guard(&[Guarded {
+                Some(e) if p.row.query_mode.is_remote() => check_guard(&[Guarded {
                     table_id: &p.row.id,
-                    is_view: is_view(&self.state, &p.row.id).await,
+                    is_view: self.state.engine.is_view(&p.row.id).await,
                     estimate: e,
                 }])
                 .is_err(),
@@ -198,14 +210,12 @@ impl ScanApi {
             })
         }
         .await;
-        let mut event = body.event("scan.estimate");
-        event = match &result {
-            Ok(r) => event.param("bytes_estimated", r.estimated_bytes),
-            Err(e) => event.failed(e.status().as_u16(), &e.to_string()),
-        };
+        let event = body.event("scan.estimate");
         self.state
             .audit
-            .write(&caller.actor, event.timed(started))
+            .write_outcome(&caller.actor, event, started, &result, |e, r| {
+                e.param("bytes_estimated", r.estimated_bytes)
+            })
             .await;
         result.map(Json)
     }

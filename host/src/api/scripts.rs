@@ -1,6 +1,7 @@
 //! Scheduled scripts (admin): list, create, delete, run now, run what is due.
 
 use std::sync::Arc;
+use svc_core::Error;
 
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
@@ -8,10 +9,10 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::{json, Value};
 
 use super::types::Str;
-use super::{ApiError, ApiResult, BearerAuth, NoContent, Tag};
-use crate::audit::Event;
-use crate::scripts::{self, NewScript};
+use super::{AdminAuth, ApiResult, NoContent, Tag};
+use crate::jobs::scripts::{self, NewScript};
 use crate::state::AppState;
+use svc_store::audit::Event;
 
 pub struct ScriptsApi {
     pub state: Arc<AppState>,
@@ -50,8 +51,7 @@ struct Claimed {
 impl ScriptsApi {
     /// Every stored script with its last run (admin).
     #[oai(path = "/api/scripts", method = "get")]
-    async fn list(&self, auth: BearerAuth) -> ApiResult<Json<Value>> {
-        auth.admin()?;
+    async fn list(&self, _auth: AdminAuth) -> ApiResult<Json<Value>> {
         let scripts = self.state.store.list_scripts().await?;
         Ok(Json(json!({ "scripts": scripts })))
     }
@@ -60,10 +60,9 @@ impl ScriptsApi {
     #[oai(path = "/api/scripts", method = "post")]
     async fn create(
         &self,
-        auth: BearerAuth,
+        auth: AdminAuth,
         body: Json<ScriptRequest>,
     ) -> ApiResult<CreateResponse> {
-        auth.admin()?;
         let body = body.0;
         let new = NewScript {
             name: body.name.0,
@@ -77,10 +76,9 @@ impl ScriptsApi {
 
     /// Deletes a script (admin).
     #[oai(path = "/api/scripts/:id", method = "delete")]
-    async fn delete(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<NoContent> {
-        auth.admin()?;
+    async fn delete(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<NoContent> {
         let Some(script) = self.state.store.script(&id).await? else {
-            return Err(ApiError::not_found("Script not found"));
+            return Err(Error::not_found("Script not found").into());
         };
         self.state.store.delete_script(&id).await?;
         self.state
@@ -95,16 +93,14 @@ impl ScriptsApi {
 
     /// Runs a script now and waits for it (admin); 409 while it already runs.
     #[oai(path = "/api/scripts/:id/run", method = "post")]
-    async fn run(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<Json<Value>> {
-        auth.admin()?;
+    async fn run(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<Json<Value>> {
         let Some(script) = self.state.store.script(&id).await? else {
-            return Err(ApiError::not_found("Script not found"));
+            return Err(Error::not_found("Script not found").into());
         };
         if !scripts::claim(&self.state, &script.id).await? {
-            return Err(ApiError::conflict(format!(
-                "script '{}' is already running",
-                script.name
-            )));
+            return Err(
+                Error::conflict(format!("script '{}' is already running", script.name)).into(),
+            );
         }
         let outcome = scripts::run(&self.state, &script, &auth.0.actor).await?;
         Ok(Json(json!(outcome)))
@@ -113,8 +109,7 @@ impl ScriptsApi {
     /// Claims every due script and runs it in the background (admin; the scheduler does
     /// this every minute).
     #[oai(path = "/api/scripts/run-due", method = "post")]
-    async fn run_due(&self, auth: BearerAuth) -> ApiResult<Json<Claimed>> {
-        auth.admin()?;
+    async fn run_due(&self, auth: AdminAuth) -> ApiResult<Json<Claimed>> {
         let claimed = scripts::run_due(&self.state, &auth.0.actor).await?;
         Ok(Json(Claimed {
             count: claimed.len(),

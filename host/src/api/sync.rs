@@ -2,17 +2,17 @@
 
 use std::sync::Arc;
 use std::time::Instant;
+use svc_core::{Error, ErrorKind};
 
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::{json, Value};
 
-use super::{ApiError, ApiResult, BearerAuth, Tag};
-use crate::access;
-use crate::audit::Event;
+use super::{ApiResult, BearerAuth, Tag};
+use crate::jobs::sync::Targets;
 use crate::state::AppState;
-use crate::store::registry::QueryMode;
-use crate::sync::Targets;
+use svc_auth::access;
+use svc_store::audit::Event;
 
 pub struct SyncApi {
     pub state: Arc<AppState>,
@@ -37,23 +37,20 @@ fn targets(body: Option<&Value>) -> ApiResult<Targets> {
         Some(Value::Object(o)) => match o.get("tables") {
             None | Some(Value::Null) => return Ok(Targets::Due),
             Some(Value::Array(items)) => items,
-            Some(_) => {
-                return Err(ApiError::unprocessable(
-                    "`tables` must be a list of strings",
-                ))
-            }
+            Some(_) => return Err(Error::invalid("`tables` must be a list of strings").into()),
         },
         Some(_) => {
-            return Err(ApiError::unprocessable(
+            return Err(Error::invalid(
                 "body must be a list of table ids, an object with a `tables` list, or null",
-            ))
+            )
+            .into())
         }
     };
     list.iter()
         .map(|v| v.as_str().map(str::to_owned))
         .collect::<Option<Vec<_>>>()
         .map(Targets::Named)
-        .ok_or_else(|| ApiError::unprocessable("all entries in `tables` must be strings"))
+        .ok_or_else(|| Error::invalid("all entries in `tables` must be strings").into())
 }
 
 #[OpenApi(tag = "Tag::Operations")]
@@ -71,7 +68,7 @@ impl SyncApi {
                 None
             } else {
                 Some(serde_json::from_slice(&body).map_err(|e| {
-                    ApiError::bad_request(format!("the body is not JSON: {e}"))
+                    Error::bad_request(format!("the body is not JSON: {e}"))
                 })?)
             };
             let targets = targets(body.as_ref())?;
@@ -84,30 +81,29 @@ impl SyncApi {
                 .sync
                 .trigger(self.state.clone(), targets, auth.0.actor.clone())
             {
-                return Err(ApiError::kind(
-                    poem::http::StatusCode::CONFLICT,
+                return Err(Error::coded(ErrorKind::Conflict,
                     "sync_already_in_progress",
                     "A sync is already running; try again when GET /api/sync/status says it is done",
                     json!({}),
-                ));
+                ).into());
             }
             Ok(tables)
         }
         .await;
-        let mut event = Event::new("sync.trigger");
-        event = match &result {
-            Ok(tables) => event
-                .resource(match tables {
-                    Value::Array(t) if t.len() == 1 => t[0].as_str().unwrap_or_default().to_owned(),
-                    Value::Array(t) => format!("{} tables", t.len()),
-                    _ => "all_tables".to_owned(),
-                })
-                .param("tables", tables.clone()),
-            Err(e) => event.failed(e.status().as_u16(), &e.to_string()),
-        };
+        let event = Event::new("sync.trigger");
         self.state
             .audit
-            .write(&auth.0.actor, event.timed(started))
+            .write_outcome(&auth.0.actor, event, started, &result, |event, tables| {
+                event
+                    .resource(match tables {
+                        Value::Array(t) if t.len() == 1 => {
+                            t[0].as_str().unwrap_or_default().to_owned()
+                        }
+                        Value::Array(t) => format!("{} tables", t.len()),
+                        _ => "all_tables".to_owned(),
+                    })
+                    .param("tables", tables.clone())
+            })
             .await;
         result.map(|tables| {
             Json(Triggered {
@@ -126,13 +122,13 @@ impl SyncApi {
         // Read before the states: a pass records each table before it clears the flag, so
         // "not locked" then guarantees the states below include the finished pass.
         let locked = self.state.sync.running();
-        let registry = access::registry(&self.state).await?;
-        let readable = access::readable_ids(&self.state, &auth.0).await?;
+        let registry = self.state.access.registry().await?;
+        let readable = self.state.access.readable_ids(&auth.0).await?;
         let states = self.state.store.sync_states().await?;
         let tables: Vec<Value> = registry
             .rows()
             .iter()
-            .filter(|r| r.query_mode == QueryMode::Materialized)
+            .filter(|r| r.query_mode.is_materialized())
             .filter(|r| access::is_visible(r, readable.as_deref()))
             .map(|r| {
                 let mut v = json!(states.get(&r.id).cloned().unwrap_or_default());

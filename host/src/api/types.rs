@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use poem_openapi::registry::{MetaSchema, MetaSchemaRef};
 use poem_openapi::types::{ParseError, ParseFromJSON, ParseResult, ToJSON, Type};
 use serde_json::Value;
+use svc_store::registry::QueryMode;
 
 /// A JSON string and nothing else: poem-openapi's `String` also accepts numbers and booleans
 /// (`{"id": 5}` would become `"5"`), which hides client bugs. Wrong types are a 422 here.
@@ -80,4 +81,66 @@ impl std::fmt::Display for Str {
 /// `Option<Str>` to `Option<String>`.
 pub fn opt(v: Option<Str>) -> Option<String> {
     v.map(String::from)
+}
+
+/// A result format.
+#[derive(poem_openapi::Enum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[oai(rename = "Format", rename_all = "lowercase")]
+pub enum FormatParam {
+    /// `{"columns", "column_types", "rows", "row_count", "truncated"}`.
+    #[default]
+    Json,
+    /// Arrow IPC stream (`application/vnd.apache.arrow.stream`).
+    Arrow,
+    /// CSV with a header line.
+    Csv,
+    /// A parquet file.
+    Parquet,
+}
+
+impl From<FormatParam> for svc_query::format::Format {
+    fn from(f: FormatParam) -> Self {
+        match f {
+            FormatParam::Json => Self::Json,
+            FormatParam::Arrow => Self::Arrow,
+            FormatParam::Csv => Self::Csv,
+            FormatParam::Parquet => Self::Parquet,
+        }
+    }
+}
+
+/// How a table's data is reached.
+#[derive(poem_openapi::Enum, Debug, Clone, Copy, PartialEq, Eq)]
+#[oai(rename = "QueryMode", rename_all = "lowercase")]
+pub enum QueryModeParam {
+    /// Parquet on this server's disk.
+    Local,
+    /// Read at the source on every request.
+    Remote,
+    /// Copied from the source to parquet on a schedule.
+    Materialized,
+    /// The service's own tables; seeded, never registered by hand.
+    Internal,
+}
+
+impl From<QueryModeParam> for QueryMode {
+    fn from(m: QueryModeParam) -> Self {
+        match m {
+            QueryModeParam::Local => Self::Local,
+            QueryModeParam::Remote => Self::Remote,
+            QueryModeParam::Materialized => Self::Materialized,
+            QueryModeParam::Internal => Self::Internal,
+        }
+    }
+}
+
+impl From<QueryMode> for QueryModeParam {
+    fn from(m: QueryMode) -> Self {
+        match m {
+            QueryMode::Local => Self::Local,
+            QueryMode::Remote => Self::Remote,
+            QueryMode::Materialized => Self::Materialized,
+            QueryMode::Internal => Self::Internal,
+        }
+    }
 }

@@ -1,0 +1,327 @@
+//! svc-auth: who the caller is and what they may do.
+//!
+//! - Authentication: bearer tokens (session JWTs and personal access tokens) to a [`Caller`]
+//!   ([`Authenticator`]), passwords, and login rate limits.
+//! - The one access check for tables ([`access::Access`]).
+//! - The administrative operations on users, groups, grants and tokens ([`admin::Admin`]),
+//!   shared by the HTTP API and the shell commands.
+//!
+//! Must never import poem or any svc crate above it (catalog, query, the host); it stands on
+//! `svc-store` and `svc-core`.
+
+pub mod access;
+pub mod admin;
+pub mod jwt;
+pub mod password;
+pub mod ratelimit;
+
+use std::sync::Arc;
+
+use chrono::{Duration, Utc};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use jwt::{Claims, JwtKeys, TokenType};
+use svc_core::clock::{format_ts, new_id, parse_ts};
+use svc_store::audit::{Actor, ClientKind};
+use svc_store::tokens::PatRow;
+use svc_store::users::{Identity, User};
+use svc_store::Store;
+
+/// Lifetime of a session token from `POST /auth/token`.
+pub const SESSION_HOURS: i64 = 24;
+/// Longest PAT lifetime accepted.
+pub const MAX_PAT_DAYS: i64 = 3650;
+/// `last_used_at` is written at most this often per token.
+const TOUCH_INTERVAL_SECS: i64 = 60;
+
+/// How long a resolved identity (user, admin flag, PAT row) is reused without a store read.
+///
+/// Changes made through this server (deactivation, membership, token revocation) forget
+/// cached identities at once; changes made by another process (an `svc-server` shell command,
+/// another replica) take effect within this bound.
+pub const IDENTITY_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Cache key: the user id and the PAT id (None for sessions).
+type IdentityKey = (String, Option<String>);
+
+/// An authenticated caller, with the request context every audit row needs.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The user.
+    pub user: User,
+    /// Member of the `Admin` group (read from the store at most [`IDENTITY_TTL`] ago).
+    pub is_admin: bool,
+    /// Session or PAT.
+    pub token_type: TokenType,
+    /// The PAT's id when `token_type` is `Pat`.
+    pub token_id: Option<String>,
+    /// Audit context (user, client kind, address, request id).
+    pub actor: Actor,
+}
+
+impl From<&Caller> for svc_plugin_api::Caller {
+    /// The identity a driver sees: enough for a row filter, nothing of the session.
+    fn from(c: &Caller) -> Self {
+        svc_plugin_api::Caller {
+            user_id: c.user.id.clone(),
+            username: c.user.email.clone(),
+            is_admin: c.is_admin,
+        }
+    }
+}
+
+/// Why a bearer token was refused; each maps to a 401 message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// Bad signature, malformed, or expired JWT.
+    InvalidToken,
+    /// The user in `sub` no longer exists.
+    UserNotFound,
+    /// The user is deactivated.
+    Deactivated,
+    /// A PAT with no stored row.
+    TokenUnknown,
+    /// A revoked PAT.
+    TokenRevoked,
+    /// A PAT past its stored expiry.
+    TokenExpired,
+    /// A PAT whose stored hash differs.
+    TokenMismatch,
+}
+
+impl AuthFailure {
+    /// The message shown to the caller.
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::InvalidToken => "Invalid or expired token",
+            Self::UserNotFound => "User not found",
+            Self::Deactivated => "Account deactivated",
+            Self::TokenUnknown => "Token unknown",
+            Self::TokenRevoked => "Token revoked",
+            Self::TokenExpired => "Token expired",
+            Self::TokenMismatch => "Token mismatch",
+        }
+    }
+}
+
+/// Failure to resolve: either the token is bad, or the store is.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The token was refused.
+    #[error("{}", .0.message())]
+    Refused(AuthFailure),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] svc_store::StoreError),
+}
+
+/// Hex SHA-256 of a token, as stored.
+pub fn token_hash(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// Issues and checks tokens.
+#[derive(Clone)]
+pub struct Authenticator {
+    keys: JwtKeys,
+    store: Store,
+    identities: moka::sync::Cache<IdentityKey, Arc<Identity>>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("cached_identities", &self.identities.entry_count())
+            .finish()
+    }
+}
+
+impl Authenticator {
+    /// An authenticator over a store with a signing secret.
+    pub fn new(store: Store, secret: &[u8]) -> Self {
+        Self {
+            keys: JwtKeys::new(secret),
+            store,
+            identities: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(IDENTITY_TTL)
+                .build(),
+        }
+    }
+
+    /// Forgets every cached identity. Called after any change to users, memberships or
+    /// tokens, so this server never acts on an identity it has changed.
+    pub fn forget_identities(&self) {
+        self.identities.invalidate_all();
+    }
+
+    /// The identity behind a token's claims: cached, or read in one store query.
+    async fn identity(
+        &self,
+        key: IdentityKey,
+    ) -> Result<Option<Arc<Identity>>, svc_store::StoreError> {
+        if let Some(hit) = self.identities.get(&key) {
+            return Ok(Some(hit));
+        }
+        let Some(identity) = self.store.identity(&key.0, key.1.as_deref()).await? else {
+            return Ok(None);
+        };
+        let identity = Arc::new(identity);
+        self.identities.insert(key, identity.clone());
+        Ok(Some(identity))
+    }
+
+    /// A session token for a user; returns the token and its expiry.
+    pub fn issue_session(&self, user: &User) -> (String, String) {
+        let now = Utc::now();
+        let exp = now + Duration::hours(SESSION_HOURS);
+        let claims = Claims {
+            sub: user.id.clone(),
+            email: user.email.clone(),
+            typ: TokenType::Session,
+            iat: now.timestamp(),
+            exp: Some(exp.timestamp()),
+            jti: uuid::Uuid::new_v4().simple().to_string(),
+        };
+        (self.keys.sign(&claims), format_ts(exp))
+    }
+
+    /// Creates a PAT; returns the stored row and the token, which is shown once.
+    pub async fn create_pat(
+        &self,
+        user: &User,
+        name: &str,
+        days: Option<i64>,
+    ) -> Result<(PatRow, String), svc_store::StoreError> {
+        let now = Utc::now();
+        let id = new_id();
+        let exp = days.map(|d| now + Duration::days(d));
+        let claims = Claims {
+            sub: user.id.clone(),
+            email: user.email.clone(),
+            typ: TokenType::Pat,
+            iat: now.timestamp(),
+            exp: exp.map(|e| e.timestamp()),
+            jti: id.clone(),
+        };
+        let token = self.keys.sign(&claims);
+        let row = PatRow {
+            // The id is a UUIDv7 whose leading digits encode the time; the tail is random.
+            prefix: id[id.len() - 8..].to_string(),
+            id,
+            user_id: user.id.clone(),
+            name: name.to_string(),
+            token_hash: token_hash(&token),
+            created_at: Some(format_ts(now)),
+            expires_at: exp.map(format_ts),
+            last_used_at: None,
+            last_used_ip: None,
+            revoked_at: None,
+        };
+        self.store.insert_pat(&row).await?;
+        Ok((row, token))
+    }
+
+    /// Resolves a bearer token to a caller. `client_ip` and `request_id` go into the audit
+    /// context; `via_cookie` marks browser sessions.
+    pub async fn resolve(
+        &self,
+        token: &str,
+        client_ip: Option<String>,
+        request_id: Option<String>,
+        via_cookie: bool,
+    ) -> Result<Caller, ResolveError> {
+        let refused = ResolveError::Refused;
+        let claims = self
+            .keys
+            .verify(token)
+            .ok_or(refused(AuthFailure::InvalidToken))?;
+        let pat_id = (claims.typ == TokenType::Pat).then(|| claims.jti.clone());
+        let key = (claims.sub.clone(), pat_id);
+        let identity = self
+            .identity(key.clone())
+            .await?
+            .ok_or(refused(AuthFailure::UserNotFound))?;
+        let user = identity.user.clone();
+        if !user.active {
+            return Err(refused(AuthFailure::Deactivated));
+        }
+        let mut token_id = None;
+        if claims.typ == TokenType::Pat {
+            let row = identity
+                .pat
+                .as_ref()
+                .ok_or(refused(AuthFailure::TokenUnknown))?;
+            if row.revoked_at.is_some() {
+                return Err(refused(AuthFailure::TokenRevoked));
+            }
+            if row
+                .expires_at
+                .as_deref()
+                .and_then(parse_ts)
+                .is_some_and(|e| e <= Utc::now())
+            {
+                return Err(refused(AuthFailure::TokenExpired));
+            }
+            let presented = token_hash(token);
+            if !bool::from(presented.as_bytes().ct_eq(row.token_hash.as_bytes()))
+                || row.user_id != user.id
+            {
+                return Err(refused(AuthFailure::TokenMismatch));
+            }
+            self.touch_if_stale(&key, &identity, row, client_ip.as_deref());
+            token_id = Some(row.id.clone());
+        }
+        let is_admin = identity.is_admin;
+        let client_kind = match (claims.typ, via_cookie) {
+            (TokenType::Pat, _) => ClientKind::Cli,
+            (TokenType::Session, true) => ClientKind::Web,
+            (TokenType::Session, false) => ClientKind::Api,
+        };
+        Ok(Caller {
+            actor: Actor {
+                user_id: Some(user.id.clone()),
+                client_kind,
+                client_ip,
+                correlation_id: request_id,
+            },
+            user,
+            is_admin,
+            token_type: claims.typ,
+            token_id,
+        })
+    }
+
+    /// Updates `last_used_at` off the request path, at most once a minute per token (the
+    /// cached identity is updated too, so the next request sees the touch).
+    fn touch_if_stale(
+        &self,
+        key: &IdentityKey,
+        identity: &Identity,
+        row: &PatRow,
+        ip: Option<&str>,
+    ) {
+        let fresh = row
+            .last_used_at
+            .as_deref()
+            .and_then(parse_ts)
+            .is_some_and(|t| (Utc::now() - t).num_seconds() < TOUCH_INTERVAL_SECS);
+        if fresh && row.last_used_ip.as_deref() == ip {
+            return;
+        }
+        let mut touched = identity.clone();
+        if let Some(pat) = touched.pat.as_mut() {
+            pat.last_used_at = Some(format_ts(Utc::now()));
+            pat.last_used_ip = ip.map(str::to_string);
+        }
+        self.identities.insert(key.clone(), Arc::new(touched));
+        let store = self.store.clone();
+        let (id, ip) = (row.id.clone(), ip.map(str::to_string));
+        tokio::spawn(async move {
+            if let Err(err) = store.touch_pat(&id, ip.as_deref()).await {
+                tracing::warn!(token_id = %id, error = %err, "could not record token use");
+            }
+        });
+    }
+}

@@ -1,0 +1,387 @@
+//! The one audit writer.
+//!
+//! Handlers describe what happened as an [`Event`]; [`AuditWriter::write`] stamps it with the
+//! caller's context, applies the truncation rules, and queues it. A background task stores
+//! queued rows in batches (group commit), so a request never waits on an audit insert. A
+//! failed insert is logged together with the rows it lost and never changes a response.
+//! [`AuditWriter::flush`] waits until everything queued so far is stored; shutdown calls it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::Store;
+use svc_core::clock::{new_id, now};
+
+mod rows;
+pub use rows::AuditRecord;
+
+/// Longest `resource` kept (spec "Limits").
+pub const MAX_RESOURCE_CHARS: usize = 256;
+/// Longest error message kept in `params.error`.
+pub const MAX_ERROR_CHARS: usize = 200;
+/// Rows queued before writers wait for room.
+const QUEUE_CAPACITY: usize = 100_000;
+/// Most rows stored in one transaction.
+const MAX_BATCH: usize = 5_000;
+
+/// What kind of client caused an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientKind {
+    /// Authenticated with a personal access token.
+    Cli,
+    /// A browser session (cookie).
+    Web,
+    /// A bearer session token.
+    Api,
+    /// The in-process scheduler's identity.
+    Scheduler,
+    /// `svc-server` administration commands run in a shell on the server.
+    Console,
+}
+
+impl ClientKind {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cli => "cli",
+            Self::Web => "web",
+            Self::Api => "api",
+            Self::Scheduler => "scheduler",
+            Self::Console => "console",
+        }
+    }
+}
+
+/// Who did something, and through which request.
+#[derive(Debug, Clone)]
+pub struct Actor {
+    /// The acting user, when known.
+    pub user_id: Option<String>,
+    /// How they reached us.
+    pub client_kind: ClientKind,
+    /// Their address.
+    pub client_ip: Option<String>,
+    /// The request id, reused as the correlation id.
+    pub correlation_id: Option<String>,
+}
+
+impl Actor {
+    /// An anonymous caller (for example a failed login) identified only by its request.
+    pub fn anonymous(client_ip: Option<String>, correlation_id: Option<String>) -> Self {
+        Self {
+            user_id: None,
+            client_kind: ClientKind::Api,
+            client_ip,
+            correlation_id,
+        }
+    }
+
+    /// The in-process scheduler.
+    pub fn scheduler() -> Self {
+        Self {
+            user_id: None,
+            client_kind: ClientKind::Scheduler,
+            client_ip: None,
+            correlation_id: None,
+        }
+    }
+
+    /// A shell command on the server.
+    pub fn console() -> Self {
+        Self {
+            user_id: None,
+            client_kind: ClientKind::Console,
+            client_ip: None,
+            correlation_id: None,
+        }
+    }
+}
+
+/// Something worth an audit row.
+#[derive(Debug, Clone)]
+pub struct Event {
+    action: String,
+    resource: Option<String>,
+    params: Map<String, Value>,
+    params_before: Option<Value>,
+    status: Option<u16>,
+    duration_ms: Option<i64>,
+}
+
+impl Event {
+    /// A successful event with this action name.
+    pub fn new(action: impl Into<String>) -> Self {
+        Self {
+            action: action.into(),
+            resource: None,
+            params: Map::new(),
+            params_before: None,
+            status: None,
+            duration_ms: None,
+        }
+    }
+
+    /// The target, e.g. `table:orders`.
+    pub fn resource(mut self, resource: impl Into<String>) -> Self {
+        self.resource = Some(resource.into());
+        self
+    }
+
+    /// Adds one parameter.
+    pub fn param(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.params.insert(key.to_string(), value.into());
+        self
+    }
+
+    /// The state before a change.
+    pub fn before(mut self, before: Value) -> Self {
+        self.params_before = Some(before);
+        self
+    }
+
+    /// Marks the event failed with an HTTP status; the message lands in `params.error`.
+    pub fn failed(mut self, status: u16, message: &str) -> Self {
+        self.status = Some(status);
+        self.params.insert(
+            "error".into(),
+            Value::String(message.chars().take(MAX_ERROR_CHARS).collect()),
+        );
+        self
+    }
+
+    /// Marks the event with how an operation ended: on success `on_ok` adds what it learned
+    /// (counts, ids); on failure the error's status and text ([`Event::failed`]).
+    pub fn outcome<T, E: AuditedError>(
+        self,
+        result: &Result<T, E>,
+        on_ok: impl FnOnce(Self, &T) -> Self,
+    ) -> Self {
+        match result {
+            Ok(v) => on_ok(self, v),
+            Err(e) => self.failed(e.status(), &e.to_string()),
+        }
+    }
+
+    /// Records the time taken since `started`.
+    pub fn timed(mut self, started: Instant) -> Self {
+        let ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+        self.duration_ms = Some(ms);
+        self.params.insert("duration_ms".into(), ms.into());
+        self
+    }
+
+    fn into_record(self, actor: &Actor) -> AuditRecord {
+        AuditRecord {
+            id: new_id(),
+            timestamp: now(),
+            user_id: actor.user_id.clone(),
+            action: self.action,
+            resource: self
+                .resource
+                .map(|r| r.chars().take(MAX_RESOURCE_CHARS).collect()),
+            params: (!self.params.is_empty()).then_some(Value::Object(self.params)),
+            params_before: self.params_before,
+            client_ip: actor.client_ip.clone(),
+            client_kind: Some(actor.client_kind.as_str().to_string()),
+            correlation_id: actor.correlation_id.clone(),
+            result: match self.status {
+                None => "success".to_string(),
+                Some(s) => format!("error.{s}"),
+            },
+            duration_ms: self.duration_ms,
+        }
+    }
+}
+
+/// A failure as an audit row records it: the status the client saw and the text.
+pub trait AuditedError: std::fmt::Display {
+    /// The HTTP status the failure was (or would be) answered with.
+    fn status(&self) -> u16;
+}
+
+impl AuditedError for svc_core::Error {
+    fn status(&self) -> u16 {
+        svc_core::Error::status(self)
+    }
+}
+
+/// The record [`AuditWriter::write`] would queue; lets the benchmark's naive path store
+/// exactly the same rows.
+#[doc(hidden)]
+pub fn record_for_bench(actor: &Actor, event: Event) -> AuditRecord {
+    event.into_record(actor)
+}
+
+enum Msg {
+    Record(Box<AuditRecord>),
+    Flush(oneshot::Sender<()>),
+}
+
+/// Queues audit rows and stores them in batches off the request path.
+#[derive(Debug, Clone)]
+pub struct AuditWriter {
+    tx: mpsc::Sender<Msg>,
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Msg")
+    }
+}
+
+impl AuditWriter {
+    /// Starts the background writer on the current Tokio runtime.
+    pub fn start(store: Store) -> Arc<Self> {
+        let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+        tokio::spawn(run(store, rx));
+        Arc::new(Self { tx })
+    }
+
+    /// Queues an event. Returns at once unless the queue is full, in which case it waits for
+    /// room (backpressure) rather than drop the row.
+    pub async fn write(&self, actor: &Actor, event: Event) {
+        self.enqueue(event.into_record(actor)).await;
+    }
+
+    /// The one audit wrap for an operation that has ended: `event` with its outcome
+    /// ([`Event::outcome`]) and the time since `started`, queued like [`AuditWriter::write`].
+    pub async fn write_outcome<T, E: AuditedError>(
+        &self,
+        actor: &Actor,
+        event: Event,
+        started: Instant,
+        result: &Result<T, E>,
+        on_ok: impl FnOnce(Event, &T) -> Event,
+    ) {
+        self.write(actor, event.outcome(result, on_ok).timed(started))
+            .await;
+    }
+
+    /// Queues a ready-made record.
+    pub async fn enqueue(&self, record: AuditRecord) {
+        if let Err(mpsc::error::SendError(Msg::Record(record))) =
+            self.tx.send(Msg::Record(Box::new(record))).await
+        {
+            // Only after the writer task is gone (runtime shutting down): keep the row in the log.
+            tracing::error!(record = %serde_json::to_string(&record).unwrap_or_default(), "audit writer stopped; record not stored");
+        }
+    }
+
+    /// Waits until every event queued before this call is stored (or logged as lost).
+    pub async fn flush(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Msg::Flush(done)).await.is_ok() {
+            let _ = wait.await;
+        }
+    }
+}
+
+async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut waiters = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Record(r) => batch.push(*r),
+                Msg::Flush(w) => waiters.push(w),
+            }
+            if batch.len() < MAX_BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !batch.is_empty() {
+            if let Err(err) = store.insert_audit_batch(&batch).await {
+                for r in &batch {
+                    tracing::error!(error = %err, record = %serde_json::to_string(r).unwrap_or_default(), "audit write failed");
+                }
+            }
+            batch.clear();
+        }
+        for w in waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing;
+
+    #[tokio::test]
+    async fn batches_are_stored_with_truncation_and_context() {
+        let (store, _dir) = testing::sqlite().await;
+        let writer = AuditWriter::start(store.clone());
+        let actor = Actor {
+            user_id: Some("u1".into()),
+            client_kind: ClientKind::Cli,
+            client_ip: Some("127.0.0.1".into()),
+            correlation_id: Some("req-1".into()),
+        };
+        for i in 0..250 {
+            writer
+                .write(
+                    &actor,
+                    Event::new("test.event")
+                        .resource("x".repeat(300))
+                        .param("i", i),
+                )
+                .await;
+        }
+        writer
+            .write(
+                &actor,
+                Event::new("test.failed").failed(404, &"e".repeat(500)),
+            )
+            .await;
+        writer.flush().await;
+        let rows = store.audit_by_action("test.event", 1000).await.unwrap();
+        assert_eq!(rows.len(), 250);
+        assert!(rows
+            .iter()
+            .all(|r| r.resource.as_ref().unwrap().chars().count() == MAX_RESOURCE_CHARS));
+        assert!(rows
+            .iter()
+            .all(|r| r.client_kind.as_deref() == Some("cli") && r.result == "success"));
+        let failed = &store.audit_by_action("test.failed", 10).await.unwrap()[0];
+        assert_eq!(failed.result, "error.404");
+        assert_eq!(failed.correlation_id.as_deref(), Some("req-1"));
+        let msg = failed.params.as_ref().unwrap()["error"].as_str().unwrap();
+        assert_eq!(msg.chars().count(), MAX_ERROR_CHARS);
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_loses_only_its_batch_and_the_writer_keeps_going() {
+        let (store, _dir) = testing::sqlite().await;
+        let writer = AuditWriter::start(store.clone());
+        sqlx::query("ALTER TABLE audit_log RENAME TO audit_log_away")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        writer
+            .write(&Actor::console(), Event::new("lost.event"))
+            .await;
+        writer.flush().await;
+        sqlx::query("ALTER TABLE audit_log_away RENAME TO audit_log")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        writer
+            .write(&Actor::console(), Event::new("kept.event"))
+            .await;
+        writer.flush().await;
+        assert!(store
+            .audit_by_action("lost.event", 10)
+            .await
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            store.audit_by_action("kept.event", 10).await.unwrap().len(),
+            1
+        );
+    }
+}

@@ -1,0 +1,475 @@
+//! svc-store: the state store — users, groups, grants, tokens, the table registry, scripts,
+//! sync state, persistent metadata — its migrations, and the one audit writer ([`audit`]).
+//!
+//! Principal type: [`Store`], a cheap handle over one connection pool. Repositories return
+//! [`StoreError`], which becomes `svc_core::Error` with `?`.
+//!
+//! Must never import poem or any svc crate above it (auth, catalog, query, the host); it
+//! stands on `svc-core` alone.
+//!
+//! One set of SQL serves both backends through sqlx's `Any` driver: SQLite (the embedded
+//! default, WAL mode) and PostgreSQL (for deployments with several replicas). To stay inside
+//! what `Any` can carry, columns use only text, 64-bit integers, doubles and booleans;
+//! timestamps are RFC 3339 UTC strings with a fixed width, so they sort as text.
+
+pub mod audit;
+pub mod groups;
+pub mod metadata;
+mod migrate;
+pub mod registry;
+mod schema;
+pub mod scripts;
+pub mod sync;
+pub mod tokens;
+pub mod users;
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+
+pub use migrate::CURRENT_SCHEMA_VERSION;
+
+/// Which database engine sits behind the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded default.
+    Sqlite,
+    /// Selected by a `postgres://` or `postgresql://` URL.
+    Postgres,
+}
+
+impl Backend {
+    fn from_url(url: &str) -> anyhow::Result<Self> {
+        if url.starts_with("sqlite:") {
+            Ok(Self::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Self::Postgres)
+        } else {
+            anyhow::bail!("unsupported database URL (expected sqlite: or postgres://): {url}")
+        }
+    }
+}
+
+/// A handle on the state store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Store {
+    /// Opens (creating the SQLite file and its directory if needed) without migrating.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        sqlx::any::install_default_drivers();
+        let backend = Backend::from_url(url)?;
+        let url = match backend {
+            Backend::Sqlite => {
+                prepare_sqlite_path(url)?;
+                if url.contains('?') {
+                    url.to_string()
+                } else {
+                    format!("{url}?mode=rwc")
+                }
+            }
+            Backend::Postgres => url.to_string(),
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(match backend {
+                Backend::Sqlite => 8,
+                Backend::Postgres => 16,
+            })
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        // Several processes (the server and `svc-server users ...`) share the file:
+                        // wait for a writer instead of failing with SQLITE_BUSY.
+                        sqlx::query("PRAGMA busy_timeout = 10000")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA synchronous = NORMAL")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await
+            .with_context(|| format!("cannot open the state store at {}", redact_url(&url)))?;
+        if backend == Backend::Sqlite {
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
+        }
+        Ok(Self { pool, backend })
+    }
+
+    /// Opens the store and brings its schema up to date.
+    pub async fn open(url: &str) -> anyhow::Result<Self> {
+        let store = Self::connect(url).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Runs every pending migration step; a no-op on a current schema.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        migrate::run(self).await
+    }
+
+    /// The highest migration step recorded in the store (0 for an unversioned database).
+    pub async fn schema_version(&self) -> anyhow::Result<i64> {
+        migrate::recorded_version(self).await
+    }
+
+    /// The connection pool, for repositories.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// The database engine in use.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Closes every connection (used before exit so SQLite checkpoints its WAL).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// The default store location inside a data directory.
+pub fn default_sqlite_url(data_dir: &Path) -> String {
+    format!(
+        "sqlite://{}",
+        data_dir.join("state").join("svc.db").display()
+    )
+}
+
+fn prepare_sqlite_path(url: &str) -> anyhow::Result<()> {
+    let path = url
+        .trim_start_matches("sqlite://")
+        .trim_start_matches("sqlite:")
+        .split('?')
+        .next()
+        .unwrap_or_default();
+    if path.is_empty() || path == ":memory:" {
+        return Ok(());
+    }
+    if let Some(parent) = Path::new(path).parent() {
+        if !parent.as_os_str().is_empty() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Hides a password in a database URL before it reaches a log line or an error message.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// A state-store failure. Repositories return it; upper crates turn it into the domain
+/// error with `?` (a 500 whose cause is logged, or a 400 for text the database cannot hold).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct StoreError(#[from] sqlx::Error);
+
+impl StoreError {
+    /// Whether a unique constraint refused the write (a duplicate name or email).
+    pub fn is_unique_violation(&self) -> bool {
+        self.0
+            .as_database_error()
+            .is_some_and(|db| db.is_unique_violation())
+    }
+
+    /// A unique-constraint violation as a 409 with `message`; anything else as usual.
+    pub fn conflict_on_duplicate(self, message: impl Into<String>) -> svc_core::Error {
+        if self.is_unique_violation() {
+            svc_core::Error::conflict(message)
+        } else {
+            self.into()
+        }
+    }
+}
+
+impl From<StoreError> for svc_core::Error {
+    /// Store failures are the server's, except text PostgreSQL cannot hold (a NUL byte, code
+    /// 22021): that came from the request, and is refused as such on either backend's terms.
+    fn from(e: StoreError) -> Self {
+        match &e.0 {
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("22021") => {
+                Self::bad_request("The request holds text with a NUL byte, which is not allowed")
+            }
+            _ => Self::internal(e),
+        }
+    }
+}
+
+/// Reads a boolean column: PostgreSQL stores `BOOLEAN`, SQLite an integer 0/1.
+pub(crate) fn flag(row: &AnyRow, column: &str) -> Result<bool, StoreError> {
+    match row.try_get::<bool, _>(column) {
+        Ok(b) => Ok(b),
+        Err(_) => Ok(row.try_get::<Option<i64>, _>(column)?.unwrap_or(0) != 0),
+    }
+}
+
+/// A query as the repositories build it.
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+/// Runs a query expected to return at most one row and maps it.
+async fn fetch_opt<T>(
+    store: &Store,
+    q: AnyQuery<'_>,
+    map: fn(&AnyRow) -> Result<T, StoreError>,
+) -> Result<Option<T>, StoreError> {
+    q.fetch_optional(store.pool())
+        .await?
+        .as_ref()
+        .map(map)
+        .transpose()
+}
+
+/// Runs a query and maps every row.
+async fn fetch_vec<T>(
+    store: &Store,
+    q: AnyQuery<'_>,
+    map: fn(&AnyRow) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    q.fetch_all(store.pool()).await?.iter().map(map).collect()
+}
+
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod testing {
+    //! Store fixtures: a fresh SQLite file per test, and a fresh PostgreSQL database when
+    //! `SVC_TEST_DATABASE_URL` is set.
+    use super::*;
+
+    /// A migrated store on a temporary SQLite file; keep the directory alive.
+    pub async fn sqlite() -> (Store, TempDir) {
+        let dir = TempDir::new();
+        let url = default_sqlite_url(&dir.0);
+        (Store::open(&url).await.unwrap(), dir)
+    }
+
+    /// A new, empty PostgreSQL database (not migrated), or None with a printed notice.
+    pub async fn postgres_url() -> Option<String> {
+        let Ok(admin_url) = std::env::var("SVC_TEST_DATABASE_URL") else {
+            eprintln!("notice: SVC_TEST_DATABASE_URL unset; skipping the PostgreSQL run");
+            return None;
+        };
+        let name = format!("svc_unit_{}", uuid::Uuid::new_v4().simple());
+        let admin = Store::connect(&admin_url).await.unwrap();
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(admin.pool())
+            .await
+            .unwrap();
+        admin.close().await;
+        let base = admin_url.rsplit_once('/').map(|(b, _)| b).unwrap();
+        Some(format!("{base}/{name}"))
+    }
+
+    /// Every backend the tests can reach: SQLite always, PostgreSQL when configured.
+    pub async fn all_backends() -> Vec<(Store, Option<TempDir>)> {
+        let (sqlite, dir) = sqlite().await;
+        let mut v = vec![(sqlite, Some(dir))];
+        if let Some(url) = postgres_url().await {
+            v.push((Store::open(&url).await.unwrap(), None));
+        }
+        v
+    }
+
+    /// A temporary directory removed on drop.
+    pub struct TempDir(pub std::path::PathBuf);
+
+    impl TempDir {
+        /// Creates a unique directory under the system temp dir.
+        pub fn new() -> Self {
+            let p =
+                std::env::temp_dir().join(format!("svc-unit-{}", uuid::Uuid::new_v4().simple()));
+            std::fs::create_dir_all(&p).unwrap();
+            Self(p)
+        }
+    }
+
+    impl Default for TempDir {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::registry::{QueryMode, RegistryRow};
+    use super::testing;
+    use super::users::Guarded;
+
+    /// The same repository calls give the same answers on SQLite and PostgreSQL.
+    #[tokio::test]
+    async fn repositories_behave_the_same_on_both_backends() {
+        for (store, _dir) in testing::all_backends().await {
+            store.seed_system_groups().await.unwrap();
+            store.seed_system_groups().await.unwrap();
+            let u = store
+                .create_user("a@example.com", Some("A"), None)
+                .await
+                .unwrap();
+            assert!(u.active);
+            assert!(
+                store
+                    .create_user("a@example.com", None, None)
+                    .await
+                    .is_err(),
+                "unique e-mail"
+            );
+            assert!(!store.is_admin(&u.id).await.unwrap());
+            let admin = store.group_by_name("Admin").await.unwrap().unwrap();
+            assert!(admin.is_system);
+            assert!(store
+                .add_member(&admin.id, &u.id, "admin", "t")
+                .await
+                .unwrap());
+            assert!(
+                !store
+                    .add_member(&admin.id, &u.id, "admin", "t")
+                    .await
+                    .unwrap(),
+                "idempotent"
+            );
+            assert!(store.is_admin(&u.id).await.unwrap());
+            assert_eq!(store.count_active_admins().await.unwrap(), 1);
+            // The last active admin stays: deactivation, deletion and removal are refused.
+            assert_eq!(
+                store.set_user_active(&u.id, false, None).await.unwrap(),
+                Guarded::LastAdmin
+            );
+            assert_eq!(store.delete_user(&u.id).await.unwrap(), Guarded::LastAdmin);
+            assert_eq!(
+                store.remove_member(&admin.id, &u.id).await.unwrap(),
+                Guarded::LastAdmin
+            );
+            let b = store
+                .create_user("b@example.com", None, None)
+                .await
+                .unwrap();
+            store
+                .add_member(&admin.id, &b.id, "admin", "t")
+                .await
+                .unwrap();
+            assert_eq!(
+                store.set_user_active(&u.id, false, None).await.unwrap(),
+                Guarded::Applied
+            );
+            assert_eq!(store.count_active_admins().await.unwrap(), 1);
+            assert!(!store.user_by_id(&u.id).await.unwrap().unwrap().active);
+
+            let g = store.create_group("finance", Some("d"), "t").await.unwrap();
+            store.add_member(&g.id, &u.id, "admin", "t").await.unwrap();
+            let grant = store
+                .create_grant(&g.id, "table", "orders", "t")
+                .await
+                .unwrap();
+            assert_eq!(
+                store.granted_table_ids(&u.id).await.unwrap(),
+                vec!["orders".to_string()]
+            );
+            assert_eq!(
+                store.list_grants(None, Some("table")).await.unwrap(),
+                vec![grant.clone()]
+            );
+            assert_eq!(store.list_grants(Some("nope"), None).await.unwrap(), vec![]);
+            let names: Vec<String> = store
+                .list_groups()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|g| g.name)
+                .collect();
+            assert_eq!(names, ["Admin", "Everyone", "finance"]);
+            store.delete_group(&g.id).await.unwrap();
+            assert!(store.granted_table_ids(&u.id).await.unwrap().is_empty());
+
+            let row = RegistryRow {
+                id: "orders".into(),
+                name: "Orders".into(),
+                source_type: "local".into(),
+                bucket: Some("b".into()),
+                source_table: None,
+                query_mode: QueryMode::Materialized,
+                source_query: Some("SELECT 1".into()),
+                sync_schedule: None,
+                description: None,
+                registered_by: Some("first".into()),
+                registered_at: None,
+                updated_at: None,
+            };
+            store.upsert_table(&row).await.unwrap();
+            store
+                .upsert_table(&RegistryRow {
+                    registered_by: Some("second".into()),
+                    ..row.clone()
+                })
+                .await
+                .unwrap();
+            let stored = store.table_by_id("orders").await.unwrap().unwrap();
+            let g2 = store.create_group("readers", None, "t").await.unwrap();
+            store.add_member(&g2.id, &u.id, "admin", "t").await.unwrap();
+            let (_, granted) = store
+                .table_with_grant("orders", &u.id)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(!granted);
+            store
+                .create_grant(&g2.id, "table", "orders", "t")
+                .await
+                .unwrap();
+            let (row, granted) = store
+                .table_with_grant("orders", &u.id)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(granted && row.id == "orders");
+            assert!(store
+                .table_with_grant("nope", &u.id)
+                .await
+                .unwrap()
+                .is_none());
+            let who = store.identity(&u.id, None).await.unwrap().unwrap();
+            assert!(who.is_admin && who.pat.is_none() && !who.user.active);
+            assert!(store.identity("nobody", None).await.unwrap().is_none());
+            assert_eq!(
+                stored.registered_by.as_deref(),
+                Some("first"),
+                "first registrant kept"
+            );
+            assert_eq!(stored.query_mode, QueryMode::Materialized);
+            assert!(store.delete_table("orders").await.unwrap());
+            assert!(store.table_by_id("orders").await.unwrap().is_none());
+            assert_eq!(store.delete_user(&u.id).await.unwrap(), Guarded::Applied);
+            assert_eq!(store.delete_user(&u.id).await.unwrap(), Guarded::Missing);
+            assert_eq!(store.delete_user(&b.id).await.unwrap(), Guarded::LastAdmin);
+            assert_eq!(store.count_users().await.unwrap(), 1);
+            store.close().await;
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Numbered, idempotent migrations recorded in `schema_version`.
+//!
+//! Every step tolerates older or hand-made layouts: tables may already exist, columns may be
+//! present or missing, legacy columns may linger. Steps add what is missing and never assume
+//! a clean slate. Each step runs in its own transaction with its version row, so a failed
+//! step leaves the recorded version where it was and the next start retries it.
+
+use anyhow::Context as _;
+use sqlx::{Any, Row, Transaction};
+
+use super::schema::{self, Index, Table};
+use super::{Backend, Store};
+
+/// The schema version this binary migrates to.
+pub const CURRENT_SCHEMA_VERSION: i64 = 46;
+
+type Tx<'a> = Transaction<'a, Any>;
+
+/// One rung of the ladder.
+struct Step {
+    version: i64,
+    name: &'static str,
+}
+
+const STEPS: &[Step] = &[
+    Step {
+        version: 1,
+        name: "base schema: users, groups, grants, tokens, registry, audit",
+    },
+    Step {
+        version: 19,
+        name: "drop legacy per-user data permissions and the public flag",
+    },
+    Step {
+        version: 40,
+        name: "audit_log request context columns and indices",
+    },
+    Step {
+        version: 41,
+        name: "the seven usage tables",
+    },
+    Step {
+        version: 43,
+        name: "user_observability_views",
+    },
+    Step {
+        version: 44,
+        name: "persistent metadata cache for remote tables",
+    },
+    Step {
+        version: 45,
+        name: "sync state and scheduled scripts",
+    },
+    Step {
+        version: 46,
+        name: "script run leases",
+    },
+];
+
+async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<()> {
+    let b = store.backend;
+    match version {
+        1 => {
+            for t in [
+                &schema::USERS,
+                &schema::USER_GROUPS,
+                &schema::USER_GROUP_MEMBERS,
+                &schema::RESOURCE_GRANTS,
+                &schema::PERSONAL_ACCESS_TOKENS,
+                &schema::TABLE_REGISTRY,
+                &schema::AUDIT_LOG_BASE,
+            ] {
+                ensure_table(tx, b, t).await?;
+            }
+        }
+        19 => {
+            exec(tx, "DROP TABLE IF EXISTS dataset_permissions").await?;
+            exec(tx, "DROP TABLE IF EXISTS access_requests").await?;
+            drop_column(tx, b, "users", "role").await?;
+            drop_column(tx, b, "table_registry", "is_public").await?;
+        }
+        40 => {
+            ensure_table(tx, b, &schema::AUDIT_LOG_BASE).await?;
+            ensure_columns(tx, b, "audit_log", schema::AUDIT_LOG_V40_COLUMNS).await?;
+            ensure_indices(tx, schema::AUDIT_LOG_V40_INDICES).await?;
+        }
+        41 => {
+            for t in schema::USAGE_TABLES {
+                ensure_table(tx, b, t).await?;
+            }
+            ensure_indices(tx, schema::USAGE_INDICES).await?;
+        }
+        43 => {
+            ensure_table(tx, b, &schema::USER_OBSERVABILITY_VIEWS).await?;
+            ensure_indices(tx, schema::OBSERVABILITY_VIEW_INDICES).await?;
+        }
+        44 => ensure_table(tx, b, &schema::TABLE_METADATA_CACHE).await?,
+        45 => {
+            ensure_table(tx, b, &schema::SYNC_STATE).await?;
+            ensure_table(tx, b, &schema::SCRIPTS).await?;
+        }
+        46 => {
+            ensure_table(tx, b, &schema::SCRIPTS).await?;
+            ensure_columns(tx, b, "scripts", schema::SCRIPTS_V46_COLUMNS).await?;
+        }
+        other => anyhow::bail!("no migration step {other}"),
+    }
+    Ok(())
+}
+
+/// Adds the columns of `wanted` that `table` lacks.
+async fn ensure_columns(
+    tx: &mut Tx<'_>,
+    b: Backend,
+    table: &str,
+    wanted: &[schema::Column],
+) -> anyhow::Result<()> {
+    let existing = columns(tx, b, table).await?;
+    for c in wanted {
+        if !existing.iter().any(|e| e.eq_ignore_ascii_case(c.name)) {
+            exec(
+                tx,
+                &format!("ALTER TABLE {table} ADD COLUMN {}", c.render(b, true)),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Brings the store to [`CURRENT_SCHEMA_VERSION`].
+pub(super) async fn run(store: &Store) -> anyhow::Result<()> {
+    ensure_version_table(store).await?;
+    let recorded = recorded_version(store).await?;
+    if recorded > CURRENT_SCHEMA_VERSION {
+        anyhow::bail!(
+            "the state store is at schema v{recorded}, newer than this svc-server (v{CURRENT_SCHEMA_VERSION}); \
+             upgrade svc-server instead of downgrading the store"
+        );
+    }
+    for step in STEPS {
+        let mut tx = store.pool.begin().await?;
+        if store.backend == Backend::Postgres {
+            // Replicas starting together must not run the same step twice at once.
+            exec(
+                &mut tx,
+                "SELECT 1 AS locked FROM pg_advisory_xact_lock(734001)",
+            )
+            .await?;
+        }
+        // Re-read inside the transaction: another process may have just applied it.
+        let current: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_version")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get("v")?;
+        if current >= step.version {
+            continue;
+        }
+        apply(store, &mut tx, step.version)
+            .await
+            .with_context(|| format!("migration v{} ({}) failed", step.version, step.name))?;
+        sqlx::query("INSERT INTO schema_version (version, applied_at) VALUES ($1, $2)")
+            .bind(step.version)
+            .bind(svc_core::clock::now())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        tracing::info!(
+            version = step.version,
+            step = step.name,
+            "applied migration"
+        );
+    }
+    Ok(())
+}
+
+async fn ensure_version_table(store: &Store) -> anyhow::Result<()> {
+    let int = match store.backend {
+        Backend::Sqlite => "INTEGER",
+        Backend::Postgres => "BIGINT",
+    };
+    sqlx::query(&format!(
+        "CREATE TABLE IF NOT EXISTS schema_version (version {int} NOT NULL, applied_at TEXT)"
+    ))
+    .execute(&store.pool)
+    .await?;
+    Ok(())
+}
+
+/// The highest recorded step; 0 when the table is missing or empty.
+pub(super) async fn recorded_version(store: &Store) -> anyhow::Result<i64> {
+    let mut conn = store.pool.acquire().await?;
+    let mut tx: Tx<'_> = sqlx::Acquire::begin(&mut *conn).await?;
+    if !table_exists(&mut tx, store.backend, "schema_version").await? {
+        return Ok(0);
+    }
+    let v: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_version")
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get("v")?;
+    Ok(v)
+}
+
+async fn exec(tx: &mut Tx<'_>, sql: &str) -> anyhow::Result<()> {
+    sqlx::query(sql)
+        .execute(&mut **tx)
+        .await
+        .with_context(|| format!("while running: {sql}"))?;
+    Ok(())
+}
+
+/// Creates the table, or adds whichever of its columns an existing table lacks.
+async fn ensure_table(tx: &mut Tx<'_>, b: Backend, t: &Table) -> anyhow::Result<()> {
+    if !table_exists(tx, b, t.name).await? {
+        return exec(tx, &t.create_sql(b)).await;
+    }
+    let existing = columns(tx, b, t.name).await?;
+    for c in t.columns {
+        if !existing.iter().any(|e| e.eq_ignore_ascii_case(c.name)) {
+            exec(
+                tx,
+                &format!("ALTER TABLE {} ADD COLUMN {}", t.name, c.render(b, true)),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+async fn ensure_indices(tx: &mut Tx<'_>, indices: &[Index]) -> anyhow::Result<()> {
+    for i in indices {
+        exec(tx, &i.create_sql()).await?;
+    }
+    Ok(())
+}
+
+async fn drop_column(tx: &mut Tx<'_>, b: Backend, table: &str, column: &str) -> anyhow::Result<()> {
+    if columns(tx, b, table)
+        .await?
+        .iter()
+        .any(|c| c.eq_ignore_ascii_case(column))
+    {
+        exec(tx, &format!("ALTER TABLE {table} DROP COLUMN {column}")).await?;
+    }
+    Ok(())
+}
+
+async fn table_exists(tx: &mut Tx<'_>, b: Backend, table: &str) -> anyhow::Result<bool> {
+    let sql = match b {
+        Backend::Sqlite => "SELECT name FROM sqlite_master WHERE type = 'table' AND name = $1",
+        Backend::Postgres => {
+            "SELECT table_name::text AS name FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_name = $1"
+        }
+    };
+    Ok(sqlx::query(sql)
+        .bind(table)
+        .fetch_optional(&mut **tx)
+        .await?
+        .is_some())
+}
+
+/// Column names of a table (empty when the table does not exist).
+pub(super) async fn columns(
+    tx: &mut Tx<'_>,
+    b: Backend,
+    table: &str,
+) -> anyhow::Result<Vec<String>> {
+    let sql = match b {
+        Backend::Sqlite => "SELECT name FROM pragma_table_info($1)",
+        Backend::Postgres => {
+            "SELECT column_name::text AS name FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = $1"
+        }
+    };
+    let rows = sqlx::query(sql).bind(table).fetch_all(&mut **tx).await?;
+    rows.iter()
+        .map(|r| Ok(r.try_get::<String, _>("name")?))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ladder_is_ordered_and_ends_at_the_current_version() {
+        assert!(STEPS.windows(2).all(|w| w[0].version < w[1].version));
+        assert_eq!(
+            STEPS.last().map(|s| s.version),
+            Some(CURRENT_SCHEMA_VERSION)
+        );
+    }
+}

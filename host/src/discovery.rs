@@ -9,7 +9,7 @@ use moka::sync::Cache;
 use crate::api::discovery::{CachedSample, SchemaResponse};
 
 /// Schema payloads and sample payloads. (The registry snapshot lives with the access
-/// check, [`svc_auth::access::AccessCaches`].)
+/// check, [`svc_auth::access::Access`].)
 #[derive(Clone)]
 pub struct DiscoveryCaches {
     /// Schema responses by table id.

@@ -202,47 +202,40 @@ async fn sync_table(state: &AppState, row: &RegistryRow, actor: &Actor) -> Resul
     };
     let ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     let event = Event::new("sync.table").resource(&row.id);
-    match outcome {
+    match &outcome {
         Ok(report) => {
-            if let Err(e) = state.store.record_sync_success(&row.id, &report, ms).await {
+            if let Err(e) = state.store.record_sync_success(&row.id, report, ms).await {
                 tracing::warn!(table = %row.id, error = %e, "could not record the sync");
             }
             // The file changed under every cached sample and schema of this table.
             state.data_changed(&row.id);
-            state
-                .audit
-                .write(
-                    actor,
-                    event
-                        .param("rows", report.rows)
-                        .param("bytes", report.bytes)
-                        .param("hash", report.hash.clone())
-                        .timed(started),
-                )
-                .await;
-            Ok(())
         }
         Err(e) => {
             tracing::warn!(table = %row.id, error = %e, "sync failed");
             if let Err(se) = state.store.record_sync_error(&row.id, &e.message, ms).await {
                 tracing::warn!(table = %row.id, error = %se, "could not record the sync failure");
             }
-            let status = svc_core::Error::from(e.clone()).status();
-            state
-                .audit
-                .write(
-                    actor,
-                    event
-                        .param("kind", e.name())
-                        .failed(status, &e.message)
-                        .timed(started),
-                )
-                .await;
-            Err(Failed {
-                table: row.id.clone(),
-                error: e.name().to_owned(),
-                message: e.message,
-            })
         }
     }
+    let event = match &outcome {
+        Err(e) => event.param("kind", e.name()),
+        Ok(_) => event,
+    };
+    let audited = outcome
+        .as_ref()
+        .map_err(|e| svc_core::Error::from(e.clone()));
+    state
+        .audit
+        .write_outcome(actor, event, started, &audited, |event, report| {
+            event
+                .param("rows", report.rows)
+                .param("bytes", report.bytes)
+                .param("hash", report.hash.clone())
+        })
+        .await;
+    outcome.map(|_| ()).map_err(|e| Failed {
+        table: row.id.clone(),
+        error: e.name().to_owned(),
+        message: e.message,
+    })
 }

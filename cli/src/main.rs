@@ -14,7 +14,6 @@ mod workspace;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand};
-
 use commands::{admin, auth, discovery, pull, query, snapshot, Ctx};
 
 const EXIT_CODES: &str = "\

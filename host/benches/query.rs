@@ -21,6 +21,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{percentile, Server};
 use reqwest::blocking::Client;
 use serde_json::json;
 use svc_plugin_api::arrow::array::{ArrayRef, Float64Array, Int64Array, StringArray};
@@ -31,8 +32,6 @@ use svc_plugin_api::RecordBatch;
 use svc_query::format::Format;
 use svc_store::audit::AuditRecord;
 use svc_store::Store;
-
-use common::{percentile, Server};
 
 const QUERIES: [(&str, &str); 3] = [
     (

@@ -4,7 +4,6 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-
 use svc_catalog::settings::{DriverSettings, RawSettings};
 use svc_store as store;
 

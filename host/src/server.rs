@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use poem::listener::{Acceptor, Listener, TcpListener};
+use svc_store::audit::Actor;
+use svc_store::{redact_url, Store};
 
 use crate::config::StoreArgs;
 use crate::connections::{ConnectionLimits, Connections, LimitedAcceptor};
 use crate::state::{AppState, RuntimeConfig};
-use svc_store::audit::Actor;
-use svc_store::{redact_url, Store};
 
 /// Options of `svc-server serve`.
 #[derive(Debug, Clone, clap::Args)]

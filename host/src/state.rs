@@ -1,13 +1,11 @@
-//! Shared server state, built once at start and handed to every endpoint.
+//! The composition root: every service of the crates below, assembled once at start and
+//! handed to every endpoint. Services hold only the handles they use; this struct only
+//! wires them together.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use svc_catalog::settings::DriverSettings;
-use svc_query::Engine;
-
-use crate::discovery::DiscoveryCaches;
 use svc_auth::access::Access;
 use svc_auth::admin::Admin;
 use svc_auth::ratelimit::LoginLimiter;
@@ -15,9 +13,13 @@ use svc_auth::Authenticator;
 use svc_catalog::caches::CacheHooks;
 use svc_catalog::drivers::Drivers;
 use svc_catalog::registry::Registry;
+use svc_catalog::settings::DriverSettings;
 use svc_catalog::warmup::MetadataWarmer;
+use svc_query::Engine;
 use svc_store::audit::AuditWriter;
 use svc_store::Store;
+
+use crate::discovery::DiscoveryCaches;
 
 /// Settings the request path needs.
 #[derive(Debug, Clone)]

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use moka::sync::Cache;
-
 use svc_core::{Error, Result};
 use svc_store::registry::RegistryRow;
 use svc_store::Store;

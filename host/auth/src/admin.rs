@@ -1,18 +1,18 @@
 //! Administrative operations on users, groups and grants, shared by the HTTP API and the
 //! `svc-server` shell commands so both apply the same guards and write the same audit rows.
 
-use serde_json::json;
-
 use std::sync::Arc;
-use svc_core::Error;
 
-use crate::access::Access;
-use crate::password;
-use crate::Authenticator;
+use serde_json::json;
+use svc_core::Error;
 use svc_store::audit::{Actor, AuditWriter, Event};
 use svc_store::groups::{Grant, Group};
 use svc_store::users::{Guarded, User, ADMIN_GROUP};
 use svc_store::Store;
+
+use crate::access::Access;
+use crate::password;
+use crate::Authenticator;
 
 /// Resource types a grant may name.
 pub const RESOURCE_TYPES: &[&str] = &["table"];

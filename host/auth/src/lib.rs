@@ -18,10 +18,9 @@ pub mod ratelimit;
 use std::sync::Arc;
 
 use chrono::{Duration, Utc};
+use jwt::{Claims, JwtKeys, TokenType};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-
-use jwt::{Claims, JwtKeys, TokenType};
 use svc_core::clock::{format_ts, new_id, parse_ts};
 use svc_store::audit::{Actor, ClientKind};
 use svc_store::tokens::PatRow;

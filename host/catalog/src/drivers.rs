@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use svc_plugin_api::ffi::DriverConfig;
 use svc_plugin_api::{SeededTable, SourceDriver};
-
 use svc_store::{Backend, Store};
 
 use crate::settings::DriverSettings;

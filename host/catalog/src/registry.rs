@@ -1,11 +1,10 @@
 //! Registry changes: validation, the store write, the audit row and the cache flush, in one
 //! place for every caller.
 
-use serde_json::{json, Value};
-use svc_core::table_id::{is_valid_table_id, TABLE_ID_PATTERN};
-
 use std::sync::Arc;
 
+use serde_json::{json, Value};
+use svc_core::table_id::{is_valid_table_id, TABLE_ID_PATTERN};
 use svc_core::Error;
 use svc_store::audit::{Actor, AuditWriter, Event};
 use svc_store::registry::{QueryMode, RegistryRow};

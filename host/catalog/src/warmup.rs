@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use svc_plugin_api::ErrorKind;
+use svc_store::Store;
 
 use crate::drivers::Drivers;
-use svc_store::Store;
 
 /// What a re-warm did, for logs and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,6 +10,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use svc_core::{Error, Result};
 use svc_plugin_api::arrow::csv::WriterBuilder as CsvWriterBuilder;
 use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use svc_plugin_api::arrow::error::ArrowError;
@@ -19,8 +20,6 @@ use svc_plugin_api::datafusion::parquet::basic::Compression;
 use svc_plugin_api::datafusion::parquet::file::metadata::KeyValue;
 use svc_plugin_api::datafusion::parquet::file::properties::WriterProperties;
 use svc_plugin_api::RecordBatch;
-
-use svc_core::{Error, Result};
 
 /// Rows per parquet row group: small enough that a streamed file reaches the client as it
 /// is written.

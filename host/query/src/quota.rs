@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{NaiveDate, Utc};
 use serde_json::json;
-
 use svc_core::{Error, ErrorKind, Result};
 
 #[derive(Debug)]

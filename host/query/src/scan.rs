@@ -2,17 +2,17 @@
 //! one SELECT the engine runs like any query — and the size guard on their estimates.
 
 use serde_json::json;
+use svc_core::{Error, ErrorKind, Result};
 use svc_plugin_api::arrow::datatypes::SchemaRef;
 use svc_plugin_api::datafusion::common::tree_node::{Transformed, TreeNode};
 use svc_plugin_api::datafusion::common::{Column, DFSchema};
 use svc_plugin_api::datafusion::logical_expr::Expr;
 use svc_plugin_api::datafusion::prelude::SessionContext;
 use svc_plugin_api::{ErrorKind as DriverErrorKind, ScanEstimate, ScanSpec};
+use svc_store::registry::RegistryRow;
 
 use super::engine::Engine;
 use super::predicate;
-use svc_core::{Error, ErrorKind, Result};
-use svc_store::registry::RegistryRow;
 
 /// What the caller asked for.
 #[derive(Debug, Clone, Copy)]

@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::json;
+use svc_core::{Error, ErrorKind, Result};
 use svc_plugin_api::arrow::datatypes::SchemaRef;
 use svc_plugin_api::datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use svc_plugin_api::RecordBatch;
 use tokio::time::Instant;
 
 use super::engine::engine_error;
-use svc_core::{Error, ErrorKind, Result};
 
 /// The rows of one query, at most `limit` of them.
 pub struct RowStream {

@@ -1,17 +1,17 @@
 //! `/api/admin/groups` and `/api/admin/grants` — groups, memberships and resource grants.
 
 use std::sync::Arc;
-use svc_core::Error;
 
 use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
+use svc_core::Error;
+use svc_store::groups::{Grant, Group, Member};
 
 use super::types::Str;
 use super::{AdminAuth, ApiResult, NoContent, Tag};
 use crate::state::AppState;
-use svc_store::groups::{Grant, Group, Member};
 
 pub struct AccessApi {
     pub state: Arc<AppState>,

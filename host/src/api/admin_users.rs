@@ -1,18 +1,18 @@
 //! `/api/admin/users` — user administration.
 
 use std::sync::Arc;
-use svc_core::Error;
 
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
+use svc_core::Error;
+use svc_store::users::User;
 
 use super::me::GroupRef;
 use super::types::Str;
 use super::{AdminAuth, ApiResult, NoContent, Tag};
 use crate::state::AppState;
-use svc_store::users::User;
 
 pub struct UsersApi {
     pub state: Arc<AppState>,

@@ -2,18 +2,18 @@
 
 use std::sync::Arc;
 use std::time::Instant;
-use svc_core::Error;
 
 use poem::Request;
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
+use svc_auth::password;
+use svc_auth::ratelimit::LimitedBy;
+use svc_core::Error;
+use svc_store::audit::{Actor, Event};
 
 use super::types::Str;
 use super::{ApiResult, RequestMeta, Tag};
 use crate::state::AppState;
-use svc_auth::password;
-use svc_auth::ratelimit::LimitedBy;
-use svc_store::audit::{Actor, Event};
 
 pub struct AuthApi {
     pub state: Arc<AppState>,

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 use std::time::Instant;
-use svc_core::{Error, ErrorKind};
 
 use chrono::Utc;
 use poem::Body;
@@ -15,17 +14,18 @@ use poem_openapi::param::{Header, Path, Query};
 use poem_openapi::payload::{Binary, Json};
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::{json, Value};
-use svc_plugin_api::SourceDriver;
-
-use super::encoded::EncodedJson;
-use super::{ApiResult, BearerAuth, Tag};
-use crate::state::AppState;
 use svc_auth::access;
 use svc_auth::Caller;
+use svc_core::{Error, ErrorKind};
+use svc_plugin_api::SourceDriver;
 use svc_query::encode;
 use svc_store::audit::Event;
 use svc_store::metadata::MetadataRow;
 use svc_store::registry::{QueryMode, RegistryRow};
+
+use super::encoded::EncodedJson;
+use super::{ApiResult, BearerAuth, Tag};
+use crate::state::AppState;
 
 pub struct DiscoveryApi {
     pub state: Arc<AppState>,

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
+use svc_store::CURRENT_SCHEMA_VERSION;
 
 use super::{Tag, VERSION};
 use crate::state::AppState;
-use svc_store::CURRENT_SCHEMA_VERSION;
 
 pub struct HealthApi {
     pub state: Arc<AppState>,

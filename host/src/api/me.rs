@@ -1,20 +1,20 @@
 //! `/api/me` and the caller's own personal access tokens (`/api/tokens`).
 
 use std::sync::Arc;
-use svc_core::Error;
 
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
+use svc_auth::jwt::TokenType;
+use svc_core::Error;
+use svc_store::audit::Event;
+use svc_store::groups::Group;
+use svc_store::tokens::PatRow;
 
 use super::types::Str;
 use super::{ApiResult, BearerAuth, NoContent, Tag};
 use crate::state::AppState;
-use svc_auth::jwt::TokenType;
-use svc_store::audit::Event;
-use svc_store::groups::Group;
-use svc_store::tokens::PatRow;
 
 pub struct MeApi {
     pub state: Arc<AppState>,

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 use std::time::Instant;
-use svc_core::{Error, ErrorKind};
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -10,14 +9,15 @@ use poem_openapi::param::Query;
 use poem_openapi::payload::{EventStream, Json};
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::{json, Value};
+use svc_auth::access;
+use svc_catalog::warmup::{Rewarm, WarmupEvent};
+use svc_core::{Error, ErrorKind};
+use svc_store::audit::Event;
+use svc_store::metadata::MetadataRow;
 
 use super::discovery::freshness;
 use super::{AdminAuth, ApiResult, BearerAuth, Tag};
 use crate::state::AppState;
-use svc_auth::access;
-use svc_catalog::warmup::{Rewarm, WarmupEvent};
-use svc_store::audit::Event;
-use svc_store::metadata::MetadataRow;
 
 pub struct MetadataApi {
     pub state: Arc<AppState>,

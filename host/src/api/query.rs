@@ -2,19 +2,19 @@
 
 use std::sync::Arc;
 use std::time::Instant;
-use svc_core::{Error, ErrorKind};
 
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
+use svc_core::{Error, ErrorKind};
+use svc_query::engine::{QueryPlan, Route};
+use svc_query::format::Format;
+use svc_store::audit::Event;
 
 use super::result_body::{serve_rows, ResultBody};
 use super::types::FormatParam;
 use super::types::Str;
 use super::{ApiError, ApiResult, BearerAuth, Tag};
 use crate::state::AppState;
-use svc_query::engine::{QueryPlan, Route};
-use svc_query::format::Format;
-use svc_store::audit::Event;
 
 pub struct QueryApi {
     pub state: Arc<AppState>,

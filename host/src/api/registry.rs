@@ -6,12 +6,12 @@ use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
+use svc_catalog::registry::Registered;
+use svc_store::registry::RegistryRow;
 
 use super::types::{opt, QueryModeParam, Str};
 use super::{AdminAuth, ApiResult, NoContent, Tag};
 use crate::state::AppState;
-use svc_catalog::registry::Registered;
-use svc_store::registry::RegistryRow;
 
 pub struct RegistryApi {
     pub state: Arc<AppState>,

@@ -2,21 +2,21 @@
 
 use std::sync::Arc;
 use std::time::Instant;
-use svc_core::Error;
 
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
+use svc_auth::Caller;
+use svc_core::Error;
+use svc_query::format::Format;
+use svc_query::scan::{check_guard, Guarded, ScanAsk, ValidScan};
+use svc_store::audit::Event;
+use svc_store::registry::RegistryRow;
 
 use super::result_body::{serve_rows, ResultBody};
 use super::types::FormatParam;
 use super::types::Str;
 use super::{ApiError, ApiResult, BearerAuth, Tag};
 use crate::state::AppState;
-use svc_auth::Caller;
-use svc_query::format::Format;
-use svc_query::scan::{check_guard, Guarded, ScanAsk, ValidScan};
-use svc_store::audit::Event;
-use svc_store::registry::RegistryRow;
 
 pub struct ScanApi {
     pub state: Arc<AppState>,

@@ -1,18 +1,18 @@
 //! Scheduled scripts (admin): list, create, delete, run now, run what is due.
 
 use std::sync::Arc;
-use svc_core::Error;
 
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::{json, Value};
+use svc_core::Error;
+use svc_store::audit::Event;
 
 use super::types::Str;
 use super::{AdminAuth, ApiResult, NoContent, Tag};
 use crate::jobs::scripts::{self, NewScript};
 use crate::state::AppState;
-use svc_store::audit::Event;
 
 pub struct ScriptsApi {
     pub state: Arc<AppState>,

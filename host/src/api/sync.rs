@@ -2,17 +2,17 @@
 
 use std::sync::Arc;
 use std::time::Instant;
-use svc_core::{Error, ErrorKind};
 
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::{json, Value};
+use svc_auth::access;
+use svc_core::{Error, ErrorKind};
+use svc_store::audit::Event;
 
 use super::{ApiResult, BearerAuth, Tag};
 use crate::jobs::sync::Targets;
 use crate::state::AppState;
-use svc_auth::access;
-use svc_store::audit::Event;
 
 pub struct SyncApi {
     pub state: Arc<AppState>,

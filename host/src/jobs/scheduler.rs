@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use serde::Serialize;
+use svc_store::audit::{Actor, Event};
+use svc_store::{Backend, Store};
 
 use crate::jobs::sync::Targets;
 use crate::state::AppState;
-use svc_store::audit::{Actor, Event};
-use svc_store::{Backend, Store};
 
 /// The advisory lock key held by the leading replica ("svc sched").
 const LEADER_LOCK_KEY: i64 = 0x7376_6320_7363_6864;

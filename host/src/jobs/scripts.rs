@@ -7,8 +7,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use chrono::Utc;
-
-use crate::state::AppState;
 use svc_auth::jwt::TokenType;
 use svc_catalog::schedule::{parse_ts, Schedule};
 use svc_core::table_id::is_valid_table_id;
@@ -16,6 +14,8 @@ use svc_core::Error;
 use svc_store::audit::{Actor, Event};
 use svc_store::registry::{QueryMode, RegistryRow};
 use svc_store::scripts::{Lease, ScriptRow};
+
+use crate::state::AppState;
 
 type Result<T> = std::result::Result<T, Error>;
 

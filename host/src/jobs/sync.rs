@@ -13,11 +13,11 @@ use std::time::Instant;
 
 use chrono::Utc;
 use serde::Serialize;
-
-use crate::state::AppState;
 use svc_catalog::schedule::{parse_ts, Schedule, DEFAULT_SCHEDULE};
 use svc_store::audit::{Actor, Event};
 use svc_store::registry::RegistryRow;
+
+use crate::state::AppState;
 
 /// Which tables a pass covers.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,10 +2,10 @@
 
 use sqlx::any::AnyRow;
 use sqlx::Row;
+use svc_core::clock::{new_id, now};
 
 use super::users::{ADMIN_GROUP, EVERYONE_GROUP};
 use super::{flag, Store, StoreError};
-use svc_core::clock::{new_id, now};
 
 /// A user group.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,9 +5,9 @@ use std::str::FromStr;
 
 use sqlx::any::AnyRow;
 use sqlx::Row;
+use svc_core::clock::now;
 
 use super::{Store, StoreError};
-use svc_core::clock::now;
 
 /// How a table's data is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

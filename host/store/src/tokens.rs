@@ -2,9 +2,9 @@
 
 use sqlx::any::AnyRow;
 use sqlx::Row;
+use svc_core::clock::now;
 
 use super::{Store, StoreError};
-use svc_core::clock::now;
 
 /// A stored personal access token (never the token itself).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,9 +2,9 @@
 
 use sqlx::any::AnyRow;
 use sqlx::Row;
+use svc_core::clock::{new_id, now};
 
 use super::{flag, Store, StoreError};
-use svc_core::clock::{new_id, now};
 
 /// Name of the system group whose members are administrators.
 pub const ADMIN_GROUP: &str = "Admin";

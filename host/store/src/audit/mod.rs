@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Map, Value};
+use svc_core::clock::{new_id, now};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::Store;
-use svc_core::clock::{new_id, now};
 
 mod rows;
 pub use rows::AuditRecord;

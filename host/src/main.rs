@@ -66,6 +66,16 @@ enum UsersCmd {
         #[arg(long)]
         password_stdin: bool,
     },
+    /// Set a user's password, read from standard input (the first admin has none).
+    SetPassword {
+        /// The user's e-mail.
+        #[arg(long)]
+        email: String,
+        /// Read the password from standard input (required: a password never goes on the
+        /// command line, where other users and shell history see it).
+        #[arg(long, required = true)]
+        password_stdin: bool,
+    },
     /// List users.
     List,
 }
@@ -172,14 +182,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         other => {
-            let state =
-                server::open_state(&args, server::console_config(args.data_dir.clone())).await?;
+            let state = server::open_state(
+                &args,
+                server::console_config(args.data_dir.clone()),
+                server::Opening::MustExist,
+            )
+            .await?;
             let result = console(&state, other).await;
             state.audit.flush().await;
             state.store.close().await;
             result
         }
     }
+}
+
+/// A password from standard input, without its line ending.
+fn read_password() -> anyhow::Result<String> {
+    let mut p = String::new();
+    std::io::stdin().read_to_string(&mut p)?;
+    Ok(p.trim_end_matches(['\r', '\n']).to_string())
 }
 
 async fn user(state: &AppState, email: &str) -> anyhow::Result<svc_store::users::User> {
@@ -200,9 +221,7 @@ async fn console(state: &Arc<AppState>, command: Command) -> anyhow::Result<()> 
             password_stdin,
         }) => {
             let password = if password_stdin {
-                let mut p = String::new();
-                std::io::stdin().read_to_string(&mut p)?;
-                Some(p.trim_end_matches(['\r', '\n']).to_string())
+                Some(read_password()?)
             } else {
                 None
             };
@@ -211,6 +230,12 @@ async fn console(state: &Arc<AppState>, command: Command) -> anyhow::Result<()> 
                 .create_user(&actor, &email, name.as_deref(), password.as_deref(), admin)
                 .await?;
             println!("{}", u.id);
+        }
+        Command::Users(UsersCmd::SetPassword { email, .. }) => {
+            let u = user(state, &email).await?;
+            let password = read_password()?;
+            state.admin.set_password(&actor, &u, &password).await?;
+            eprintln!("password set for {email}; log in with `svc auth login`");
         }
         Command::Users(UsersCmd::List) => {
             for u in state.store.list_users().await? {

@@ -76,15 +76,27 @@ pub struct ServeArgs {
     pub scan_max_daily_bytes_per_user: u64,
 }
 
+/// Whether opening the state may create it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opening {
+    /// `serve` (and `migrate`): a fresh data directory gets a new store.
+    CreateIfMissing,
+    /// Shell commands: a missing store is an error naming where it was looked for.
+    MustExist,
+}
+
 /// Opens and migrates the store, seeds system groups and internal tables, and builds state.
 pub async fn open_state(
     store_args: &StoreArgs,
     config: RuntimeConfig,
+    opening: Opening,
 ) -> anyhow::Result<Arc<AppState>> {
     let url = store_args.url();
-    let store = Store::open(&url)
-        .await
-        .with_context(|| format!("state store {}", redact_url(&url)))?;
+    let store = match opening {
+        Opening::CreateIfMissing => Store::open(&url).await,
+        Opening::MustExist => Store::open_existing(&url).await,
+    }
+    .with_context(|| format!("state store {}", redact_url(&url)))?;
     store.seed_system_groups().await?;
     let state = AppState::new(store, &store_args.jwt_secret()?, config);
     state.registry.seed().await?;
@@ -161,7 +173,7 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         mb => mb,
     };
     svc_query::watchdog::set_ceiling(ceiling_mb << 20);
-    let state = open_state(&store_args, config).await?;
+    let state = open_state(&store_args, config, Opening::CreateIfMissing).await?;
     ensure_first_admin(&state, &args.admin_email, &store_args).await?;
     crate::jobs::scripts::release_dead_leases(&state)
         .await

@@ -36,9 +36,9 @@ pub struct NewScript {
 pub async fn create(state: &AppState, actor: &Actor, new: NewScript) -> Result<ScriptRow> {
     if !is_valid_table_id(&new.name) {
         return Err(Error::invalid(format!(
-            "script name '{}' must match {}",
+            "script name '{}' must be {}",
             new.name,
-            svc_core::table_id::TABLE_ID_PATTERN
+            svc_core::table_id::TABLE_ID_RULE
         )));
     }
     svc_query::statement::parse_read_only(&new.sql)
@@ -105,8 +105,8 @@ const SCRIPT_TARGET_SOURCE: &str = "local";
 async fn check_target(state: &AppState, id: &str) -> Result<()> {
     if !is_valid_table_id(id) {
         return Err(Error::invalid(format!(
-            "target_table '{id}' must match {}",
-            svc_core::table_id::TABLE_ID_PATTERN
+            "target_table '{id}' must be {}",
+            svc_core::table_id::TABLE_ID_RULE
         )));
     }
     match state.store.table_by_id(id).await? {

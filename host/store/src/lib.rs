@@ -23,7 +23,7 @@ pub mod sync;
 pub mod tokens;
 pub mod users;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -113,6 +113,29 @@ impl Store {
         Ok(store)
     }
 
+    /// Opens a store that already exists and brings its schema up to date; refuses to create
+    /// one. Shell commands use it, so one run from the wrong directory does not make an empty
+    /// store there and then report that nobody exists in it.
+    pub async fn open_existing(url: &str) -> anyhow::Result<Self> {
+        let missing = || {
+            anyhow::anyhow!(
+                "no svc store at {}; pass --data-dir or SVC_DATA_DIR (or --database-url) to point \
+                 at one, or create it with `svc-server migrate`",
+                sqlite_file(url).map_or_else(|| redact_url(url), |p| p.display().to_string())
+            )
+        };
+        if sqlite_file(url).is_some_and(|p| !p.exists()) {
+            return Err(missing());
+        }
+        let store = Self::connect(url).await?;
+        if store.schema_version().await? == 0 {
+            store.close().await;
+            return Err(missing());
+        }
+        store.migrate().await?;
+        Ok(store)
+    }
+
     /// Runs every pending migration step; a no-op on a current schema.
     pub async fn migrate(&self) -> anyhow::Result<()> {
         migrate::run(self).await
@@ -147,17 +170,25 @@ pub fn default_sqlite_url(data_dir: &Path) -> String {
     )
 }
 
-fn prepare_sqlite_path(url: &str) -> anyhow::Result<()> {
+/// The file behind a SQLite URL; None for other backends and in-memory databases.
+pub fn sqlite_file(url: &str) -> Option<PathBuf> {
+    if !url.starts_with("sqlite:") {
+        return None;
+    }
     let path = url
         .trim_start_matches("sqlite://")
         .trim_start_matches("sqlite:")
         .split('?')
         .next()
         .unwrap_or_default();
-    if path.is_empty() || path == ":memory:" {
+    (!path.is_empty() && path != ":memory:").then(|| PathBuf::from(path))
+}
+
+fn prepare_sqlite_path(url: &str) -> anyhow::Result<()> {
+    let Some(path) = sqlite_file(url) else {
         return Ok(());
-    }
-    if let Some(parent) = Path::new(path).parent() {
+    };
+    if let Some(parent) = path.parent() {
         if !parent.as_os_str().is_empty() {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("cannot create {}", parent.display()))?;

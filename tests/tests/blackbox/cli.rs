@@ -1,6 +1,8 @@
 //! `svc-server` shell commands, used while a server runs on the same store.
 
-use crate::support::{backends, Server};
+use serde_json::json;
+
+use crate::support::{backends, server_bin, Server, TempDir};
 
 #[test]
 fn shell_commands_set_up_access_while_the_server_runs() {
@@ -75,4 +77,93 @@ fn shell_commands_set_up_access_while_the_server_runs() {
         );
         assert!(out.stdout.is_empty());
     }
+}
+
+/// The first admin gets a password from the shell and logs in with it; each shell invocation
+/// audits under its own correlation id; shell commands never create a store.
+#[test]
+fn set_password_opens_login_and_shell_commands_need_an_existing_store() {
+    let s = Server::start();
+    let set = |password: &str| {
+        s.cli(
+            &[
+                "users",
+                "set-password",
+                "--email",
+                "admin@localhost",
+                "--password-stdin",
+            ],
+            Some(password),
+        )
+    };
+    let out = set("a-long-passphrase\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let login = |password: &str| {
+        s.send(
+            s.http
+                .post(s.url("/auth/token"))
+                .json(&json!({"email": "admin@localhost", "password": password})),
+        )
+    };
+    let (status, body) = login("a-long-passphrase");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["is_admin"], true);
+    let (status, me) = s.get_json("/api/me", body["access_token"].as_str().unwrap());
+    assert_eq!(
+        (status, me["email"].as_str()),
+        (200, Some("admin@localhost"))
+    );
+
+    let out = set("short\n");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least"));
+    assert_eq!(
+        login("a-long-passphrase").0,
+        200,
+        "a refused change keeps the old one"
+    );
+    let out = s.cli(
+        &["users", "set-password", "--email", "admin@localhost"],
+        Some("a-long-passphrase\n"),
+    );
+    assert!(
+        !out.status.success(),
+        "the password never comes from the command line"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--password-stdin"));
+
+    assert!(set("another-long-passphrase\n").status.success());
+    let rows = s.audit_rows("user.set_password", 2);
+    let ids: Vec<&str> = rows
+        .iter()
+        .map(|r| r["correlation_id"].as_str().expect("a correlation id"))
+        .collect();
+    assert!(ids.iter().all(|id| id.starts_with("console-")), "{ids:?}");
+    assert_ne!(ids[0], ids[1], "one id per invocation");
+
+    // From a directory with no store: refused, and nothing is created there.
+    let empty = TempDir::new();
+    let out = std::process::Command::new(server_bin())
+        .env_remove("SVC_DATABASE_URL")
+        .env_remove("SVC_DATA_DIR")
+        .current_dir(&empty.0)
+        .args(["tokens", "create", "--email", "admin@localhost"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no svc store at") && err.contains("--data-dir"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        std::fs::read_dir(&empty.0).unwrap().count(),
+        0,
+        "nothing created"
+    );
 }

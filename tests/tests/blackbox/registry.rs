@@ -198,6 +198,14 @@ fn bad_input_gets_422_or_413_in_the_envelope_and_changes_nothing() {
             format!(r#"{{"id": "{}", "source_type": "local"}}"#, "x".repeat(129)),
         ),
         (
+            "bad id (only dots: no URL path or file can carry it)",
+            r#"{"id": "..", "source_type": "local"}"#.to_string(),
+        ),
+        (
+            "bad id (one dot)",
+            r#"{"id": ".", "source_type": "local"}"#.to_string(),
+        ),
+        (
             "bad schedule",
             r#"{"id": "a", "source_type": "local", "sync_schedule": "every blue moon"}"#
                 .to_string(),

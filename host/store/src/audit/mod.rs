@@ -89,13 +89,14 @@ impl Actor {
         }
     }
 
-    /// A shell command on the server.
+    /// A shell command on the server, with a fresh correlation id: every audit row one
+    /// invocation writes shares it, as the rows of one HTTP request share its request id.
     pub fn console() -> Self {
         Self {
             user_id: None,
             client_kind: ClientKind::Console,
             client_ip: None,
-            correlation_id: None,
+            correlation_id: Some(format!("console-{}", new_id())),
         }
     }
 }

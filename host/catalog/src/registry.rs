@@ -142,11 +142,12 @@ impl Registry {
 
     /// Registers a table, or updates it when the id exists (upsert).
     pub async fn register(&self, actor: &Actor, mut row: RegistryRow) -> Result<Registered> {
-        self.validate(&row)?;
         let existing = self.store.table_by_id(&row.id).await?;
+        // An internal row is refused as such (409) whatever the body says.
         if let Some(e) = &existing {
             refuse_internal(e)?;
         }
+        self.validate(&row)?;
         row.registered_by = existing
             .as_ref()
             .and_then(|e| e.registered_by.clone())

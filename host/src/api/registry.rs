@@ -7,9 +7,9 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use svc_catalog::registry::Registered;
-use svc_store::registry::RegistryRow;
+use svc_store::registry::{QueryMode, RegistryRow};
 
-use super::types::{opt, QueryModeParam, Str};
+use super::types::{QueryModeParam, Str};
 use super::{AdminAuth, ApiResult, NoContent, Tag};
 use crate::state::AppState;
 
@@ -17,33 +17,30 @@ pub struct RegistryApi {
     pub state: Arc<AppState>,
 }
 
-/// A table to register (or to replace, when the id exists).
+/// A table to register. When the id exists the row is updated: a field left out keeps its
+/// stored value and `null` clears it, so re-registering never silently resets a field (a
+/// remote table stays remote unless `query_mode` says otherwise).
 #[derive(Object)]
 struct RegisterTable {
-    /// Table id: letters, digits, `_`, `.`, `-`; at most 128 characters.
+    /// Table id: letters, digits, `_`, `.`, `-`; at most 128 characters, not only dots.
     #[oai(validator(pattern = r"^[A-Za-z0-9_.\-]{1,128}$"))]
     id: Str,
     /// Display name (defaults to the id).
-    name: Option<Str>,
+    name: MaybeUndefined<Str>,
     /// Source kind; one of the server's drivers (`local`, `warehouse`, `integration`, `ticketing`).
     source_type: Str,
     /// Grouping label; the dataset for warehouse tables.
-    bucket: Option<Str>,
+    bucket: MaybeUndefined<Str>,
     /// Name at the source (defaults to the id).
-    source_table: Option<Str>,
-    /// `local`, `remote` or `materialized`.
-    #[oai(default = "default_mode")]
-    query_mode: QueryModeParam,
+    source_table: MaybeUndefined<Str>,
+    /// `local`, `remote` or `materialized` (a new table: `local`; an existing one keeps its mode).
+    query_mode: Option<QueryModeParam>,
     /// SQL run at the source; only with `materialized`.
-    source_query: Option<Str>,
+    source_query: MaybeUndefined<Str>,
     /// `every Nm`, `every Nh` or `daily HH:MM[,HH:MM...]` (UTC).
-    sync_schedule: Option<Str>,
+    sync_schedule: MaybeUndefined<Str>,
     /// Shown in the catalog.
-    description: Option<Str>,
-}
-
-fn default_mode() -> QueryModeParam {
-    QueryModeParam::Local
+    description: MaybeUndefined<Str>,
 }
 
 /// Partial change; absent fields stay, `null` clears.
@@ -153,23 +150,40 @@ impl RegistryApi {
     ) -> ApiResult<RegisterResponse> {
         let c = &auth.0;
         let b = body.0;
-        let row = RegistryRow {
-            name: opt(b.name)
-                .filter(|n| !n.trim().is_empty())
-                .unwrap_or_else(|| b.id.0.clone()),
-            id: b.id.into(),
-            source_type: b.source_type.into(),
-            bucket: opt(b.bucket),
-            source_table: opt(b.source_table),
-            query_mode: b.query_mode.into(),
-            source_query: opt(b.source_query),
-            sync_schedule: opt(b.sync_schedule),
-            description: opt(b.description),
-            registered_by: None,
-            registered_at: None,
-            updated_at: None,
+        let id: String = b.id.into();
+        // What is stored is the base: an upsert changes only the fields the body names.
+        let mut row = match self.state.store.table_by_id(&id).await? {
+            Some(existing) => existing,
+            None => RegistryRow {
+                id: id.clone(),
+                name: id.clone(),
+                source_type: String::new(),
+                bucket: None,
+                source_table: None,
+                query_mode: QueryMode::Local,
+                source_query: None,
+                sync_schedule: None,
+                description: None,
+                registered_by: None,
+                registered_at: None,
+                updated_at: None,
+            },
         };
-        let id = row.id.clone();
+        row.source_type = b.source_type.into();
+        match b.name {
+            MaybeUndefined::Undefined => {}
+            MaybeUndefined::Null => row.name = id.clone(),
+            MaybeUndefined::Value(n) if n.trim().is_empty() => row.name = id.clone(),
+            MaybeUndefined::Value(n) => row.name = n.into(),
+        }
+        if let Some(mode) = b.query_mode {
+            row.query_mode = mode.into();
+        }
+        clear(b.bucket, &mut row.bucket);
+        clear(b.source_table, &mut row.source_table);
+        clear(b.source_query, &mut row.source_query);
+        clear(b.sync_schedule, &mut row.sync_schedule);
+        clear(b.description, &mut row.description);
         let outcome = self.state.registry.register(&c.actor, row).await?;
         let stored = self
             .state

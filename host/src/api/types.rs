@@ -78,11 +78,6 @@ impl std::fmt::Display for Str {
     }
 }
 
-/// `Option<Str>` to `Option<String>`.
-pub fn opt(v: Option<Str>) -> Option<String> {
-    v.map(String::from)
-}
-
 /// A result format.
 #[derive(poem_openapi::Enum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[oai(rename = "Format", rename_all = "lowercase")]

@@ -89,6 +89,58 @@ fn register_upsert_update_and_unregister() {
     }
 }
 
+/// Re-registering an id changes only what the body names: a field left out keeps its stored
+/// value, `null` clears it, and the query mode changes only when asked.
+#[test]
+fn an_upsert_keeps_what_it_does_not_name() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    let register =
+        |body: serde_json::Value| s.post_json("/api/admin/register-table", &admin, &body);
+    let (status, row) = register(json!({
+        "id": "daily", "name": "Daily", "source_type": "warehouse", "bucket": "sales",
+        "query_mode": "materialized", "source_query": "SELECT 1 AS x",
+        "sync_schedule": "every 6h", "description": "Daily figures"
+    }));
+    assert_eq!(status, 201, "{row}");
+
+    let (status, row) = register(json!({"id": "daily", "source_type": "warehouse"}));
+    assert_eq!(status, 200, "{row}");
+    for (field, kept) in [
+        ("name", "Daily"),
+        ("bucket", "sales"),
+        ("query_mode", "materialized"),
+        ("source_query", "SELECT 1 AS x"),
+        ("sync_schedule", "every 6h"),
+        ("description", "Daily figures"),
+    ] {
+        assert_eq!(row[field].as_str(), Some(kept), "{field} kept: {row}");
+    }
+
+    let (status, row) = register(
+        json!({"id": "daily", "source_type": "warehouse", "description": null, "name": null}),
+    );
+    assert_eq!(status, 200, "{row}");
+    assert!(row["description"].is_null(), "null clears: {row}");
+    assert_eq!(row["name"], "daily", "a cleared name falls back to the id");
+    assert_eq!(row["query_mode"], "materialized");
+
+    let (status, row) = register(
+        json!({"id": "daily", "source_type": "warehouse", "query_mode": "remote", "source_query": null}),
+    );
+    assert_eq!(
+        (status, row["query_mode"].as_str()),
+        (200, Some("remote")),
+        "{row}"
+    );
+    // A new id still defaults to a local table.
+    let (status, row) = register(json!({"id": "fresh", "source_type": "local"}));
+    assert_eq!(
+        (status, row["query_mode"].as_str(), row["name"].as_str()),
+        (201, Some("local"), Some("fresh"))
+    );
+}
+
 #[test]
 fn internal_tables_are_seeded_read_only_and_stale_ones_removed() {
     let mut s = Server::start();

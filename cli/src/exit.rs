@@ -5,6 +5,9 @@ use std::fmt;
 /// Documented exit codes (`svc --help` lists them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
+    /// Not a failure: the reader of standard output went away (`svc query … | head`), which
+    /// ends the command normally and quietly.
+    OutputClosed = 0,
     /// Bad usage: a wrong flag or value, no server configured, a client older than the
     /// server accepts.
     Usage = 2,
@@ -78,8 +81,18 @@ impl fmt::Display for CliError {
     }
 }
 
+impl CliError {
+    /// Standard output was closed by its reader: a normal, quiet end.
+    pub fn output_closed() -> Self {
+        Self::new(Exit::OutputClosed, "")
+    }
+}
+
 impl From<std::io::Error> for CliError {
     fn from(e: std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            return Self::output_closed();
+        }
         Self::new(Exit::Other, format!("Error: {e}"))
     }
 }

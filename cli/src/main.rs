@@ -146,8 +146,32 @@ fn main() {
         }
     };
     interrupt::install();
+    quiet_panics();
     if let Err(e) = run(cli) {
-        eprintln!("{e}");
+        if e.exit != exit::Exit::OutputClosed {
+            eprintln!("{e}");
+        }
         std::process::exit(e.exit as i32);
     }
+}
+
+/// `println!` panics when standard output is closed (`svc … | head`); that is a normal end,
+/// so it exits 0 quietly, like ripgrep. Any other panic prints one line, never a backtrace.
+fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("unknown failure");
+        if message.contains("Broken pipe") || message.contains("BrokenPipe") {
+            std::process::exit(0);
+        }
+        let at = info
+            .location()
+            .map(|l| format!(" ({}:{})", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("svc: internal error: {message}{at}; please report it");
+    }));
 }

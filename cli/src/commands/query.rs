@@ -103,7 +103,11 @@ pub fn run(ctx: &Ctx, workspace: &std::path::Path, args: QueryArgs) -> Result<()
         None => {
             let mut out = std::io::stdout().lock();
             let n = std::io::copy(&mut resp, &mut out).map_err(|e| {
-                CliError::new(Exit::Server, format!("Error: the result broke off: {e}"))
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    CliError::output_closed()
+                } else {
+                    CliError::new(Exit::Server, format!("Error: the result broke off: {e}"))
+                }
             })?;
             out.flush()?;
             n

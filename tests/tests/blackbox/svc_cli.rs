@@ -37,6 +37,24 @@ fn svc_input(config: &Path, args: &[&str], input: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// Runs `svc` with its standard output already closed by the reader (as `svc … | head` ends).
+fn svc_closed_stdout(config: &Path, args: &[&str]) -> Output {
+    let mut child = Command::new(svc_bin())
+        .args(args)
+        .env("SVC_CONFIG_DIR", config)
+        .env("NO_COLOR", "1")
+        .env_remove("SVC_SERVER")
+        .env_remove("SVC_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The only reader goes away before svc writes: its first write meets a closed pipe.
+    drop(child.stdout.take());
+    child.wait_with_output().unwrap()
+}
+
 fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)
 }
@@ -418,6 +436,17 @@ fn the_client_logs_in_discovers_queries_and_administers() {
     );
     assert_eq!(code(&o), 2);
 
+    // A reader that stops early (`| head`) ends the command normally and quietly, whatever
+    // the format.
+    for format in ["table", "json", "csv"] {
+        let o = svc_closed_stdout(cfg, &["query", "SELECT * FROM orders", "-f", format]);
+        assert_eq!(
+            (code(&o), stderr(&o).as_str()),
+            (0, ""),
+            "{format} into a closed pipe"
+        );
+    }
+
     // Unregister, log out.
     let o = svc(cfg, &["admin", "unregister-table", "orders"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -446,6 +475,12 @@ fn version_help_completions_and_a_server_that_needs_a_newer_client() {
         code(&o) == 0 && stdout(&o).contains("_svc"),
         "{}",
         stderr(&o)
+    );
+    let o = svc_closed_stdout(&home.0, &["completions", "bash"]);
+    assert_eq!(
+        (code(&o), stderr(&o).as_str()),
+        (0, ""),
+        "a closed stdout ends quietly"
     );
 
     // A server announcing a minimum client version above ours.

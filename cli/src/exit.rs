@@ -13,6 +13,9 @@ pub enum Exit {
     Usage = 2,
     /// Too many requests or over a quota (429).
     RateLimited = 3,
+    /// Partly done: what could be done was, and the rest was skipped for a reason that is not
+    /// a failure (`svc pull` over tables that have no data yet).
+    Partial = 4,
     /// The server failed or could not be reached.
     Server = 5,
     /// A local file exists and `--force` was not given (it is left untouched).
@@ -47,6 +50,8 @@ pub struct CliError {
     pub message: String,
     /// A next step, printed after the message.
     pub hint: Option<String>,
+    /// The server's machine-readable error name (`detail.error`), when it sent one.
+    pub code: Option<String>,
 }
 
 impl CliError {
@@ -56,6 +61,7 @@ impl CliError {
             exit,
             message: message.into(),
             hint: None,
+            code: None,
         }
     }
 

@@ -21,6 +21,7 @@ Exit codes:
   0  success
   2  usage: bad flags or values, no server configured, client too old for the server
   3  rate limited or over a quota (HTTP 429)
+  4  partly done: svc pull skipped tables that have no data yet (the rest were pulled)
   5  the server failed (HTTP 5xx) or could not be reached
   6  the snapshot exists (use --force); the file is left untouched
   7  not logged in, or the token was refused (HTTP 401)

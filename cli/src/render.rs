@@ -40,6 +40,7 @@ pub fn server_error(status: u16, body: &str) -> CliError {
     let exit = Exit::of_status(status);
     let parsed: Value = serde_json::from_str(body).unwrap_or(Value::Null);
     let detail = &parsed["detail"];
+    let code = detail["error"].as_str().map(str::to_owned);
     let (message, hint) = match detail {
         Value::String(s) => (format!("Error: {s} (HTTP {status})"), None),
         Value::Object(o) => {
@@ -79,6 +80,7 @@ pub fn server_error(status: u16, body: &str) -> CliError {
         }
     };
     let mut e = CliError::new(exit, message);
+    e.code = code;
     if let Some(h) = hint {
         e = e.hint(h);
     } else if status == 401 {

@@ -20,6 +20,8 @@ const PARALLEL: usize = 4;
 enum Outcome {
     Downloaded(u64),
     Unchanged,
+    /// Registered, but the server holds no data for it yet: skipped, not a failure.
+    NoData,
     Failed(CliError),
 }
 
@@ -46,6 +48,7 @@ pub fn run(ctx: &Ctx, root: &Path, json_out: bool) -> Result<()> {
                 let outcome = match fetch(&client, &dir, id) {
                     Ok(Some(bytes)) => Outcome::Downloaded(bytes),
                     Ok(None) => Outcome::Unchanged,
+                    Err(e) if e.code.as_deref() == Some("no_data") => Outcome::NoData,
                     Err(e) => Outcome::Failed(e),
                 };
                 if progress {
@@ -63,8 +66,8 @@ pub fn run(ctx: &Ctx, root: &Path, json_out: bool) -> Result<()> {
     }
     let mut results = results.into_inner().unwrap_or_default();
     results.sort_by(|a, b| a.0.cmp(&b.0));
-    let (mut downloaded, mut unchanged, mut failed, mut bytes) =
-        (Vec::new(), Vec::new(), Vec::new(), 0u64);
+    let (mut downloaded, mut unchanged, mut skipped, mut failed, mut bytes) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), 0u64);
     for (id, outcome) in &results {
         match outcome {
             Outcome::Downloaded(n) => {
@@ -72,22 +75,27 @@ pub fn run(ctx: &Ctx, root: &Path, json_out: bool) -> Result<()> {
                 downloaded.push(id.clone());
             }
             Outcome::Unchanged => unchanged.push(id.clone()),
+            Outcome::NoData => skipped.push(id.clone()),
             Outcome::Failed(e) => failed.push(json!({"table": id, "error": e.message})),
         }
     }
     if json_out {
         render::print_json(
-            &json!({"downloaded": downloaded, "unchanged": unchanged, "failed": failed,
-            "bytes": bytes, "directory": dir}),
+            &json!({"downloaded": downloaded, "unchanged": unchanged, "skipped": skipped,
+            "failed": failed, "bytes": bytes, "directory": dir}),
         );
     } else {
         eprintln!(
-            "pulled {} tables ({bytes} bytes), {} unchanged, {} failed -> {}",
+            "pulled {} tables ({bytes} bytes), {} unchanged, {} without data, {} failed -> {}",
             downloaded.len(),
             unchanged.len(),
+            skipped.len(),
             failed.len(),
             dir.display()
         );
+        for id in &skipped {
+            eprintln!("  {id}: skipped, no data on the server yet");
+        }
         for f in &failed {
             eprintln!("  {}: {}", cell(&f["table"]), cell(&f["error"]));
         }
@@ -100,7 +108,15 @@ pub fn run(ctx: &Ctx, root: &Path, json_out: bool) -> Result<()> {
             first.exit,
             format!("Error: {} of the tables failed", failed.len()),
         )),
-        None => Ok(()),
+        None if skipped.is_empty() => Ok(()),
+        None => Err(CliError::new(
+            Exit::Partial,
+            format!(
+                "Warning: {} of the tables have no data yet and were skipped ({}); the rest were pulled",
+                skipped.len(),
+                skipped.join(", ")
+            ),
+        )),
     }
 }
 

@@ -471,9 +471,12 @@ impl DiscoveryApi {
     ) -> ApiResult<(Download, u64, bool)> {
         let row = self.readable(caller, table_id).await?;
         let no_file = || {
-            Error::not_found(format!(
-                "Table '{table_id}' has no data file on this server to download"
-            ))
+            Error::coded(
+                ErrorKind::NotFound,
+                "no_data",
+                format!("Table '{table_id}' has no data file on this server to download"),
+                json!({"table_id": table_id, "hint": "its parquet file is not on the server yet (a local table's file, or a materialized table's first sync)"}),
+            )
         };
         let path = self
             .driver(&row)?

@@ -624,6 +624,42 @@ fn snapshots_pull_and_offline_queries_match_the_server() {
         "{second}"
     );
 
+    // A registered table with no data yet is skipped with a warning, the rest still pulled,
+    // and the exit code says "partial" (4), on every run, not "not found".
+    let o = svc(
+        cfg,
+        &[
+            "admin",
+            "register-table",
+            "pending",
+            "--source-type",
+            "local",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = svc(cfg, &["--workspace", ws, "pull", "--json"]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    let third: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        (&third["skipped"], &third["unchanged"], &third["failed"]),
+        (
+            &json!(["pending"]),
+            &json!(["customers", "orders"]),
+            &json!([])
+        ),
+        "{third}"
+    );
+    let o = svc(cfg, &["--workspace", ws, "pull"]);
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("pending: skipped, no data on the server yet"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!Path::new(ws).join("tables/pending.parquet").exists());
+    let o = svc(cfg, &["admin", "unregister-table", "pending"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
     // Offline SQL answers like the server.
     let sql = "SELECT o.id, o.name, c.name AS customer FROM orders o LEFT JOIN customers c ON o.id = c.id WHERE o.id < 7 ORDER BY o.id";
     let remote = json_of(cfg, &["query", sql, "--format", "json"]);

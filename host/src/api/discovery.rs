@@ -62,8 +62,12 @@ pub struct CatalogRow {
     clustered_by: Vec<String>,
     /// `BASE TABLE`, `VIEW` or `MATERIALIZED VIEW` (remote tables).
     entity_type: Option<String>,
-    /// `fresh`, `stale`, `never_fetched`, `error` or `not_applicable`.
+    /// `fresh`, `stale`, `never_fetched`, `error` or `not_applicable`: the latest refresh's
+    /// outcome (`error` even when older metadata is still shown).
     metadata_freshness: String,
+    /// What the latest metadata refresh said when it failed; the metadata shown is then the
+    /// last good one, if any.
+    metadata_error: Option<String>,
 }
 
 /// The catalog.
@@ -171,11 +175,16 @@ fn freshness_window_secs() -> i64 {
     })
 }
 
-/// Freshness of a metadata cache row.
+/// Freshness of a metadata cache row: the latest refresh's outcome. A success clears the
+/// error, so an error still recorded is newer than any success and wins over the age of the
+/// metadata kept from before it.
 pub(crate) fn freshness(meta: Option<&MetadataRow>) -> &'static str {
     let Some(m) = meta else {
         return "never_fetched";
     };
+    if m.error_at.is_some() {
+        return "error";
+    }
     match m
         .refreshed_at
         .as_deref()
@@ -183,7 +192,6 @@ pub(crate) fn freshness(meta: Option<&MetadataRow>) -> &'static str {
     {
         Some(t) if (Utc::now() - t).num_seconds() <= freshness_window_secs() => "fresh",
         Some(_) => "stale",
-        None if m.error_at.is_some() => "error",
         None => "never_fetched",
     }
 }
@@ -244,6 +252,7 @@ impl DiscoveryApi {
             clustered_by: Vec::new(),
             entity_type: None,
             metadata_freshness: "not_applicable".into(),
+            metadata_error: None,
         };
         match row.query_mode {
             QueryMode::Local | QueryMode::Materialized => {
@@ -255,6 +264,7 @@ impl DiscoveryApi {
                     row.id
                 );
                 out.metadata_freshness = freshness(meta).into();
+                out.metadata_error = meta.and_then(|m| m.error.clone());
                 if let Some(m) = meta.map(|m| &m.metadata) {
                     out.rows = m.rows;
                     out.size_bytes = m.size_bytes;
@@ -560,5 +570,18 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(freshness(Some(&failed)), "error");
+        // Refreshed once, then failed: the failure is the news, the old metadata stays.
+        let failed_later = MetadataRow {
+            refreshed_at: Some(svc_core::clock::now()),
+            error_at: Some(svc_core::clock::now()),
+            error: Some("upstream said no".into()),
+            ..Default::default()
+        };
+        assert_eq!(freshness(Some(&failed_later)), "error");
+        let failed_after_old = MetadataRow {
+            refreshed_at: Some("2020-01-01T00:00:00Z".into()),
+            ..failed_later
+        };
+        assert_eq!(freshness(Some(&failed_after_old)), "error");
     }
 }

@@ -63,11 +63,9 @@ pub struct CatalogRow {
     /// `BASE TABLE`, `VIEW` or `MATERIALIZED VIEW` (remote tables).
     entity_type: Option<String>,
     /// `fresh`, `stale`, `never_fetched`, `error` or `not_applicable`: the latest refresh's
-    /// outcome (`error` even when older metadata is still shown).
+    /// outcome (`error` even when older metadata is still shown; its text is in
+    /// `GET /api/v2/metadata-cache/status`).
     metadata_freshness: String,
-    /// What the latest metadata refresh said when it failed; the metadata shown is then the
-    /// last good one, if any.
-    metadata_error: Option<String>,
 }
 
 /// The catalog.
@@ -252,7 +250,6 @@ impl DiscoveryApi {
             clustered_by: Vec::new(),
             entity_type: None,
             metadata_freshness: "not_applicable".into(),
-            metadata_error: None,
         };
         match row.query_mode {
             QueryMode::Local | QueryMode::Materialized => {
@@ -264,7 +261,6 @@ impl DiscoveryApi {
                     row.id
                 );
                 out.metadata_freshness = freshness(meta).into();
-                out.metadata_error = meta.and_then(|m| m.error.clone());
                 if let Some(m) = meta.map(|m| &m.metadata) {
                     out.rows = m.rows;
                     out.size_bytes = m.size_bytes;

@@ -307,8 +307,9 @@ impl Store {
         group_id: &str,
         user_id: &str,
     ) -> Result<super::users::Guarded, StoreError> {
-        use super::users::{is_last_active_admin, Guarded};
+        use super::users::{is_last_active_admin, lock_admin_group, Guarded};
         let mut tx = self.pool().begin().await?;
+        lock_admin_group(&mut tx).await?;
         let is_admin_group =
             sqlx::query("SELECT 1 AS one FROM user_groups WHERE id = $1 AND name = $2")
                 .bind(group_id)

@@ -305,14 +305,23 @@ impl Guarded {
 /// lock on PostgreSQL, the write lock on SQLite). The count after it therefore sees every
 /// change committed before, so two admins removing each other at the same moment cannot
 /// both pass: the second sees the first's change and is refused.
-pub(super) async fn is_last_active_admin(
-    tx: &mut sqlx::AnyConnection,
-    user_id: &str,
-) -> Result<bool, StoreError> {
+/// Takes the write lock the last-admin guard serialises on (the `Admin` group row). It must be
+/// a transaction's first statement: on SQLite a transaction that reads and only then writes
+/// fails at once (`SQLITE_BUSY_SNAPSHOT`, no busy wait) when another connection committed in
+/// between — the audit writer commits all the time.
+pub(super) async fn lock_admin_group(tx: &mut sqlx::AnyConnection) -> Result<(), StoreError> {
     sqlx::query("UPDATE user_groups SET name = name WHERE name = $1")
         .bind(ADMIN_GROUP)
         .execute(&mut *tx)
         .await?;
+    Ok(())
+}
+
+pub(super) async fn is_last_active_admin(
+    tx: &mut sqlx::AnyConnection,
+    user_id: &str,
+) -> Result<bool, StoreError> {
+    lock_admin_group(tx).await?;
     let row = sqlx::query(
         "SELECT \
            COUNT(DISTINCT CASE WHEN u.id = $3 THEN u.id END) AS target, \

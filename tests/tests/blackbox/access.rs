@@ -112,11 +112,11 @@ fn user_administration_and_last_admin_protection() {
         );
         assert_eq!(status, 201);
         let eve_token = s.cli_ok(&["tokens", "create", "--email", "eve@example.com"]);
-        let (status, _) = s.delete(
+        let (status, body) = s.delete(
             &format!("/api/admin/groups/{admin_group}/members/{admin_id}"),
             &eve_token,
         );
-        assert_eq!(status, 204);
+        assert_eq!(status, 204, "{body}; server log: {}", s.log());
         let (status, _) = s.get_json("/api/admin/users", &admin);
         assert_eq!(status, 403, "admin rights are read per request");
         let (status, _) = s.delete(

@@ -17,15 +17,8 @@ fn svc(config: &Path, args: &[&str]) -> Output {
 
 /// Like [`svc`], with `input` on stdin.
 fn svc_input(config: &Path, args: &[&str], input: &str) -> Output {
-    let mut child = Command::new(svc_bin())
-        .args(args)
-        .env("SVC_CONFIG_DIR", config)
-        .env("NO_COLOR", "1")
-        .env_remove("SVC_SERVER")
-        .env_remove("SVC_TOKEN")
+    let mut child = svc_command(config, args)
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     child
@@ -37,17 +30,23 @@ fn svc_input(config: &Path, args: &[&str], input: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// Runs `svc` with its standard output already closed by the reader (as `svc … | head` ends).
-fn svc_closed_stdout(config: &Path, args: &[&str]) -> Output {
-    let mut child = Command::new(svc_bin())
-        .args(args)
+/// `svc` with this config directory and no ambient server or token; output captured.
+fn svc_command(config: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(svc_bin());
+    c.args(args)
         .env("SVC_CONFIG_DIR", config)
         .env("NO_COLOR", "1")
         .env_remove("SVC_SERVER")
         .env_remove("SVC_TOKEN")
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Runs `svc` with its standard output already closed by the reader (as `svc … | head` ends).
+fn svc_closed_stdout(config: &Path, args: &[&str]) -> Output {
+    let mut child = svc_command(config, args)
+        .stdin(Stdio::null())
         .spawn()
         .unwrap();
     // The only reader goes away before svc writes: its first write meets a closed pipe.

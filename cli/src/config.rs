@@ -130,6 +130,12 @@ pub fn target(server_flag: Option<&str>, token_flag: Option<&str>) -> Result<Tar
             CliError::usage("Error: no server configured")
                 .hint("svc auth login --server http://HOST:8000, or set SVC_SERVER")
         })?;
+    if !(server.starts_with("http://") || server.starts_with("https://")) {
+        return Err(
+            CliError::usage(format!("Error: the server URL '{server}' has no scheme"))
+                .hint(format!("use http://{server} (or https://…)")),
+        );
+    }
     let token = token_flag
         .map(str::to_owned)
         .or_else(|| env("SVC_TOKEN"))

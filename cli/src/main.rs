@@ -25,7 +25,7 @@ Exit codes:
   5  the server failed (HTTP 5xx) or could not be reached
   6  the snapshot exists (use --force); the file is left untouched
   7  not logged in, or the token was refused (HTTP 401)
-  8  forbidden or not found (HTTP 403, 404)
+  8  forbidden or not found (HTTP 403, 404; an unknown table, whichever command names it)
   9  any other refusal (HTTP 400, 409, 422, ...)
 
 Environment: SVC_SERVER and SVC_TOKEN override the saved config (~/.config/svc/config.toml,

@@ -37,10 +37,15 @@ fn scalar(v: &Value) -> String {
 /// An error response as lines: `detail` as a string, or `{error, message, details}` with the
 /// kind first, then key fields, then the hint.
 pub fn server_error(status: u16, body: &str) -> CliError {
-    let exit = Exit::of_status(status);
     let parsed: Value = serde_json::from_str(body).unwrap_or(Value::Null);
     let detail = &parsed["detail"];
     let code = detail["error"].as_str().map(str::to_owned);
+    // A table that does not exist is "not found" whichever command named it: `describe`
+    // gets a 404, a query naming it a 400 `unknown_table`; both exit 8.
+    let exit = match code.as_deref() {
+        Some("unknown_table") => Exit::Denied,
+        _ => Exit::of_status(status),
+    };
     let (message, hint) = match detail {
         Value::String(s) => (format!("Error: {s} (HTTP {status})"), None),
         Value::Object(o) => {

@@ -101,6 +101,17 @@ fn the_client_logs_in_discovers_queries_and_administers() {
         "{}",
         stderr(&o)
     );
+    // A server address without a scheme is a usage error (2) that says what to write.
+    let o = svc(
+        cfg,
+        &["--server", "localhost:8000", "--token", "x", "catalog"],
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no scheme") && stderr(&o).contains("http://localhost:8000"),
+        "{}",
+        stderr(&o)
+    );
     let down = format!("http://127.0.0.1:{}", free_port());
     let o = svc(cfg, &["--server", &down, "--token", "x", "catalog"]);
     assert_eq!(code(&o), 5, "{}", stderr(&o));
@@ -205,6 +216,10 @@ fn the_client_logs_in_discovers_queries_and_administers() {
     );
     let o = svc(cfg, &["sample", "nope"]);
     assert_eq!(code(&o), 8, "{}", stderr(&o));
+    // An unknown table is "not found" (8) whichever command names it.
+    let o = svc(cfg, &["query", "SELECT * FROM nope"]);
+    assert_eq!(code(&o), 8, "{}", stderr(&o));
+    assert!(stderr(&o).contains("unknown_table"), "{}", stderr(&o));
     let o = svc(cfg, &["sample", "orders", "-n", "0"]);
     assert_eq!(code(&o), 2);
 

@@ -65,6 +65,11 @@ impl CliError {
         }
     }
 
+    /// Standard output was closed by its reader: a normal, quiet end.
+    pub fn output_closed() -> Self {
+        Self::new(Exit::OutputClosed, "")
+    }
+
     /// A usage error.
     pub fn usage(message: impl Into<String>) -> Self {
         Self::new(Exit::Usage, message)
@@ -84,13 +89,6 @@ impl fmt::Display for CliError {
             write!(f, "\n  hint: {h}")?;
         }
         Ok(())
-    }
-}
-
-impl CliError {
-    /// Standard output was closed by its reader: a normal, quiet end.
-    pub fn output_closed() -> Self {
-        Self::new(Exit::OutputClosed, "")
     }
 }
 

@@ -140,13 +140,26 @@ impl Registry {
         Ok(existing)
     }
 
-    /// Registers a table, or updates it when the id exists (upsert).
-    pub async fn register(&self, actor: &Actor, mut row: RegistryRow) -> Result<Registered> {
-        let existing = self.store.table_by_id(&row.id).await?;
-        // An internal row is refused as such (409) whatever the body says.
+    /// Registers a table, or updates it when the id exists (upsert): `change` is applied to
+    /// the stored row, or to [`RegistryRow::new_local`] for a new id, so an upsert changes only
+    /// what it names. Returns what happened and the row as stored.
+    pub async fn register(
+        &self,
+        actor: &Actor,
+        id: &str,
+        change: impl FnOnce(&mut RegistryRow),
+    ) -> Result<(Registered, RegistryRow)> {
+        let existing = self.store.table_by_id(id).await?;
+        // An internal row is refused as such (409) whatever the change says.
         if let Some(e) = &existing {
             refuse_internal(e)?;
         }
+        let mut row = existing
+            .clone()
+            .unwrap_or_else(|| RegistryRow::new_local(id));
+        change(&mut row);
+        // The id names the row; it is not the change's to make.
+        row.id = id.to_owned();
         self.validate(&row)?;
         row.registered_by = existing
             .as_ref()
@@ -160,12 +173,13 @@ impl Registry {
             event = event.before(snapshot(e));
         }
         self.audit.write(actor, event).await;
-        self.changed(&row.id).await;
-        Ok(if existing.is_some() {
+        self.changed(id).await;
+        let outcome = if existing.is_some() {
             Registered::Updated
         } else {
             Registered::Created
-        })
+        };
+        Ok((outcome, self.store.table_by_id(id).await?.unwrap_or(row)))
     }
 
     /// Applies a partial change to a registered table; returns the stored row.
@@ -301,11 +315,19 @@ mod tests {
         };
         flushed.lock().unwrap().clear();
         assert_eq!(
-            registry.register(&actor, row.clone()).await.unwrap(),
+            registry
+                .register(&actor, "orders", |r| *r = row.clone())
+                .await
+                .unwrap()
+                .0,
             Registered::Created
         );
         assert_eq!(
-            registry.register(&actor, row).await.unwrap(),
+            registry
+                .register(&actor, "orders", |r| *r = row)
+                .await
+                .unwrap()
+                .0,
             Registered::Updated
         );
         registry

@@ -165,10 +165,6 @@ impl Error {
     pub fn code(&self) -> Option<&str> {
         self.code.as_deref()
     }
-    /// The message for people.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
 
     /// The envelope body.
     pub fn body(&self) -> Value {

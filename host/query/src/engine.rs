@@ -142,11 +142,6 @@ impl Engine {
         }
     }
 
-    /// The per-query limits.
-    pub fn limits(&self) -> &QueryLimits {
-        &self.limits
-    }
-
     /// The drivers queries read through.
     pub fn drivers(&self) -> &Drivers {
         &self.drivers

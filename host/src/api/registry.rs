@@ -7,7 +7,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use svc_catalog::registry::Registered;
-use svc_store::registry::{QueryMode, RegistryRow};
+use svc_store::registry::RegistryRow;
 
 use super::types::{QueryModeParam, Str};
 use super::{AdminAuth, ApiResult, NoContent, Tag};
@@ -151,47 +151,27 @@ impl RegistryApi {
         let c = &auth.0;
         let b = body.0;
         let id: String = b.id.into();
-        // What is stored is the base: an upsert changes only the fields the body names.
-        let mut row = match self.state.store.table_by_id(&id).await? {
-            Some(existing) => existing,
-            None => RegistryRow {
-                id: id.clone(),
-                name: id.clone(),
-                source_type: String::new(),
-                bucket: None,
-                source_table: None,
-                query_mode: QueryMode::Local,
-                source_query: None,
-                sync_schedule: None,
-                description: None,
-                registered_by: None,
-                registered_at: None,
-                updated_at: None,
-            },
-        };
-        row.source_type = b.source_type.into();
-        match b.name {
-            MaybeUndefined::Undefined => {}
-            MaybeUndefined::Null => row.name = id.clone(),
-            MaybeUndefined::Value(n) if n.trim().is_empty() => row.name = id.clone(),
-            MaybeUndefined::Value(n) => row.name = n.into(),
-        }
-        if let Some(mode) = b.query_mode {
-            row.query_mode = mode.into();
-        }
-        clear(b.bucket, &mut row.bucket);
-        clear(b.source_table, &mut row.source_table);
-        clear(b.source_query, &mut row.source_query);
-        clear(b.sync_schedule, &mut row.sync_schedule);
-        clear(b.description, &mut row.description);
-        let outcome = self.state.registry.register(&c.actor, row).await?;
-        let stored = self
+        let (outcome, stored) = self
             .state
-            .store
-            .table_by_id(&id)
-            .await?
-            .map(TableInfo::from);
-        let stored = stored.ok_or_else(|| super::Error::internal("registered row vanished"))?;
+            .registry
+            .register(&c.actor, &id, |row| {
+                row.source_type = b.source_type.into();
+                match b.name {
+                    MaybeUndefined::Undefined => {}
+                    MaybeUndefined::Value(n) if !n.trim().is_empty() => row.name = n.into(),
+                    MaybeUndefined::Null | MaybeUndefined::Value(_) => row.name = row.id.clone(),
+                }
+                if let Some(mode) = b.query_mode {
+                    row.query_mode = mode.into();
+                }
+                clear(b.bucket, &mut row.bucket);
+                clear(b.source_table, &mut row.source_table);
+                clear(b.source_query, &mut row.source_query);
+                clear(b.sync_schedule, &mut row.sync_schedule);
+                clear(b.description, &mut row.description);
+            })
+            .await?;
+        let stored = TableInfo::from(stored);
         Ok(match outcome {
             Registered::Created => RegisterResponse::Created(Json(stored)),
             Registered::Updated => RegisterResponse::Updated(Json(stored)),

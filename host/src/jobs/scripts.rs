@@ -258,18 +258,11 @@ async fn owner(state: &AppState, user_id: &str) -> Result<svc_auth::Caller> {
 /// The registry row of a table a script writes.
 fn target_row(script: &ScriptRow, table: &str) -> RegistryRow {
     RegistryRow {
-        id: table.to_owned(),
-        name: table.to_owned(),
         source_type: SCRIPT_TARGET_SOURCE.into(),
         bucket: Some(SCRIPTS_BUCKET.into()),
-        source_table: None,
-        query_mode: QueryMode::Local,
-        source_query: None,
-        sync_schedule: None,
         description: Some(format!("Written by script '{}'", script.name)),
         registered_by: Some(script.owner_id.clone()),
-        registered_at: None,
-        updated_at: None,
+        ..RegistryRow::new_local(table)
     }
 }
 
@@ -278,14 +271,17 @@ async fn register_target(state: &AppState, script: &ScriptRow, table: &str) -> R
     if state.store.table_by_id(table).await?.is_some() {
         return Ok(());
     }
-    let row = target_row(script, table);
     let actor = Actor {
         user_id: Some(script.owner_id.clone()),
         client_kind: svc_store::audit::ClientKind::Scheduler,
         client_ip: None,
         correlation_id: None,
     };
-    state.registry.register(&actor, row).await.map(|_| ())
+    state
+        .registry
+        .register(&actor, table, |row| *row = target_row(script, table))
+        .await
+        .map(|_| ())
 }
 
 /// This process's lease owner: `<replica>/<boot id>`. The replica id is kept in

@@ -117,14 +117,16 @@ impl Store {
     /// one. Shell commands use it, so one run from the wrong directory does not make an empty
     /// store there and then report that nobody exists in it.
     pub async fn open_existing(url: &str) -> anyhow::Result<Self> {
+        let file = sqlite_file(url);
         let missing = || {
             anyhow::anyhow!(
                 "no svc store at {}; pass --data-dir or SVC_DATA_DIR (or --database-url) to point \
                  at one, or create it with `svc-server migrate`",
-                sqlite_file(url).map_or_else(|| redact_url(url), |p| p.display().to_string())
+                file.as_ref()
+                    .map_or_else(|| redact_url(url), |p| p.display().to_string())
             )
         };
-        if sqlite_file(url).is_some_and(|p| !p.exists()) {
+        if file.as_ref().is_some_and(|p| !p.exists()) {
             return Err(missing());
         }
         let store = Self::connect(url).await?;

@@ -105,6 +105,25 @@ pub struct RegistryRow {
 }
 
 impl RegistryRow {
+    /// A new local table named after its id, with nothing else set: the base a registration
+    /// of an unknown id starts from.
+    pub fn new_local(id: &str) -> Self {
+        Self {
+            id: id.to_owned(),
+            name: id.to_owned(),
+            source_type: String::new(),
+            bucket: None,
+            source_table: None,
+            query_mode: QueryMode::Local,
+            source_query: None,
+            sync_schedule: None,
+            description: None,
+            registered_by: None,
+            registered_at: None,
+            updated_at: None,
+        }
+    }
+
     /// The row as drivers see it.
     pub fn table_ref(&self) -> svc_plugin_api::TableRef {
         svc_plugin_api::TableRef {

@@ -113,6 +113,36 @@ impl Client {
         ))
     }
 
+    /// PUT a streamed body and read the JSON answer. No overall timeout: an upload takes
+    /// as long as its size needs; the server abandons one that stalls.
+    pub fn put_stream(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: reqwest::blocking::Body,
+    ) -> Result<Value> {
+        let http = Http::builder()
+            .timeout(None)
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent(format!("svc/{VERSION}"))
+            .build()
+            .expect("an HTTP client builds");
+        let mut rb = http
+            .put(format!("{}{path}", self.target.server))
+            .header("content-type", content_type)
+            .body(body);
+        if let Some(t) = &self.target.token {
+            rb = rb.bearer_auth(t);
+        }
+        let resp = self.send(rb)?;
+        resp.json().map_err(|e| {
+            CliError::new(
+                Exit::Server,
+                format!("Error: the server answered something that is not JSON: {e}"),
+            )
+        })
+    }
+
     /// POST JSON on the long timeout, returning the raw response to stream.
     pub fn post_long(&self, path: &str, body: &Value) -> Result<Response> {
         let rb = self.request(true, Method::POST, path)?.json(body);

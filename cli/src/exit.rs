@@ -13,8 +13,8 @@ pub enum Exit {
     Usage = 2,
     /// Too many requests or over a quota (429).
     RateLimited = 3,
-    /// Partly done: what could be done was, and the rest was skipped for a reason that is not
-    /// a failure (`svc pull` over tables that have no data yet).
+    /// Partly done: what could be done was, and the rest was left out (`svc pull` over
+    /// tables that have no data yet; a file output cut at the server's row cap).
     Partial = 4,
     /// The server failed or could not be reached.
     Server = 5,

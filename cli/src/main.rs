@@ -8,6 +8,7 @@ mod config;
 mod exit;
 mod interrupt;
 mod output;
+mod progress;
 mod render;
 mod workspace;
 
@@ -21,7 +22,8 @@ Exit codes:
   0  success
   2  usage: bad flags or values, no server configured, client too old for the server
   3  rate limited or over a quota (HTTP 429)
-  4  partly done: svc pull skipped tables that have no data yet (the rest were pulled)
+  4  partly done: svc pull skipped tables that have no data yet (the rest were pulled), or
+     a file output holds only the first rows the server allows (pass --limit to accept)
   5  the server failed (HTTP 5xx) or could not be reached
   6  the snapshot exists (use --force); the file is left untouched
   7  not logged in, or the token was refused (HTTP 401)
@@ -107,6 +109,13 @@ enum Command {
     /// Administration (admins only).
     #[command(subcommand)]
     Admin(admin::Command),
+    /// Removed: admins are the members of the Admin group (`svc admin group add-member`).
+    #[command(hide = true)]
+    SetRole {
+        /// Ignored.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Print shell completions.
     Completions {
         /// The shell.
@@ -131,6 +140,7 @@ fn run(cli: Cli) -> exit::Result<()> {
         Command::Snapshot(c) => snapshot::run(&ctx, &root, c),
         Command::Pull { json } => pull::run(&ctx, &root, json),
         Command::Admin(c) => admin::run(&ctx, c),
+        Command::SetRole { args } => Err(admin::set_role_removed(&args)),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "svc", &mut std::io::stdout());
             Ok(())

@@ -6,6 +6,7 @@ use std::io::Read;
 use clap::ValueEnum;
 
 use crate::exit::{CliError, Exit, Result};
+use crate::interrupt::Temp;
 
 /// Output forms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -34,34 +35,30 @@ impl Format {
     }
 }
 
-/// Copies `body` to `path` through a temporary file beside it; nothing is left behind when
-/// the copy fails.
+/// Copies `body` to `path` through a [`Temp`] beside it; nothing is left behind when the
+/// copy fails or is interrupted.
 pub fn write_atomically(path: &std::path::Path, body: &mut impl Read) -> Result<u64> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| CliError::usage(format!("Error: {} is not a file name", path.display())))?;
-    let temp = dir.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut file = std::fs::File::create(&temp)?;
+    if path.file_name().is_none() {
+        return Err(CliError::usage(format!(
+            "Error: {} is not a file name",
+            path.display()
+        )));
+    }
+    let temp = Temp::for_target(path);
+    let written = (|| {
+        let mut file = std::fs::File::create(temp.path())?;
         let n = std::io::copy(body, &mut file)?;
         file.sync_all()?;
-        std::fs::rename(&temp, path)?;
         Ok::<u64, std::io::Error>(n)
     })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&temp);
+    let failed = |e: &dyn std::fmt::Display| {
         CliError::new(
             Exit::Other,
             format!("Error: writing {} failed: {e}", path.display()),
         )
         .hint("nothing was written; check the directory exists, is writable and has room")
-    })
+    };
+    let n = written.map_err(|e| failed(&e))?;
+    temp.persist()?;
+    Ok(n)
 }

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::exit::{CliError, Exit, Result};
+pub use crate::interrupt::Temp;
 
 /// The workspace directory in effect.
 pub fn root(flag: Option<&Path>) -> PathBuf {
@@ -33,59 +34,4 @@ pub fn dir(root: &Path, name: &str) -> Result<PathBuf> {
         .hint("choose a writable workspace with --workspace or SVC_WORKSPACE")
     })?;
     Ok(d)
-}
-
-/// A temporary file beside `target` that is removed unless [`Temp::persist`] renames it
-/// into place: an error, Ctrl-C (see `main`) or a full disk never leaves a partial file.
-pub struct Temp {
-    path: PathBuf,
-    target: PathBuf,
-    done: bool,
-}
-
-impl Temp {
-    /// A temp path for `target`, registered for removal on Ctrl-C.
-    pub fn for_target(target: &Path) -> Self {
-        let name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let path = target.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-        crate::interrupt::track(&path);
-        Self {
-            path,
-            target: target.to_owned(),
-            done: false,
-        }
-    }
-
-    /// Where to write.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Moves the finished file into place.
-    pub fn persist(mut self) -> Result<()> {
-        std::fs::rename(&self.path, &self.target).map_err(|e| {
-            CliError::new(
-                Exit::Other,
-                format!(
-                    "Error: cannot move {} into place: {e}",
-                    self.target.display()
-                ),
-            )
-        })?;
-        self.done = true;
-        crate::interrupt::untrack(&self.path);
-        Ok(())
-    }
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = std::fs::remove_file(&self.path);
-            crate::interrupt::untrack(&self.path);
-        }
-    }
 }

@@ -23,6 +23,9 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "SVC_MAX_BODY_BYTES", default_value_t = 10 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Largest table upload (`PUT /api/admin/tables/{id}/data`) accepted, in bytes.
+    #[arg(long, env = "SVC_UPLOAD_MAX_BYTES", default_value_t = 4 << 30)]
+    pub upload_max_bytes: u64,
     /// Take the client address from the last `X-Forwarded-For` hop (behind a reverse proxy).
     #[arg(long, env = "SVC_TRUST_PROXY", default_value_t = false)]
     pub trust_proxy: bool,
@@ -108,6 +111,7 @@ pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
     RuntimeConfig {
         data_dir,
         max_body_bytes: 0,
+        upload_max_bytes: 0,
         trust_proxy: false,
         driver_dir: None,
         query: svc_query::QueryLimits::default(),
@@ -156,6 +160,7 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         metadata_refresh_concurrency: args.metadata_refresh_concurrency,
         data_dir: store_args.data_dir.clone(),
         max_body_bytes: args.max_body_bytes,
+        upload_max_bytes: args.upload_max_bytes,
         trust_proxy: args.trust_proxy,
         driver_dir: args.driver_dir.clone(),
         query: svc_query::QueryLimits {

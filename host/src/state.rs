@@ -28,6 +28,8 @@ pub struct RuntimeConfig {
     pub data_dir: PathBuf,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
+    /// Largest table upload accepted (uploads stream to disk, so they get their own limit).
+    pub upload_max_bytes: u64,
     /// Whether to take the client address from `X-Forwarded-For`.
     pub trust_proxy: bool,
     /// Where dynamic driver libraries are loaded from, if anywhere.

@@ -1,6 +1,8 @@
 //! `svc admin`: tables, users, groups and grants (the server checks the caller is an
 //! administrator).
 
+use std::path::{Path, PathBuf};
+
 use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
@@ -8,6 +10,7 @@ use serde_json::{json, Map, Value};
 use super::{seg, Ctx};
 use crate::client::Client;
 use crate::exit::{CliError, Exit, Result};
+use crate::progress;
 use crate::render::{self, cell};
 
 #[derive(Subcommand, Debug)]
@@ -37,6 +40,20 @@ pub enum Command {
         /// Table id.
         id: String,
     },
+    /// Replace a local table's data with a parquet, CSV or newline-delimited JSON file
+    /// (CSV and JSON are converted to parquet on the server; the columns are printed).
+    Upload {
+        /// Table id of a registered `local` table.
+        id: String,
+        /// The file to upload.
+        file: PathBuf,
+        /// The file's format (default: from its extension).
+        #[arg(long, value_enum)]
+        format: Option<UploadFormat>,
+        /// Print the server's answer as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Users.
     #[command(subcommand)]
     User(UserCommand),
@@ -53,6 +70,94 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+/// Formats an upload may be in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UploadFormat {
+    /// A parquet file.
+    Parquet,
+    /// CSV with a header line.
+    Csv,
+    /// Newline-delimited JSON (one object per line).
+    Ndjson,
+}
+
+impl UploadFormat {
+    /// The format a file name implies.
+    fn of_file(path: &Path) -> Option<Self> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "parquet" | "pq" => Some(Self::Parquet),
+            "csv" => Some(Self::Csv),
+            "jsonl" | "ndjson" | "json" => Some(Self::Ndjson),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Parquet => "parquet",
+            Self::Csv => "csv",
+            Self::Ndjson => "ndjson",
+        }
+    }
+}
+
+/// Uploads `file` as table `id`'s data.
+fn upload(
+    client: &Client,
+    id: &str,
+    file: &Path,
+    format: Option<UploadFormat>,
+    json_out: bool,
+) -> Result<()> {
+    let format = format
+        .or_else(|| UploadFormat::of_file(file))
+        .ok_or_else(|| {
+            CliError::usage(format!(
+                "Error: cannot tell the format of {} from its name",
+                file.display()
+            ))
+            .hint("pass --format parquet, csv or ndjson")
+        })?;
+    let opened = std::fs::File::open(file)
+        .and_then(|f| f.metadata().map(|m| (f, m.len())))
+        .map_err(|e| CliError::usage(format!("Error: cannot read {}: {e}", file.display())))?;
+    let (reader, size) = opened;
+    let bar = progress::bytes(size, &format!("uploading {id}"));
+    let body = reqwest::blocking::Body::sized(progress::Reading::new(reader, bar.clone()), size);
+    let answer = client.put_stream(
+        &format!(
+            "/api/admin/tables/{}/data?format={}",
+            seg(id),
+            format.name()
+        ),
+        "application/octet-stream",
+        body,
+    );
+    bar.finish_and_clear();
+    let answer = answer?;
+    if json_out {
+        render::print_json(&answer);
+        return Ok(());
+    }
+    let columns = answer["columns"].as_array().cloned().unwrap_or_default();
+    eprintln!(
+        "uploaded {id}: {} rows, {} columns, {} bytes as parquet (sent {} bytes of {})",
+        cell(&answer["rows"]),
+        columns.len(),
+        cell(&answer["bytes"]),
+        cell(&answer["received_bytes"]),
+        format.name()
+    );
+    let headers = ["COLUMN", "TYPE", "NULLABLE"].map(String::from);
+    let rows: Vec<Vec<String>> = columns
+        .iter()
+        .map(|c| vec![cell(&c["name"]), cell(&c["type"]), cell(&c["nullable"])])
+        .collect();
+    render::table(&headers, &rows);
+    Ok(())
 }
 
 /// Registry fields; only those given are sent.
@@ -214,13 +319,18 @@ pub enum GrantCommand {
     },
 }
 
+/// What `set-role` (top-level or under `admin`) says: roles were replaced by groups.
+pub fn set_role_removed(args: &[String]) -> CliError {
+    let user = args.first().map_or("<user>", String::as_str);
+    CliError::usage(format!(
+        "Error: 'set-role' was removed.\n  Roles were replaced by group memberships. Make '{user}' an admin with:\n    svc admin group add-member Admin {user}"
+    ))
+}
+
 /// Runs an `svc admin` command.
 pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
     if let Command::SetRole { args } = &cmd {
-        let user = args.first().map_or("<user>", String::as_str);
-        return Err(CliError::usage(format!(
-            "Error: 'svc admin set-role' was removed.\n  Roles were replaced by group memberships. Make '{user}' an admin with:\n    svc admin group add-member Admin {user}"
-        )));
+        return Err(set_role_removed(args));
     }
     let client = ctx.authed()?;
     match cmd {
@@ -277,6 +387,12 @@ pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
             )?;
             eprintln!("unregistered {id}");
         }
+        Command::Upload {
+            id,
+            file,
+            format,
+            json,
+        } => upload(&client, &id, &file, format, json)?,
         Command::User(u) => user(&client, u)?,
         Command::Group(g) => group(&client, g)?,
         Command::Grant(g) => grant(&client, g)?,

@@ -1,15 +1,15 @@
 //! `svc pull`: download every local or materialized table the caller may read into
 //! `<workspace>/tables/`, skipping files the server says are unchanged (ETag), a few at a time.
 
-use std::io::IsTerminal;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use serde_json::json;
 
 use super::{seg, Ctx};
 use crate::exit::{CliError, Exit, Result};
+use crate::progress;
 use crate::render::{self, cell};
 use crate::workspace::{self, Temp};
 
@@ -38,8 +38,13 @@ pub fn run(ctx: &Ctx, root: &Path, json_out: bool) -> Result<()> {
         .collect();
     let dir = workspace::dir(root, "tables")?;
     let next = AtomicUsize::new(0);
+    let pulled_bytes = AtomicU64::new(0);
     let results: Mutex<Vec<(String, Outcome)>> = Mutex::new(Vec::new());
-    let progress = std::io::stderr().is_terminal() && !json_out;
+    let bar = if json_out {
+        indicatif::ProgressBar::hidden()
+    } else {
+        progress::steps(ids.len() as u64, "pulling")
+    };
     std::thread::scope(|scope| {
         for _ in 0..PARALLEL.min(ids.len()) {
             scope.spawn(|| loop {
@@ -51,19 +56,18 @@ pub fn run(ctx: &Ctx, root: &Path, json_out: bool) -> Result<()> {
                     Err(e) if e.code.as_deref() == Some("no_data") => Outcome::NoData,
                     Err(e) => Outcome::Failed(e),
                 };
-                if progress {
-                    let done = results.lock().map(|r| r.len() + 1).unwrap_or(0);
-                    eprint!("\r{done}/{} tables", ids.len());
+                if let Outcome::Downloaded(n) = &outcome {
+                    let so_far = pulled_bytes.fetch_add(*n, Ordering::Relaxed) + n;
+                    bar.set_message(format!("pulling ({})", indicatif::HumanBytes(so_far)));
                 }
+                bar.inc(1);
                 if let Ok(mut r) = results.lock() {
                     r.push((id.clone(), outcome));
                 }
             });
         }
     });
-    if progress {
-        eprintln!();
-    }
+    bar.finish_and_clear();
     let mut results = results.into_inner().unwrap_or_default();
     results.sort_by(|a, b| a.0.cmp(&b.0));
     let (mut downloaded, mut unchanged, mut skipped, mut failed, mut bytes) =

@@ -22,9 +22,10 @@ pub struct QueryArgs {
     /// Read the SQL from stdin.
     #[arg(long, conflicts_with = "sql")]
     stdin: bool,
-    /// Most rows returned (1 to the server's cap).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
-    limit: u64,
+    /// Most rows returned (1 to the server's cap) [default: 1000 on screen; every row the
+    /// server allows when writing a file (-o, arrow, parquet)].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: Option<u64>,
     /// Output form.
     #[arg(long, short, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -69,19 +70,24 @@ pub fn run(ctx: &Ctx, workspace: &std::path::Path, args: QueryArgs) -> Result<()
             args.format.wire()
         )));
     }
+    // A file is for the whole result: it gets every row allowed, and a cut one is an error
+    // unless --limit asked for it. A screen gets the first 1,000.
+    let to_file = args.output.is_some() || binary;
     if args.local {
-        return super::local::run(
-            workspace,
-            &sql,
-            args.limit,
-            args.format,
-            args.output.as_deref(),
-        );
+        let limit = args
+            .limit
+            .unwrap_or(if to_file { u64::MAX } else { SCREEN_ROWS });
+        return super::local::run(workspace, &sql, limit, args.format, args.output.as_deref());
     }
     let client = ctx.authed()?;
+    let limit = match args.limit {
+        Some(n) => n,
+        None if to_file => server_row_cap(&client),
+        None => SCREEN_ROWS,
+    };
     let mut resp = client.post_long(
         "/api/query",
-        &json!({"sql": sql, "limit": args.limit, "format": args.format.wire()}),
+        &json!({"sql": sql, "limit": limit, "format": args.format.wire()}),
     )?;
     let truncated_header = resp
         .headers()
@@ -93,7 +99,7 @@ pub fn run(ctx: &Ctx, workspace: &std::path::Path, args: QueryArgs) -> Result<()
         let doc: Value = resp.json().map_err(|e| {
             CliError::new(Exit::Server, format!("Error: the result broke off: {e}"))
         })?;
-        render::result(&doc, args.format == Format::Json, args.limit);
+        render::result(&doc, args.format == Format::Json, limit);
         return Ok(());
     }
 
@@ -117,10 +123,29 @@ pub fn run(ctx: &Ctx, workspace: &std::path::Path, args: QueryArgs) -> Result<()
         eprintln!("wrote {copied} bytes to {}", path.display());
     }
     if truncated_header.as_deref() == Some("true") {
-        eprintln!(
-            "(truncated at {} rows; raise --limit to see more)",
-            args.limit
-        );
+        if to_file && args.limit.is_none() {
+            return Err(CliError::new(
+                Exit::Partial,
+                format!(
+                    "Error: the result has more rows than the server returns at once ({limit}); the output holds only the first {limit}"
+                ),
+            )
+            .hint("narrow the query, or pass --limit to accept the first rows"));
+        }
+        eprintln!("(truncated at {limit} rows; raise --limit to see more)");
     }
     Ok(())
+}
+
+/// Rows shown on a screen unless --limit says otherwise.
+const SCREEN_ROWS: u64 = 1000;
+
+/// The most rows this server returns for one query (its `/api/health` limits); the screen
+/// default for a server too old to say.
+fn server_row_cap(client: &crate::client::Client) -> u64 {
+    client
+        .get("/api/health")
+        .ok()
+        .and_then(|h| h["limits"]["query_max_rows"].as_u64())
+        .unwrap_or(SCREEN_ROWS)
 }

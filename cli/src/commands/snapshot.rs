@@ -1,7 +1,6 @@
 //! `svc snapshot`: a validated scan of one table saved as local parquet, with its estimate
 //! first and a meta file beside it.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
@@ -11,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::Ctx;
 use crate::exit::{CliError, Exit, Result};
+use crate::progress;
 use crate::render::{self, cell};
 use crate::workspace::{self, Temp};
 
@@ -204,7 +204,7 @@ fn create(ctx: &Ctx, root: &Path, args: CreateArgs) -> Result<()> {
     let file = std::fs::File::create(temp.path()).map_err(|e| write_error(&data_path, e))?;
     let mut writer = ArrowWriter::try_new(file, reader.schema(), None)
         .map_err(|e| write_error(&data_path, e))?;
-    let progress = std::io::stderr().is_terminal();
+    let bar = progress::counter("rows", &format!("snapshot {name}"));
     let mut rows = 0u64;
     for batch in reader {
         let batch = batch
@@ -213,17 +213,13 @@ fn create(ctx: &Ctx, root: &Path, args: CreateArgs) -> Result<()> {
         writer
             .write(&batch)
             .map_err(|e| write_error(&data_path, e))?;
-        if progress {
-            eprint!("\r{rows} rows");
-        }
+        bar.inc(batch.num_rows() as u64);
     }
     let file = writer
         .into_inner()
         .map_err(|e| write_error(&data_path, e))?;
     file.sync_all().map_err(|e| write_error(&data_path, e))?;
-    if progress {
-        eprintln!();
-    }
+    bar.finish_and_clear();
     let bytes = std::fs::metadata(temp.path()).map(|m| m.len()).unwrap_or(0);
     let meta = json!({
         "name": name, "table": args.table, "select": args.select, "where": args.predicate,

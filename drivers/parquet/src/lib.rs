@@ -5,9 +5,11 @@
 //! by id and never by display name. Schema comes from the parquet footer; a sample reads
 //! pages only until it has `n` rows, so its cost does not grow with the file.
 
+mod ingest;
 mod write;
 
-pub use write::{sweep_temp_files, AtomicParquet};
+pub use ingest::{ingest, inspect, DataFacts, IngestError, UploadFormat};
+pub use write::{sweep_temp_files, temp_path, AtomicParquet};
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -73,15 +73,7 @@ impl AtomicParquet {
             .parent()
             .ok_or_else(|| io_error("no directory for", target, "a bare file name"))?;
         std::fs::create_dir_all(dir).map_err(|e| io_error("cannot create", dir, e))?;
-        let name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let temp = dir.join(format!(
-            ".{name}{TEMP_MARK}{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
+        let temp = temp_path(target);
         let file = File::create(&temp).map_err(|e| io_error("cannot create", &temp, e))?;
         let sink = Hashing {
             inner: BufWriter::with_capacity(1 << 20, file),
@@ -155,6 +147,20 @@ impl Drop for AtomicParquet {
             let _ = std::fs::remove_file(&self.temp);
         }
     }
+}
+
+/// A fresh hidden name beside `target` for a file being written: removed by
+/// [`sweep_temp_files`] if the process dies before it is renamed or removed.
+pub fn temp_path(target: &Path) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    target.with_file_name(format!(
+        ".{name}{TEMP_MARK}{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 /// Removes temporary files under `<data-dir>/extracts/*/data/` left by a process that was

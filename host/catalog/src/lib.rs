@@ -7,6 +7,7 @@
 //! - Registry changes ([`registry::Registry`]): validation, the store write, the audit row and
 //!   the flush of every per-table cache ([`caches::CacheHooks`]), in one place; the seeding of
 //!   the tables drivers declare.
+//! - A table's data on this server's disk ([`data`]): what it holds, and uploads replacing it.
 //! - Sync schedules ([`schedule::Schedule`]).
 //! - The persistent metadata warmup of remote tables ([`warmup::MetadataWarmer`]).
 //!
@@ -14,6 +15,7 @@
 //! `svc-store`, `svc-core` and the driver contract.
 
 pub mod caches;
+pub mod data;
 pub mod drivers;
 pub mod registry;
 pub mod schedule;

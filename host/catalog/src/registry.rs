@@ -11,6 +11,7 @@ use svc_store::registry::{QueryMode, RegistryRow};
 use svc_store::Store;
 
 use crate::caches::CacheHooks;
+use crate::data::UPLOADABLE_SOURCE;
 use crate::drivers::Drivers;
 use crate::schedule::Schedule;
 use crate::warmup::MetadataWarmer;
@@ -73,6 +74,18 @@ impl Registry {
         }
     }
 
+    pub(crate) fn drivers(&self) -> &Drivers {
+        &self.drivers
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(crate) fn audit(&self) -> &AuditWriter {
+        &self.audit
+    }
+
     /// The per-table caches a change flushes; every such cache registers its hook here.
     pub fn caches(&self) -> &CacheHooks {
         &self.caches
@@ -125,6 +138,17 @@ impl Registry {
         if let Some(s) = &row.sync_schedule {
             s.parse::<Schedule>()
                 .map_err(|e| Error::invalid(format!("sync_schedule: {e}")))?;
+        }
+        if row.source_type == UPLOADABLE_SOURCE {
+            // A local table's file is named by its id; a source_table would be ignored.
+            if row.source_table.as_deref().is_some_and(|t| t != row.id) {
+                return Err(Error::invalid(format!(
+                    "source_table does not apply to a local table: its data is the file uploaded for id '{}' (svc admin upload {} FILE)",
+                    row.id, row.id
+                )));
+            }
+            // A present file must be readable; a missing one is fine (upload it next).
+            self.data_facts(row)?;
         }
         Ok(())
     }

@@ -91,6 +91,17 @@ pub struct Column {
     description: String,
 }
 
+impl From<svc_plugin_api::ColumnInfo> for Column {
+    fn from(c: svc_plugin_api::ColumnInfo) -> Self {
+        Self {
+            name: c.name,
+            data_type: c.data_type,
+            nullable: c.nullable,
+            description: c.description,
+        }
+    }
+}
+
 /// A table's columns.
 #[derive(Object, Clone)]
 pub struct SchemaResponse {
@@ -305,16 +316,7 @@ impl DiscoveryApi {
             table_id: row.id.clone(),
             source_type: row.source_type.clone(),
             sql_flavor: driver.sql_flavor(&table).into(),
-            columns: schema
-                .columns
-                .into_iter()
-                .map(|c| Column {
-                    name: c.name,
-                    data_type: c.data_type,
-                    nullable: c.nullable,
-                    description: c.description,
-                })
-                .collect(),
+            columns: schema.columns.into_iter().map(Column::from).collect(),
             partition_by: schema.partition_by,
             clustered_by: schema.clustered_by,
             where_dialect_hints: json!({}),

@@ -24,6 +24,19 @@ struct Health {
     schema_version: Option<i64>,
     /// Schema version this server expects.
     expected_schema_version: i64,
+    /// This server's caps, for clients that ask for "as much as allowed".
+    limits: Limits,
+}
+
+/// A server's caps on what one request may ask for.
+#[derive(Object)]
+struct Limits {
+    /// Largest `limit` a query may ask for.
+    query_max_rows: u64,
+    /// Most rows one scan returns.
+    scan_max_rows: u64,
+    /// Largest table upload, in bytes.
+    upload_max_bytes: u64,
 }
 
 #[derive(ApiResponse)]
@@ -48,6 +61,11 @@ impl HealthApi {
             version: VERSION.into(),
             schema_version: schema,
             expected_schema_version: CURRENT_SCHEMA_VERSION,
+            limits: Limits {
+                query_max_rows: self.state.config.query.max_rows as u64,
+                scan_max_rows: self.state.config.query.scan_max_rows as u64,
+                upload_max_bytes: self.state.config.upload_max_bytes,
+            },
         });
         if healthy {
             HealthResponse::Ok(body)

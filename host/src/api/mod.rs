@@ -18,6 +18,7 @@ mod scheduler;
 mod scripts;
 mod sync;
 mod types;
+mod upload;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -166,6 +167,7 @@ type Apis = (
     sync::SyncApi,
     scheduler::SchedulerApi,
     scripts::ScriptsApi,
+    upload::UploadApi,
 );
 
 fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
@@ -209,6 +211,9 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
         scripts::ScriptsApi {
             state: state.clone(),
         },
+        upload::UploadApi {
+            state: state.clone(),
+        },
     );
     OpenApiService::new(apis, "svc", VERSION)
         .description("Data access and observability for analysts and their AI agents.")
@@ -239,7 +244,12 @@ pub fn app(
         .data(state)
         .around(move |ep, mut req| {
             let busy = connections.begin(&req.remote_addr().0);
-            deadline_body(&mut req, body_deadline);
+            // An upload streams to disk under its own size limit and stall timeout.
+            let upload = upload::is_upload(&req);
+            if !upload {
+                deadline_body(&mut req, body_deadline);
+            }
+            let max_body = if upload { None } else { Some(max_body) };
             async move {
                 let resp = pipeline(ep, req, max_body, trust_proxy).await;
                 drop(busy);
@@ -252,7 +262,7 @@ pub fn app(
 async fn pipeline<E: Endpoint>(
     ep: Arc<E>,
     mut req: Request,
-    max_body: usize,
+    max_body: Option<usize>,
     trust_proxy: bool,
 ) -> poem::Result<Response> {
     let request_id = req
@@ -269,7 +279,11 @@ async fn pipeline<E: Endpoint>(
     });
     let is_api = req.uri().path().starts_with("/api/");
 
-    let mut resp = match limit_body(&mut req, max_body).await {
+    let limited = match max_body {
+        Some(max) => limit_body(&mut req, max).await,
+        None => Ok(()),
+    };
+    let mut resp = match limited {
         Err(e) => poem::error::ResponseError::as_response(&e),
         Ok(()) => match ep.call(req).await {
             Ok(r) => r.into_response(),

@@ -6,7 +6,7 @@ use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
-use svc_catalog::registry::Registered;
+use svc_catalog::registry::{Registered, Registry};
 use svc_store::registry::RegistryRow;
 
 use super::types::{QueryModeParam, Str};
@@ -23,12 +23,12 @@ pub struct RegistryApi {
 #[derive(Object)]
 struct RegisterTable {
     /// Table id: letters, digits, `_`, `.`, `-`; at most 128 characters, not only dots.
-    #[oai(validator(pattern = r"^[A-Za-z0-9_.\-]{1,128}$"))]
     id: Str,
     /// Display name (defaults to the id).
     name: MaybeUndefined<Str>,
-    /// Source kind; one of the server's drivers (`local`, `warehouse`, `integration`, `ticketing`).
-    source_type: Str,
+    /// Source kind; one of the server's drivers (`local`, `warehouse`, `integration`,
+    /// `ticketing`). A new table: `local`; an existing one keeps its kind.
+    source_type: Option<Str>,
     /// Grouping label; the dataset for warehouse tables.
     bucket: MaybeUndefined<Str>,
     /// Name at the source (defaults to the id).
@@ -91,6 +91,37 @@ struct TableInfo {
     registered_at: Option<String>,
     /// Last change.
     updated_at: Option<String>,
+    /// Whether the table's data file exists on this server (null for a table whose data
+    /// stays at its source).
+    has_data: Option<bool>,
+    /// Rows in the data file, when it exists and is readable.
+    rows: Option<u64>,
+    /// Size of the data file, when it exists and is readable.
+    bytes: Option<u64>,
+    /// Why a present data file cannot be read.
+    data_error: Option<String>,
+}
+
+impl TableInfo {
+    /// The row with what its data file holds.
+    fn of(registry: &Registry, r: RegistryRow) -> Self {
+        let facts = registry.data_facts(&r);
+        let mut info = Self::from(r);
+        match facts {
+            Ok(None) => {}
+            Ok(Some(None)) => info.has_data = Some(false),
+            Ok(Some(Some(f))) => {
+                info.has_data = Some(true);
+                info.rows = Some(f.rows);
+                info.bytes = Some(f.bytes);
+            }
+            Err(e) => {
+                info.has_data = Some(true);
+                info.data_error = Some(e.to_string());
+            }
+        }
+        info
+    }
 }
 
 impl From<RegistryRow> for TableInfo {
@@ -108,6 +139,10 @@ impl From<RegistryRow> for TableInfo {
             registered_by: r.registered_by,
             registered_at: r.registered_at,
             updated_at: r.updated_at,
+            has_data: None,
+            rows: None,
+            bytes: None,
+            data_error: None,
         }
     }
 }
@@ -155,7 +190,9 @@ impl RegistryApi {
             .state
             .registry
             .register(&c.actor, &id, |row| {
-                row.source_type = b.source_type.into();
+                if let Some(st) = b.source_type {
+                    row.source_type = st.into();
+                }
                 match b.name {
                     MaybeUndefined::Undefined => {}
                     MaybeUndefined::Value(n) if !n.trim().is_empty() => row.name = n.into(),
@@ -171,7 +208,7 @@ impl RegistryApi {
                 clear(b.description, &mut row.description);
             })
             .await?;
-        let stored = TableInfo::from(stored);
+        let stored = TableInfo::of(&self.state.registry, stored);
         Ok(match outcome {
             Registered::Created => RegisterResponse::Created(Json(stored)),
             Registered::Updated => RegisterResponse::Updated(Json(stored)),
@@ -187,7 +224,7 @@ impl RegistryApi {
             .list_tables()
             .await?
             .into_iter()
-            .map(Into::into)
+            .map(|r| TableInfo::of(&self.state.registry, r))
             .collect();
         Ok(Json(TableList {
             count: tables.len(),
@@ -200,7 +237,7 @@ impl RegistryApi {
     async fn update(
         &self,
         auth: AdminAuth,
-        #[oai(validator(pattern = r"^[A-Za-z0-9_.\-]{1,128}$"))] id: Path<String>,
+        id: Path<String>,
         body: Json<UpdateTable>,
     ) -> ApiResult<Json<TableInfo>> {
         let c = &auth.0;
@@ -225,16 +262,12 @@ impl RegistryApi {
                 clear(b.description, &mut r.description);
             })
             .await?;
-        Ok(Json(row.into()))
+        Ok(Json(TableInfo::of(&self.state.registry, row)))
     }
 
     /// Removes a table from the registry.
     #[oai(path = "/registry/:id", method = "delete")]
-    async fn delete(
-        &self,
-        auth: AdminAuth,
-        #[oai(validator(pattern = r"^[A-Za-z0-9_.\-]{1,128}$"))] id: Path<String>,
-    ) -> ApiResult<NoContent> {
+    async fn delete(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<NoContent> {
         let c = &auth.0;
         self.state.registry.unregister(&c.actor, &id).await?;
         Ok(NoContent::Done)

@@ -111,7 +111,7 @@ impl RegistryRow {
         Self {
             id: id.to_owned(),
             name: id.to_owned(),
-            source_type: String::new(),
+            source_type: "local".into(),
             bucket: None,
             source_table: None,
             query_mode: QueryMode::Local,

@@ -17,4 +17,5 @@ mod scan;
 mod store;
 mod support;
 mod svc_cli;
+mod upload;
 mod warehouse;

@@ -2,7 +2,7 @@
 //! each error class.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use serde_json::{json, Value};
@@ -11,7 +11,7 @@ use crate::discovery::write_parquet;
 use crate::support::{free_port, svc_bin, Server, TempDir};
 
 /// Runs `svc` with its own config directory and no inherited server or token.
-fn svc(config: &Path, args: &[&str]) -> Output {
+pub(crate) fn svc(config: &Path, args: &[&str]) -> Output {
     svc_input(config, args, "")
 }
 
@@ -54,15 +54,15 @@ fn svc_closed_stdout(config: &Path, args: &[&str]) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn code(o: &Output) -> i32 {
+pub(crate) fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)
 }
 
-fn stdout(o: &Output) -> String {
+pub(crate) fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn stderr(o: &Output) -> String {
+pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
@@ -386,14 +386,19 @@ fn the_client_logs_in_discovers_queries_and_administers() {
     let o = svc(cfg, &["admin", "group", "delete", "analysts"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 
-    // The removed set-role names its replacement.
-    let o = svc(cfg, &["admin", "set-role", "ana@example.com", "admin"]);
-    assert_eq!(code(&o), 2);
-    assert!(
-        stderr(&o).contains("svc admin group add-member Admin ana@example.com"),
-        "{}",
-        stderr(&o)
-    );
+    // The removed set-role names its replacement, under admin and at the top level.
+    for args in [
+        &["admin", "set-role", "ana@example.com", "admin"][..],
+        &["set-role", "ana@example.com", "admin"][..],
+    ] {
+        let o = svc(cfg, args);
+        assert_eq!(code(&o), 2);
+        assert!(
+            stderr(&o).contains("svc admin group add-member Admin ana@example.com"),
+            "{}",
+            stderr(&o)
+        );
+    }
 
     // Password login (the password on stdin), then personal access tokens, which need a
     // session.
@@ -878,8 +883,9 @@ fn an_expired_session_token_is_an_auth_error() {
 
 #[cfg(unix)]
 #[test]
-fn ctrl_c_during_a_pull_removes_the_partial_file() {
-    // A server whose download trickles: the catalog answers at once, the file never ends.
+fn ctrl_c_during_a_pull_or_a_file_query_removes_the_partial_file() {
+    // A server whose downloads and results trickle: the catalog and health answer at once,
+    // the file never ends.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     std::thread::spawn(move || {
@@ -893,8 +899,16 @@ fn ctrl_c_during_a_pull_removes_the_partial_file() {
                     line.clear();
                 }
                 let mut stream = stream;
-                if request.contains("/api/v2/catalog") {
-                    let body = r#"{"tables": [{"id": "big", "query_mode": "local"}], "server_time": "now"}"#;
+                let json = if request.contains("/api/v2/catalog") {
+                    Some(
+                        r#"{"tables": [{"id": "big", "query_mode": "local"}], "server_time": "now"}"#,
+                    )
+                } else if request.contains("/api/health") {
+                    Some(r#"{"status": "ok", "limits": {"query_max_rows": 1000000}}"#)
+                } else {
+                    None
+                };
+                if let Some(body) = json {
                     let _ = write!(
                         stream,
                         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
@@ -917,51 +931,167 @@ fn ctrl_c_during_a_pull_removes_the_partial_file() {
     });
     let home = TempDir::new();
     let ws = home.0.join("ws");
-    let child = Command::new(svc_bin())
-        .args([
-            "--server",
-            &url,
-            "--token",
-            "t",
-            "--workspace",
-            ws.to_str().unwrap(),
-            "pull",
-        ])
-        .env("SVC_CONFIG_DIR", &home.0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let tables = ws.join("tables");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let partial = loop {
-        let found = std::fs::read_dir(&tables)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with('.'));
-        if let Some(p) = found {
-            break p;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no temporary file appeared"
+    let out_dir = home.0.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out_file = out_dir.join("result.csv");
+    let runs: [(&[&str], &Path, PathBuf); 2] = [
+        (&["pull"], &ws.join("tables"), ws.join("tables/big.parquet")),
+        (
+            &[
+                "query",
+                "SELECT * FROM big",
+                "-f",
+                "csv",
+                "-o",
+                out_file.to_str().unwrap(),
+            ],
+            &out_dir,
+            out_file.clone(),
+        ),
+    ];
+    for (args, watched, target) in runs {
+        let child = Command::new(svc_bin())
+            .args([
+                "--server",
+                &url,
+                "--token",
+                "t",
+                "--workspace",
+                ws.to_str().unwrap(),
+            ])
+            .args(args)
+            .env("SVC_CONFIG_DIR", &home.0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let partial = loop {
+            let found = std::fs::read_dir(watched)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.file_name().unwrap().to_string_lossy().starts_with('.'));
+            if let Some(p) = found {
+                break p;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{args:?}: no temporary file appeared"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(130),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
         );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        assert!(!partial.exists(), "{args:?}: the partial file was removed");
+        assert!(!target.exists(), "{args:?}");
+    }
+}
+
+#[test]
+fn a_file_output_holds_every_row_or_says_it_was_cut() {
+    let s = Server::start_with(
+        crate::support::Backend::Sqlite,
+        &[("SVC_QUERY_MAX_ROWS", "2000")],
     );
-    assert!(!partial.exists(), "the partial download was removed");
-    assert!(!tables.join("big.parquet").exists());
+    write_parquet(&s.dir.0, "local", "big", 2500, "b");
+    write_parquet(&s.dir.0, "local", "mid", 1500, "m");
+    let admin = s.admin_token();
+    for id in ["big", "mid"] {
+        let (status, _) = s.post_json("/api/admin/register-table", &admin, &json!({"id": id}));
+        assert_eq!(status, 201);
+    }
+    let home = TempDir::new();
+    let cfg = home.0.as_path();
+    let o = svc(
+        cfg,
+        &["--server", &s.base, "--token", &admin, "auth", "login"],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let lines = |p: &Path| std::fs::read_to_string(p).unwrap().lines().count();
+
+    // Past the screen default of 1,000 rows: a file gets all 1,500.
+    let out = home.0.join("mid.csv");
+    let o = svc(
+        cfg,
+        &[
+            "query",
+            "SELECT * FROM mid",
+            "-f",
+            "csv",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(lines(&out), 1501);
+    let pq = home.0.join("mid.parquet");
+    let o = svc(
+        cfg,
+        &[
+            "query",
+            "SELECT * FROM mid",
+            "-f",
+            "parquet",
+            "-o",
+            pq.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(parquet_rows(&pq), 1500);
+    // The screen still shows 1,000 and says so.
+    let o = svc(cfg, &["query", "SELECT * FROM mid", "-f", "json"]);
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (doc["row_count"].as_u64(), doc["truncated"].as_bool()),
+        (Some(1000), Some(true))
+    );
+
+    // Past the server's cap: the file holds the first 2,000 and the exit code says partial.
+    let out = home.0.join("big.csv");
+    let o = svc(
+        cfg,
+        &[
+            "query",
+            "SELECT * FROM big",
+            "-f",
+            "csv",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&o), 4, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("more rows than the server returns at once (2000)"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(lines(&out), 2001);
+    // Asking for the first rows is not an error.
+    let o = svc(
+        cfg,
+        &[
+            "query",
+            "SELECT * FROM big",
+            "-f",
+            "csv",
+            "-o",
+            out.to_str().unwrap(),
+            "--limit",
+            "10",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(lines(&out), 11);
 }

@@ -16,6 +16,8 @@ pub struct DiscoveryCaches {
     pub schema: Cache<String, Arc<SchemaResponse>>,
     /// Sample responses by `(table_id, n)`; never holds internal tables.
     pub sample: Cache<(String, usize), Arc<CachedSample>>,
+    /// Local tables' WHERE examples, by file version (a new file is read afresh).
+    pub examples: svc_catalog::examples::LocalExamples,
 }
 
 impl std::fmt::Debug for DiscoveryCaches {
@@ -39,6 +41,7 @@ impl Default for DiscoveryCaches {
                 .time_to_live(Duration::from_secs(3600))
                 .support_invalidation_closures()
                 .build(),
+            examples: Default::default(),
         }
     }
 }

@@ -128,6 +128,11 @@ pub struct TableMetadata {
     pub clustered_by: Vec<String>,
     /// Column names, for validating WHERE examples.
     pub known_columns: Vec<String>,
+    /// The type of each of `known_columns`, in the same order, as the source names it
+    /// (BigQuery or Arrow type names); empty when the driver does not say. WHERE examples
+    /// are generated from these.
+    #[serde(default)]
+    pub column_types: Vec<String>,
 }
 
 /// A scan the host has validated: which columns, which rows, how many.

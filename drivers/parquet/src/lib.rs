@@ -6,9 +6,11 @@
 //! pages only until it has `n` rows, so its cost does not grow with the file.
 
 mod ingest;
+mod stats;
 mod write;
 
 pub use ingest::{ingest, inspect, DataFacts, IngestError, UploadFormat};
+pub use stats::{column_stats, ColumnStats};
 pub use write::{sweep_temp_files, temp_path, AtomicParquet};
 
 use std::collections::HashMap;

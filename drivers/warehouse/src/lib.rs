@@ -264,6 +264,7 @@ impl SourceDriver for WarehouseDriver {
                 .and_then(|p| p["field"].as_str().map(str::to_owned)),
             clustered_by: clustering(&info),
             known_columns: info.fields().iter().map(|f| f.name.clone()).collect(),
+            column_types: info.fields().iter().map(|f| f.field_type.clone()).collect(),
             entity_type,
         })
     }

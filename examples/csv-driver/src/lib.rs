@@ -142,6 +142,12 @@ impl SourceDriver for CsvDriver {
                 .iter()
                 .map(|f| f.name().clone())
                 .collect(),
+            column_types: batch
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.data_type().to_string())
+                .collect(),
         })
     }
 }

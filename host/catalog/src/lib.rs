@@ -8,6 +8,7 @@
 //!   the flush of every per-table cache ([`caches::CacheHooks`]), in one place; the seeding of
 //!   the tables drivers declare.
 //! - A table's data on this server's disk ([`data`]): what it holds, and uploads replacing it.
+//! - WHERE examples for the catalog ([`examples`]), from what is known of a table's columns.
 //! - Sync schedules ([`schedule::Schedule`]).
 //! - The persistent metadata warmup of remote tables ([`warmup::MetadataWarmer`]).
 //!
@@ -17,6 +18,7 @@
 pub mod caches;
 pub mod data;
 pub mod drivers;
+pub mod examples;
 pub mod registry;
 pub mod schedule;
 pub mod settings;

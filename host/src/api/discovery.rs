@@ -16,6 +16,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::{json, Value};
 use svc_auth::access;
 use svc_auth::Caller;
+use svc_catalog::examples::{self, Dialect};
 use svc_core::{Error, ErrorKind};
 use svc_plugin_api::SourceDriver;
 use svc_query::encode;
@@ -205,22 +206,6 @@ pub(crate) fn freshness(meta: Option<&MetadataRow>) -> &'static str {
     }
 }
 
-/// WHERE examples whose columns all exist in the table.
-fn where_examples(known_columns: &[String]) -> Vec<String> {
-    const TEMPLATES: &[(&str, &[&str])] = &[
-        ("event_date > DATE '2026-01-01'", &["event_date"]),
-        (
-            "country_code = 'CZ' AND platform = 'web'",
-            &["country_code", "platform"],
-        ),
-    ];
-    TEMPLATES
-        .iter()
-        .filter(|(_, cols)| cols.iter().all(|c| known_columns.iter().any(|k| k == c)))
-        .map(|(t, _)| t.to_string())
-        .collect()
-}
-
 impl DiscoveryApi {
     fn driver(&self, row: &RegistryRow) -> svc_core::Result<&Arc<dyn SourceDriver>> {
         self.state.drivers.get(&row.source_type).ok_or_else(|| {
@@ -265,6 +250,9 @@ impl DiscoveryApi {
         match row.query_mode {
             QueryMode::Local | QueryMode::Materialized => {
                 out.rough_size_hint = size_hint(driver.and_then(|d| d.size_on_disk(&table)));
+                if let Some(path) = driver.and_then(|d| d.local_file(&table)) {
+                    out.where_examples = self.state.discovery.examples.for_file(&path);
+                }
             }
             QueryMode::Remote => {
                 out.fetch_via = format!(
@@ -280,7 +268,12 @@ impl DiscoveryApi {
                     out.entity_type = m.entity_type.clone();
                     out.rough_size_hint =
                         size_hint(m.size_bytes.and_then(|b| u64::try_from(b).ok()));
-                    out.where_examples = where_examples(&m.known_columns);
+                    let dialect = if out.sql_flavor == "bigquery" {
+                        Dialect::BigQuery
+                    } else {
+                        Dialect::DataFusion
+                    };
+                    out.where_examples = examples::generate(&examples::remote_facts(m), dialect);
                 }
             }
             QueryMode::Internal => {}
@@ -530,23 +523,6 @@ mod tests {
         assert_eq!(
             size_hint(Some(10 * 1024 * MIB + 1)).as_deref(),
             Some("very_large")
-        );
-    }
-
-    #[test]
-    fn where_examples_need_all_their_columns() {
-        assert!(where_examples(&[]).is_empty());
-        assert_eq!(
-            where_examples(&["event_date".into()]),
-            ["event_date > DATE '2026-01-01'"]
-        );
-        assert_eq!(
-            where_examples(&["country_code".into()]),
-            Vec::<String>::new()
-        );
-        assert_eq!(
-            where_examples(&["platform".into(), "country_code".into()]).len(),
-            1
         );
     }
 

@@ -29,7 +29,7 @@ impl Store {
     /// Every cached metadata row, by table id (one read per catalog request).
     pub async fn all_metadata(&self) -> Result<HashMap<String, MetadataRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT table_id, entity_type, rows, size_bytes, partition_by, clustered_by, known_columns, \
+            "SELECT table_id, entity_type, rows, size_bytes, partition_by, clustered_by, known_columns, column_types, \
              refreshed_at, error_at, error_msg FROM table_metadata_cache",
         )
         .fetch_all(self.pool())
@@ -46,6 +46,7 @@ impl Store {
                             partition_by: r.try_get("partition_by")?,
                             clustered_by: json_list(r.try_get("clustered_by")?),
                             known_columns: json_list(r.try_get("known_columns")?),
+                            column_types: json_list(r.try_get("column_types")?),
                         },
                         refreshed_at: r.try_get("refreshed_at")?,
                         error_at: r.try_get("error_at")?,
@@ -59,7 +60,7 @@ impl Store {
     /// Records a successful refresh of a table's metadata (clearing any earlier error).
     pub async fn save_metadata(&self, table_id: &str, m: &TableMetadata) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO table_metadata_cache (table_id, entity_type, rows, size_bytes, partition_by,              clustered_by, known_columns, refreshed_at, error_at, error_msg)              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL)              ON CONFLICT (table_id) DO UPDATE SET entity_type = excluded.entity_type, rows = excluded.rows,              size_bytes = excluded.size_bytes, partition_by = excluded.partition_by,              clustered_by = excluded.clustered_by, known_columns = excluded.known_columns,              refreshed_at = excluded.refreshed_at, error_at = NULL, error_msg = NULL",
+            "INSERT INTO table_metadata_cache (table_id, entity_type, rows, size_bytes, partition_by,              clustered_by, known_columns, column_types, refreshed_at, error_at, error_msg)              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, NULL)              ON CONFLICT (table_id) DO UPDATE SET entity_type = excluded.entity_type, rows = excluded.rows,              size_bytes = excluded.size_bytes, partition_by = excluded.partition_by,              clustered_by = excluded.clustered_by, known_columns = excluded.known_columns,              column_types = excluded.column_types, refreshed_at = excluded.refreshed_at, error_at = NULL, error_msg = NULL",
         )
         .bind(table_id)
         .bind(m.entity_type.clone())
@@ -68,6 +69,7 @@ impl Store {
         .bind(m.partition_by.clone())
         .bind(serde_json::to_string(&m.clustered_by).unwrap_or_default())
         .bind(serde_json::to_string(&m.known_columns).unwrap_or_default())
+        .bind(serde_json::to_string(&m.column_types).unwrap_or_default())
         .bind(svc_core::clock::now())
         .execute(self.pool())
         .await?;

@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 46;
+pub const CURRENT_SCHEMA_VERSION: i64 = 47;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -54,6 +54,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 46,
         name: "script run leases",
+    },
+    Step {
+        version: 47,
+        name: "column types in the metadata cache",
     },
 ];
 
@@ -102,6 +106,16 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
         46 => {
             ensure_table(tx, b, &schema::SCRIPTS).await?;
             ensure_columns(tx, b, "scripts", schema::SCRIPTS_V46_COLUMNS).await?;
+        }
+        47 => {
+            ensure_table(tx, b, &schema::TABLE_METADATA_CACHE).await?;
+            ensure_columns(
+                tx,
+                b,
+                "table_metadata_cache",
+                schema::TABLE_METADATA_CACHE_V47_COLUMNS,
+            )
+            .await?;
         }
         other => anyhow::bail!("no migration step {other}"),
     }

@@ -532,5 +532,8 @@ pub(super) const SCRIPTS: Table = Table {
 
 /// Run leases on scripts (v46): which server process runs a claimed script, and until when
 /// its claim holds.
+/// Column types of remote tables' metadata (v47), for generated WHERE examples.
+pub(super) const TABLE_METADATA_CACHE_V47_COLUMNS: &[Column] = &[col("column_types", Text)];
+
 pub(super) const SCRIPTS_V46_COLUMNS: &[Column] =
     &[col("lease_owner", Text), col("lease_until", Text)];

@@ -327,10 +327,11 @@ fn bad_input_on_discovery_endpoints() {
     assert_eq!(s.get_json("/api/v2/schema/later", &admin).0, 404);
 
     // Truncated and non-parquet files: a 500 envelope naming the table; the server stays up.
+    // (Registration refuses an unreadable file, so the file breaks after it.)
     let path = write_parquet(&s.dir.0, "local", "broken", 100, "b");
+    register(&s, &admin, json!({"id": "broken", "source_type": "local"}));
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
-    register(&s, &admin, json!({"id": "broken", "source_type": "local"}));
     let (status, body) = s.get_json("/api/v2/sample/broken", &admin);
     assert_eq!(
         (status, body["detail"]["error"].as_str()),

@@ -86,6 +86,23 @@ fn uploads_replace_a_local_tables_data_whole_or_not_at_all() {
             out["rows"],
             json!([["ann", 2.5], ["bob", null], ["c, d", 7.0]])
         );
+        // The catalog's WHERE examples come from the new file's columns and values, and run.
+        let row = s.catalog_row(&admin, "orders").unwrap();
+        assert_eq!(
+            row["where_examples"],
+            json!(["day >= DATE '2025-12-27'", "amount > 4.75"]),
+            "{row}"
+        );
+        for ex in row["where_examples"].as_array().unwrap() {
+            let sql = format!(
+                "SELECT count(*) AS n FROM orders WHERE {}",
+                ex.as_str().unwrap()
+            );
+            assert!(
+                query(&s, &admin, &sql)["rows"][0][0].as_u64().unwrap() > 0,
+                "{sql}"
+            );
+        }
         let (_, row) = s.post_json(
             "/api/admin/register-table",
             &admin,
@@ -365,6 +382,11 @@ fn svc_admin_upload_sends_a_file_and_prints_its_columns() {
         "{}",
         stderr(&o)
     );
+
+    // Seven distinct kinds in 5,000 rows: an equality with a value the table holds (the id
+    // column gets no numeric bound).
+    let row = s.catalog_row(&admin, "events").unwrap();
+    assert_eq!(row["where_examples"], json!(["kind = 'k0'"]), "{row}");
 
     // --json; an unknown extension needs --format; a bad file exits 9 with the server's reason.
     let o = svc(

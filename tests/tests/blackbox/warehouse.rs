@@ -83,10 +83,28 @@ fn remote_rows_sample_describe_refresh_and_estimate_through_the_emulator() {
         view["rows"].is_null() && view["size_bytes"].is_null(),
         "{view}"
     );
+    // Generated from the table's columns: a date range and a numeric bound (not on id),
+    // each a filter the warehouse accepts.
+    let examples: Vec<&str> = orders["where_examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(examples.len(), 2, "{orders}");
     assert!(
-        !orders["where_examples"].as_array().unwrap().is_empty(),
-        "{orders}"
+        examples[0].starts_with("event_date >= DATE '"),
+        "{examples:?}"
     );
+    assert_eq!(examples[1], "amount > 0");
+    for ex in &examples {
+        let (status, out) = s.post_json(
+            "/api/v2/scan",
+            &admin,
+            &json!({"table_id": "orders", "where": ex, "format": "json"}),
+        );
+        assert_eq!(status, 200, "{ex}: {out}");
+    }
 
     let (status, e) = s.post_json(
         "/api/v2/scan/estimate",

@@ -11,7 +11,7 @@ use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use serde_json::{json, Map, Value};
 
 use crate::exit::{CliError, Exit, Result};
-use crate::output::{write_atomically, Format};
+use crate::output::{encode_error, write_atomically, BatchWriter, Format};
 use crate::render;
 
 /// Registers every parquet file of `<workspace>/tables` and `<workspace>/snapshots` under its
@@ -95,30 +95,12 @@ pub fn run(
             }
             body = serde_json::to_vec(&doc).unwrap_or_default();
         }
-        Format::Csv => {
-            let mut w = datafusion::arrow::csv::WriterBuilder::new()
-                .with_header(true)
-                .build(&mut body);
-            for b in &batches {
-                w.write(b).map_err(encode_error)?;
+        Format::Csv | Format::Arrow | Format::Parquet => {
+            let mut w = BatchWriter::new(format, &schema, &mut body)?;
+            for b in batches.iter().filter(|b| b.num_rows() > 0) {
+                w.write(b)?;
             }
-        }
-        Format::Arrow => {
-            let mut w = datafusion::arrow::ipc::writer::StreamWriter::try_new(&mut body, &schema)
-                .map_err(encode_error)?;
-            for b in &batches {
-                w.write(b).map_err(encode_error)?;
-            }
-            w.finish().map_err(encode_error)?;
-        }
-        Format::Parquet => {
-            let mut w =
-                datafusion::parquet::arrow::ArrowWriter::try_new(&mut body, schema.clone(), None)
-                    .map_err(encode_error)?;
-            for b in &batches {
-                w.write(b).map_err(encode_error)?;
-            }
-            w.close().map_err(encode_error)?;
+            w.finish(truncated)?;
         }
     }
     match output {
@@ -134,13 +116,6 @@ pub fn run(
         render::truncated(limit);
     }
     Ok(())
-}
-
-fn encode_error(e: impl std::fmt::Display) -> CliError {
-    CliError::new(
-        Exit::Other,
-        format!("Error: encoding the result failed: {e}"),
-    )
 }
 
 /// At most `limit` rows, and whether there were more.

@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 
 use super::Ctx;
 use crate::exit::{CliError, Exit, Result};
-use crate::output::{write_atomically, Format};
+use crate::interrupt::Temp;
+use crate::output::{copy_arrow_result, write_atomically, Format};
 use crate::render;
 
 #[derive(Args, Debug)]
@@ -85,44 +86,63 @@ pub fn run(ctx: &Ctx, workspace: &std::path::Path, args: QueryArgs) -> Result<()
         None if to_file => server_row_cap(&client),
         None => SCREEN_ROWS,
     };
+    // Tables and JSON come from the server's JSON document; every other form is written
+    // here from an Arrow stream, whose final zero-row batch says whether the server cut the
+    // result — known at the end even when the header could not say (`unknown`).
+    let json_doc = matches!(args.format, Format::Table | Format::Json);
     let mut resp = client.post_long(
         "/api/query",
-        &json!({"sql": sql, "limit": limit, "format": args.format.wire()}),
+        &json!({"sql": sql, "limit": limit, "format": if json_doc { "json" } else { "arrow" }}),
     )?;
-    let truncated_header = resp
+    let header = resp
         .headers()
         .get("x-svc-truncated")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
 
-    if matches!(args.format, Format::Table | Format::Json) && args.output.is_none() {
-        let doc: Value = resp.json().map_err(|e| {
-            CliError::new(Exit::Server, format!("Error: the result broke off: {e}"))
-        })?;
-        render::result(&doc, args.format == Format::Json, limit);
-        return Ok(());
-    }
-
-    // Stream the body: to a temporary file renamed into place when complete, or to stdout.
-    let copied = match &args.output {
-        Some(path) => write_atomically(path, &mut resp)?,
-        None => {
-            let mut out = std::io::stdout().lock();
-            let n = std::io::copy(&mut resp, &mut out).map_err(|e| {
-                if e.kind() == std::io::ErrorKind::BrokenPipe {
-                    CliError::output_closed()
-                } else {
-                    CliError::new(Exit::Server, format!("Error: the result broke off: {e}"))
-                }
+    let truncated = match (&args.output, json_doc) {
+        (None, true) => {
+            let doc: Value = resp.json().map_err(|e| {
+                CliError::new(Exit::Server, format!("Error: the result broke off: {e}"))
             })?;
+            render::result(&doc, args.format == Format::Json, limit);
+            return Ok(());
+        }
+        (Some(path), true) => {
+            let copied = write_atomically(path, &mut resp)?;
+            eprintln!("wrote {copied} bytes to {}", path.display());
+            match header.as_deref() {
+                Some("true") => true,
+                Some("false") => false,
+                // The document ends with its `truncated` field.
+                _ => json_tail_says_truncated(path),
+            }
+        }
+        (Some(path), false) => {
+            let temp = Temp::for_target(path);
+            let failed = |e: std::io::Error| {
+                CliError::new(
+                    Exit::Other,
+                    format!("Error: writing {} failed: {e}", path.display()),
+                )
+            };
+            let mut file =
+                std::io::BufWriter::new(std::fs::File::create(temp.path()).map_err(failed)?);
+            let (rows, truncated) = copy_arrow_result(&mut resp, args.format, &mut file)?;
+            let file = file.into_inner().map_err(|e| failed(e.into_error()))?;
+            file.sync_all().map_err(failed)?;
+            temp.persist()?;
+            eprintln!("wrote {rows} rows to {}", path.display());
+            truncated
+        }
+        (None, false) => {
+            let mut out = std::io::BufWriter::new(std::io::stdout());
+            let (_, truncated) = copy_arrow_result(&mut resp, args.format, &mut out)?;
             out.flush()?;
-            n
+            truncated
         }
     };
-    if let Some(path) = &args.output {
-        eprintln!("wrote {copied} bytes to {}", path.display());
-    }
-    if truncated_header.as_deref() == Some("true") {
+    if truncated {
         if to_file && args.limit.is_none() {
             return Err(CliError::new(
                 Exit::Partial,
@@ -135,6 +155,18 @@ pub fn run(ctx: &Ctx, workspace: &std::path::Path, args: QueryArgs) -> Result<()
         eprintln!("(truncated at {limit} rows; raise --limit to see more)");
     }
     Ok(())
+}
+
+/// Whether a JSON result document at `path` ends saying it was truncated.
+fn json_tail_says_truncated(path: &std::path::Path) -> bool {
+    use std::io::{Seek, SeekFrom};
+    let mut tail = String::new();
+    let read = std::fs::File::open(path).and_then(|mut f| {
+        let len = f.metadata()?.len();
+        f.seek(SeekFrom::Start(len.saturating_sub(64)))?;
+        f.read_to_string(&mut tail)
+    });
+    read.is_ok() && tail.contains("\"truncated\":true")
 }
 
 /// Rows shown on a screen unless --limit says otherwise.

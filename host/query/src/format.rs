@@ -2,9 +2,10 @@
 //! whole result.
 //!
 //! `json` ends with `row_count` and `truncated`; `parquet` carries both in its footer
-//! metadata (`svc:row_count`, `svc:truncated`); `arrow` (IPC stream) and `csv` have no place
-//! for them after the data, so the host reports truncation in the `X-Svc-Truncated` header
-//! (see [`super::stream::RowStream::look_ahead`]).
+//! metadata (`svc:row_count`, `svc:truncated`); an `arrow` stream of a truncated result ends
+//! with one batch of zero rows ([`TRUNCATED_MARKER`]); `csv` has no place for it after the
+//! data, so the host reports it in the `X-Svc-Truncated` header, or in an HTTP trailer when
+//! the result outgrew the look-ahead (see [`super::stream::RowStream::look_ahead`]).
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -24,6 +25,10 @@ use svc_plugin_api::RecordBatch;
 /// Rows per parquet row group: small enough that a streamed file reaches the client as it
 /// is written.
 const PARQUET_ROW_GROUP_ROWS: usize = 65_536;
+
+/// How an `arrow` result says it was cut at the limit: its last batch has zero rows. Every
+/// other batch has rows, so a reader needs no metadata to tell.
+pub const TRUNCATED_MARKER: &str = "a final batch of zero rows";
 
 /// A result format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -203,6 +208,8 @@ impl Encoder {
                 crate::encode::write_json_rows(batch, &mut out, first_row);
                 Ok(Bytes::from(out))
             }
+            // An empty batch is left out: only the truncation marker may be empty.
+            Inner::Arrow(_, _) if batch.num_rows() == 0 => Ok(Bytes::new()),
             Inner::Arrow(w, plain) => {
                 w.write(&plain_views(batch, plain)?)?;
                 Ok(self.sink.take())
@@ -230,7 +237,10 @@ impl Encoder {
                 "],\"row_count\":{},\"truncated\":{truncated}}}",
                 self.rows
             ))),
-            Inner::Arrow(w, _) => {
+            Inner::Arrow(w, plain) => {
+                if truncated {
+                    w.write(&RecordBatch::new_empty(plain.clone()))?;
+                }
                 w.finish()?;
                 Ok(self.sink.take())
             }
@@ -388,8 +398,19 @@ mod tests {
         let arrow = encode(Format::Arrow, &batches, false);
         let reader =
             svc_plugin_api::arrow::ipc::reader::StreamReader::try_new(&arrow[..], None).unwrap();
-        let rows: usize = reader.map(|b| b.unwrap().num_rows()).sum();
-        assert_eq!(rows, 5);
+        let sizes: Vec<usize> = reader.map(|b| b.unwrap().num_rows()).collect();
+        assert_eq!(sizes, [3, 2], "no marker when not truncated");
+        // Truncated: the stream ends with the zero-row marker; an empty batch on the way is
+        // left out, so the marker is the only empty one.
+        let arrow = encode(
+            Format::Arrow,
+            &[batch(0, 3), batch(3, 0), batch(3, 2)],
+            true,
+        );
+        let reader =
+            svc_plugin_api::arrow::ipc::reader::StreamReader::try_new(&arrow[..], None).unwrap();
+        let sizes: Vec<usize> = reader.map(|b| b.unwrap().num_rows()).collect();
+        assert_eq!(sizes, [3, 2, 0]);
 
         let csv = String::from_utf8(encode(Format::Csv, &batches, false)).unwrap();
         assert_eq!(

@@ -4,8 +4,10 @@
 //! look-ahead window whatever the result's size. Before any byte is sent the stream reads
 //! ahead up to [`LOOK_AHEAD_BYTES`], which settles `X-Svc-Truncated` for every result that
 //! fits in it (always `true` or `false` then); a larger result starts streaming with
-//! `X-Svc-Truncated: unknown`, and its `json` body (`truncated`) or `parquet` footer
-//! (`svc:truncated`) still carries the answer at the end.
+//! `X-Svc-Truncated: unknown` and settles it at the end: in an HTTP trailer of the same name
+//! (announced with `Trailer:`; sent to clients that ask with `TE: trailers`), and in the body
+//! where the format has room — the `json` field `truncated`, the `parquet` footer's
+//! `svc:truncated`, the `arrow` stream's final zero-row batch.
 //!
 //! The audit row is written when the body is done: with the rows sent and bytes scanned on
 //! success, with the error when encoding or the query fails mid-stream, and as `error.499`
@@ -14,6 +16,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use http_body::Frame;
+use poem::http::{HeaderMap, HeaderValue};
 use poem::{Body, IntoResponse, Response};
 use poem_openapi::registry::{
     MetaHeader, MetaMediaType, MetaResponse, MetaResponses, MetaSchema, MetaSchemaRef, Registry,
@@ -190,8 +194,14 @@ impl ResultBody {
             phase: Phase::Begin,
             completion: Some(completion),
             sent: 0,
+            trailer: truncated.is_none(),
         };
-        let body = Body::from_bytes_stream(futures::stream::unfold(state, Streaming::step));
+        // The encoders are Send but not Sync; the body type wants both, and the stream is
+        // only ever polled by one task.
+        let frames = http_body_util::StreamBody::new(sync_wrapper::SyncStream::new(
+            futures::stream::unfold(state, Streaming::step),
+        ));
+        let body = Body::from(http_body_util::BodyExt::boxed(frames));
         Self {
             format,
             truncated,
@@ -213,14 +223,27 @@ struct Streaming {
     phase: Phase,
     completion: Option<Completion>,
     sent: u64,
+    /// The truncation header said `unknown`: settle it in a trailer after the last byte.
+    trailer: bool,
 }
 
-type Chunk = Result<bytes::Bytes, std::io::Error>;
+type Chunk = Result<Frame<bytes::Bytes>, std::io::Error>;
 
 impl Streaming {
     async fn step(mut self) -> Option<(Chunk, Self)> {
         loop {
             let piece = match self.phase {
+                Phase::Done if self.trailer => {
+                    self.trailer = false;
+                    let settled = if self.rows.truncated().unwrap_or(false) {
+                        "true"
+                    } else {
+                        "false"
+                    };
+                    let mut trailers = HeaderMap::new();
+                    trailers.insert(TRUNCATED_HEADER, HeaderValue::from_static(settled));
+                    return Some((Ok(Frame::trailers(trailers)), self));
+                }
                 Phase::Done => return None,
                 Phase::Begin => {
                     self.phase = Phase::Rows;
@@ -250,12 +273,13 @@ impl Streaming {
                         }
                     }
                     if !bytes.is_empty() {
-                        return Some((Ok(bytes), self));
+                        return Some((Ok(Frame::data(bytes)), self));
                     }
                 }
                 Err(err) => {
                     // Headers are gone; breaking the body is how the client learns.
                     self.phase = Phase::Done;
+                    self.trailer = false;
                     tracing::warn!(error = %err, "result stream failed");
                     if let Some(c) = self.completion.take() {
                         c.fail(&err).await;
@@ -279,6 +303,9 @@ impl IntoResponse for ResultBody {
                     None => "unknown",
                 },
             );
+        if self.truncated.is_none() {
+            resp = resp.header(poem::http::header::TRAILER, TRUNCATED_HEADER);
+        }
         if let Some(cap) = self.row_cap {
             resp = resp.header(ROW_CAP_HEADER, cap.to_string());
         }
@@ -329,7 +356,7 @@ impl ApiResponse for ResultBody {
                 headers: vec![
                     header(
                         TRUNCATED_HEADER,
-                        "`true` when rows past the limit existed, `false` when not, `unknown` when the result outgrew the look-ahead window (the json body and the parquet footer still say)",
+                        "`true` when rows past the limit existed, `false` when not, `unknown` when the result outgrew the look-ahead window: then a trailer of the same name settles it (ask with `TE: trailers`), as do the json body, the parquet footer and the arrow stream's final zero-row batch",
                         "string",
                     ),
                     header(

@@ -275,6 +275,16 @@ fn every_format_streams_and_reports_truncation() {
     let batches = arrow_rows(&r.bytes().unwrap());
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 10);
     assert_eq!(batches[0].schema().field(1).name(), "name");
+    // A truncated arrow stream ends with one zero-row batch; a whole one does not.
+    assert_eq!(batches.last().unwrap().num_rows(), 0);
+    let r = post_raw(
+        &s,
+        "/api/query",
+        &admin,
+        &json!({"sql": sql, "limit": 50, "format": "arrow"}),
+    );
+    let batches = arrow_rows(&r.bytes().unwrap());
+    assert!(batches.iter().all(|b| b.num_rows() > 0));
 
     let r = post_raw(
         &s,
@@ -489,4 +499,129 @@ fn the_deadline_and_the_memory_pool_stop_a_query_and_the_server_stays_up() {
         "{body}"
     );
     assert_eq!(s.get_json("/api/health", "").0, 200);
+}
+
+/// One HTTP/1.1 POST over a plain socket asking for trailers: the response head, the
+/// de-chunked body and the trailer lines.
+fn post_with_trailers(
+    s: &Server,
+    token: &str,
+    body: &serde_json::Value,
+) -> (String, Vec<u8>, String) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let addr = s.base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let body = body.to_string();
+    write!(
+        stream,
+        "POST /api/query HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nTE: trailers\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut r = BufReader::new(stream);
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        head.push_str(&line.to_ascii_lowercase());
+    }
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    let mut data = Vec::new();
+    loop {
+        let mut size = String::new();
+        r.read_line(&mut size).unwrap();
+        let n = usize::from_str_radix(size.trim(), 16).unwrap();
+        if n == 0 {
+            break;
+        }
+        let start = data.len();
+        data.resize(start + n, 0);
+        r.read_exact(&mut data[start..]).unwrap();
+        let mut crlf = [0u8; 2];
+        r.read_exact(&mut crlf).unwrap();
+    }
+    let mut trailers = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+            break;
+        }
+        trailers.push_str(&line.to_ascii_lowercase());
+    }
+    (head, data, trailers)
+}
+
+#[test]
+fn truncation_past_the_look_ahead_is_settled_at_the_end() {
+    let s = Server::start_with(
+        crate::support::Backend::Sqlite,
+        &[("SVC_QUERY_MAX_ROWS", "1200000")],
+    );
+    let admin = s.admin_token();
+    // Around 20 MB of CSV: more than the 16 MiB held back before the first byte.
+    write_parquet(&s.dir.0, "local", "big", 1_300_000, "b");
+    register(&s, &admin, json!({"id": "big", "source_type": "local"}));
+    let all = "SELECT id, name FROM big";
+    let some = "SELECT id, name FROM big WHERE id < 1100000";
+    for (sql, limit, rows, want) in [
+        (all, 1_000_000, 1_000_000, "true"),
+        (some, 1_200_000, 1_100_000, "false"),
+    ] {
+        let (head, data, trailers) = post_with_trailers(
+            &s,
+            &admin,
+            &json!({"sql": sql, "limit": limit, "format": "csv"}),
+        );
+        assert!(head.contains("x-svc-truncated: unknown"), "{head}");
+        assert!(head.contains("trailer: x-svc-truncated"), "{head}");
+        assert_eq!(trailers.trim(), format!("x-svc-truncated: {want}"), "{sql}");
+        let lines = data.iter().filter(|b| **b == b'\n').count();
+        assert_eq!(lines, rows + 1, "{sql}");
+    }
+
+    // The svc client learns it from the arrow stream's end: a file cut at the server's cap
+    // exits 4; a whole one larger than the look-ahead is not an error.
+    let home = crate::support::TempDir::new();
+    let cfg = home.0.as_path();
+    let o = crate::svc_cli::svc(
+        cfg,
+        &["--server", &s.base, "--token", &admin, "auth", "login"],
+    );
+    assert_eq!(crate::svc_cli::code(&o), 0);
+    let out = home.0.join("big.csv");
+    let o = crate::svc_cli::svc(
+        cfg,
+        &["query", all, "-f", "csv", "-o", out.to_str().unwrap()],
+    );
+    assert_eq!(
+        crate::svc_cli::code(&o),
+        4,
+        "{}",
+        crate::svc_cli::stderr(&o)
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(text.lines().count(), 1_200_001);
+    assert!(text.starts_with("id,name\n"));
+    let o = crate::svc_cli::svc(
+        cfg,
+        &["query", some, "-f", "csv", "-o", out.to_str().unwrap()],
+    );
+    assert_eq!(
+        crate::svc_cli::code(&o),
+        0,
+        "{}",
+        crate::svc_cli::stderr(&o)
+    );
+    assert!(
+        !crate::svc_cli::stderr(&o).contains("truncated"),
+        "{}",
+        crate::svc_cli::stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap().lines().count(),
+        1_100_001
+    );
 }

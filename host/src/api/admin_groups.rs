@@ -191,7 +191,7 @@ impl AccessApi {
 #[OpenApi(prefix_path = "/api/admin", tag = "Tag::Access")]
 impl AccessApi {
     /// Every group, system groups first.
-    #[oai(path = "/groups", method = "get")]
+    #[oai(path = "/groups", method = "get", operation_id = "list_groups")]
     async fn list_groups(&self, _auth: AdminAuth) -> ApiResult<Json<Vec<GroupInfo>>> {
         let mut out = Vec::new();
         for g in self.state.store.list_groups().await? {
@@ -201,7 +201,7 @@ impl AccessApi {
     }
 
     /// Creates a group.
-    #[oai(path = "/groups", method = "post")]
+    #[oai(path = "/groups", method = "post", operation_id = "create_group")]
     async fn create_group(
         &self,
         auth: AdminAuth,
@@ -217,14 +217,14 @@ impl AccessApi {
     }
 
     /// One group.
-    #[oai(path = "/groups/:id", method = "get")]
+    #[oai(path = "/groups/:id", method = "get", operation_id = "get_group")]
     async fn get_group(&self, _auth: AdminAuth, id: Path<String>) -> ApiResult<Json<GroupInfo>> {
         let g = self.group(&id).await?;
         Ok(Json(self.info(g).await?))
     }
 
     /// Renames a group or edits its description.
-    #[oai(path = "/groups/:id", method = "patch")]
+    #[oai(path = "/groups/:id", method = "patch", operation_id = "update_group")]
     async fn update_group(
         &self,
         auth: AdminAuth,
@@ -246,7 +246,7 @@ impl AccessApi {
     }
 
     /// Deletes a custom group with its memberships and grants.
-    #[oai(path = "/groups/:id", method = "delete")]
+    #[oai(path = "/groups/:id", method = "delete", operation_id = "delete_group")]
     async fn delete_group(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<NoContent> {
         let c = &auth.0;
         let g = self.group(&id).await?;
@@ -255,7 +255,11 @@ impl AccessApi {
     }
 
     /// Members of a group.
-    #[oai(path = "/groups/:id/members", method = "get")]
+    #[oai(
+        path = "/groups/:id/members",
+        method = "get",
+        operation_id = "list_group_members"
+    )]
     async fn members(
         &self,
         _auth: AdminAuth,
@@ -267,7 +271,11 @@ impl AccessApi {
     }
 
     /// Adds a user (by e-mail) to a group.
-    #[oai(path = "/groups/:id/members", method = "post")]
+    #[oai(
+        path = "/groups/:id/members",
+        method = "post",
+        operation_id = "add_group_member"
+    )]
     async fn add_member(
         &self,
         auth: AdminAuth,
@@ -297,7 +305,11 @@ impl AccessApi {
     }
 
     /// Removes a user from a group (the last active admin stays).
-    #[oai(path = "/groups/:id/members/:user_id", method = "delete")]
+    #[oai(
+        path = "/groups/:id/members/:user_id",
+        method = "delete",
+        operation_id = "remove_group_member"
+    )]
     async fn remove_member(
         &self,
         auth: AdminAuth,
@@ -317,7 +329,7 @@ impl AccessApi {
     }
 
     /// Grants, optionally filtered.
-    #[oai(path = "/grants", method = "get")]
+    #[oai(path = "/grants", method = "get", operation_id = "list_grants")]
     async fn list_grants(
         &self,
         _auth: AdminAuth,
@@ -333,7 +345,7 @@ impl AccessApi {
     }
 
     /// Grants a table to a group.
-    #[oai(path = "/grants", method = "post")]
+    #[oai(path = "/grants", method = "post", operation_id = "create_grant")]
     async fn create_grant(
         &self,
         auth: AdminAuth,
@@ -350,7 +362,7 @@ impl AccessApi {
     }
 
     /// Revokes a grant.
-    #[oai(path = "/grants/:id", method = "delete")]
+    #[oai(path = "/grants/:id", method = "delete", operation_id = "delete_grant")]
     async fn delete_grant(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<NoContent> {
         let c = &auth.0;
         let grant = self

@@ -105,7 +105,7 @@ impl UsersApi {
 #[OpenApi(prefix_path = "/api/admin/users", tag = "Tag::Users")]
 impl UsersApi {
     /// Every user.
-    #[oai(path = "/", method = "get")]
+    #[oai(path = "/", method = "get", operation_id = "list_users")]
     async fn list(&self, _auth: AdminAuth) -> ApiResult<Json<Vec<UserInfo>>> {
         let mut out = Vec::new();
         for u in self.state.store.list_users().await? {
@@ -115,7 +115,7 @@ impl UsersApi {
     }
 
     /// Creates a user.
-    #[oai(path = "/", method = "post")]
+    #[oai(path = "/", method = "post", operation_id = "create_user")]
     async fn create(&self, auth: AdminAuth, body: Json<CreateUser>) -> ApiResult<CreatedUser> {
         let c = &auth.0;
         let b = body.0;
@@ -134,14 +134,14 @@ impl UsersApi {
     }
 
     /// One user.
-    #[oai(path = "/:id", method = "get")]
+    #[oai(path = "/:id", method = "get", operation_id = "get_user")]
     async fn get(&self, _auth: AdminAuth, id: Path<String>) -> ApiResult<Json<UserInfo>> {
         let u = self.user(&id).await?;
         Ok(Json(self.info(u).await?))
     }
 
     /// Renames, (de)activates or sets the password of a user.
-    #[oai(path = "/:id", method = "patch")]
+    #[oai(path = "/:id", method = "patch", operation_id = "update_user")]
     async fn update(
         &self,
         auth: AdminAuth,
@@ -168,7 +168,11 @@ impl UsersApi {
     }
 
     /// Deactivates a user: their tokens stop working at once.
-    #[oai(path = "/:id/deactivate", method = "post")]
+    #[oai(
+        path = "/:id/deactivate",
+        method = "post",
+        operation_id = "deactivate_user"
+    )]
     async fn deactivate(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<Json<UserInfo>> {
         let c = &auth.0;
         let u = self.user(&id).await?;
@@ -177,7 +181,11 @@ impl UsersApi {
     }
 
     /// Reactivates a user.
-    #[oai(path = "/:id/activate", method = "post")]
+    #[oai(
+        path = "/:id/activate",
+        method = "post",
+        operation_id = "activate_user"
+    )]
     async fn activate(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<Json<UserInfo>> {
         let c = &auth.0;
         let u = self.user(&id).await?;
@@ -186,7 +194,7 @@ impl UsersApi {
     }
 
     /// Deletes a user with their memberships and tokens.
-    #[oai(path = "/:id", method = "delete")]
+    #[oai(path = "/:id", method = "delete", operation_id = "delete_user")]
     async fn delete(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<NoContent> {
         let c = &auth.0;
         let u = self.user(&id).await?;

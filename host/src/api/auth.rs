@@ -52,7 +52,12 @@ const BAD_CREDENTIALS: &str = "Invalid email or password";
 impl AuthApi {
     /// Exchanges e-mail and password for a session token (valid 24 h). Attempts are limited
     /// per client address and per account (10 a minute each; a success frees only its own).
-    #[oai(path = "/auth/token", method = "post", tag = "Tag::Auth")]
+    #[oai(
+        path = "/auth/token",
+        method = "post",
+        tag = "Tag::Auth",
+        operation_id = "login"
+    )]
     async fn token(
         &self,
         req: &Request,

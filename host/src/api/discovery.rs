@@ -380,7 +380,7 @@ impl DiscoveryApi {
 impl DiscoveryApi {
     /// Tables the caller can read (internal tables for everyone), with size and freshness
     /// hints. Remote rows are enriched only from the metadata cache.
-    #[oai(path = "/api/v2/catalog", method = "get")]
+    #[oai(path = "/api/v2/catalog", method = "get", operation_id = "get_catalog")]
     async fn catalog(&self, auth: BearerAuth) -> ApiResult<Json<Catalog>> {
         let started = Instant::now();
         let result = self.catalog_inner(&auth.0).await;
@@ -403,7 +403,11 @@ impl DiscoveryApi {
     }
 
     /// A table's columns.
-    #[oai(path = "/api/v2/schema/:table_id", method = "get")]
+    #[oai(
+        path = "/api/v2/schema/:table_id",
+        method = "get",
+        operation_id = "get_schema"
+    )]
     async fn schema(
         &self,
         auth: BearerAuth,
@@ -417,7 +421,11 @@ impl DiscoveryApi {
     }
 
     /// The first `n` rows of a table (default 5, 1–100).
-    #[oai(path = "/api/v2/sample/:table_id", method = "get")]
+    #[oai(
+        path = "/api/v2/sample/:table_id",
+        method = "get",
+        operation_id = "get_sample"
+    )]
     async fn sample(
         &self,
         auth: BearerAuth,
@@ -440,7 +448,8 @@ impl DiscoveryApi {
     #[oai(
         path = "/api/data/:table_id/download",
         method = "get",
-        tag = "Tag::Discovery"
+        tag = "Tag::Discovery",
+        operation_id = "download_table"
     )]
     async fn download(
         &self,

@@ -52,7 +52,12 @@ enum HealthResponse {
 #[OpenApi]
 impl HealthApi {
     /// Liveness, server version and schema version. No authentication.
-    #[oai(path = "/api/health", method = "get", tag = "Tag::Health")]
+    #[oai(
+        path = "/api/health",
+        method = "get",
+        tag = "Tag::Health",
+        operation_id = "get_health"
+    )]
     async fn health(&self) -> HealthResponse {
         let schema = self.state.store.schema_version().await.ok();
         let healthy = schema == Some(CURRENT_SCHEMA_VERSION);

@@ -129,7 +129,12 @@ enum CreatedTokenResponse {
 #[OpenApi]
 impl MeApi {
     /// The caller, their groups and whether they are an administrator.
-    #[oai(path = "/api/me", method = "get", tag = "Tag::Auth")]
+    #[oai(
+        path = "/api/me",
+        method = "get",
+        tag = "Tag::Auth",
+        operation_id = "get_me"
+    )]
     async fn me(&self, auth: BearerAuth) -> ApiResult<Json<Me>> {
         let c = auth.0;
         let groups = self.state.store.groups_of_user(&c.user.id).await?;
@@ -149,7 +154,12 @@ impl MeApi {
 
     /// Creates a personal access token for the caller. Requires a session token: a PAT
     /// cannot mint further PATs.
-    #[oai(path = "/api/tokens", method = "post", tag = "Tag::Auth")]
+    #[oai(
+        path = "/api/tokens",
+        method = "post",
+        tag = "Tag::Auth",
+        operation_id = "create_token"
+    )]
     async fn create_token(
         &self,
         auth: BearerAuth,
@@ -178,14 +188,24 @@ impl MeApi {
     }
 
     /// The caller's tokens, newest first, revoked ones included.
-    #[oai(path = "/api/tokens", method = "get", tag = "Tag::Auth")]
+    #[oai(
+        path = "/api/tokens",
+        method = "get",
+        tag = "Tag::Auth",
+        operation_id = "list_tokens"
+    )]
     async fn list_tokens(&self, auth: BearerAuth) -> ApiResult<Json<Vec<TokenInfo>>> {
         let rows = self.state.store.pats_of_user(&auth.0.user.id).await?;
         Ok(Json(rows.into_iter().map(TokenInfo::from).collect()))
     }
 
     /// Revokes one of the caller's tokens.
-    #[oai(path = "/api/tokens/:id", method = "delete", tag = "Tag::Auth")]
+    #[oai(
+        path = "/api/tokens/:id",
+        method = "delete",
+        tag = "Tag::Auth",
+        operation_id = "revoke_token"
+    )]
     async fn revoke_token(&self, auth: BearerAuth, id: Path<String>) -> ApiResult<NoContent> {
         let c = auth.0;
         let row = self.state.store.pat_by_id(&id).await?;

@@ -122,7 +122,11 @@ impl MetadataApi {
 #[OpenApi(tag = "Tag::Metadata")]
 impl MetadataApi {
     /// Refreshes one remote table's metadata now (admin).
-    #[oai(path = "/api/v2/metadata-cache/refresh", method = "post")]
+    #[oai(
+        path = "/api/v2/metadata-cache/refresh",
+        method = "post",
+        operation_id = "refresh_metadata"
+    )]
     async fn refresh(
         &self,
         auth: BearerAuth,
@@ -162,7 +166,11 @@ impl MetadataApi {
     }
 
     /// Cached metadata of every remote table the caller can see.
-    #[oai(path = "/api/v2/metadata-cache/status", method = "get")]
+    #[oai(
+        path = "/api/v2/metadata-cache/status",
+        method = "get",
+        operation_id = "metadata_status"
+    )]
     async fn status(&self, auth: BearerAuth) -> ApiResult<Json<StatusList>> {
         let registry = self.state.access.registry().await?;
         let readable = self.state.access.readable_ids(&auth.0).await?;
@@ -179,20 +187,32 @@ impl MetadataApi {
 
     /// Refreshes every remote table's metadata in the background, `SVC_METADATA_REFRESH_CONCURRENCY` at a time (admin);
     /// 409 while a full refresh runs.
-    #[oai(path = "/api/admin/run-warehouse-metadata-refresh", method = "post")]
+    #[oai(
+        path = "/api/admin/run-warehouse-metadata-refresh",
+        method = "post",
+        operation_id = "refresh_all_metadata"
+    )]
     async fn run_all(&self, auth: BearerAuth) -> ApiResult<RunResponse> {
         self.start_refresh(&auth, "metadata_cache.refresh_all")
             .await
     }
 
     /// Runs the cache warmup (the same full refresh the server starts with) (admin).
-    #[oai(path = "/api/admin/cache-warmup/run", method = "post")]
+    #[oai(
+        path = "/api/admin/cache-warmup/run",
+        method = "post",
+        operation_id = "run_cache_warmup"
+    )]
     async fn warmup_run(&self, auth: BearerAuth) -> ApiResult<RunResponse> {
         self.start_refresh(&auth, "cache_warmup.run").await
     }
 
     /// Where the last (or current) warmup stands, row by row (admin).
-    #[oai(path = "/api/admin/cache-warmup/status", method = "get")]
+    #[oai(
+        path = "/api/admin/cache-warmup/status",
+        method = "get",
+        operation_id = "cache_warmup_status"
+    )]
     async fn warmup_status(&self, _auth: AdminAuth) -> ApiResult<Json<Value>> {
         Ok(Json(json!(self.state.warmer.snapshot())))
     }
@@ -200,7 +220,11 @@ impl MetadataApi {
     /// Server-sent events of the warmup (admin): `snapshot` first, then `start`, `row` and
     /// `complete`; closes after `complete`, at once when none runs, or after 30 s without an
     /// event.
-    #[oai(path = "/api/admin/cache-warmup/stream", method = "get")]
+    #[oai(
+        path = "/api/admin/cache-warmup/stream",
+        method = "get",
+        operation_id = "cache_warmup_stream"
+    )]
     async fn warmup_stream(
         &self,
         _auth: AdminAuth,

@@ -68,7 +68,7 @@ impl QueryApi {
 impl QueryApi {
     /// Runs one read-only SQL statement over the registered tables the caller may read and
     /// streams the result.
-    #[oai(path = "/api/query", method = "post")]
+    #[oai(path = "/api/query", method = "post", operation_id = "query")]
     async fn query(&self, auth: BearerAuth, body: Json<QueryRequest>) -> ApiResult<ResultBody> {
         let started = Instant::now();
         let caller = &auth.0;

@@ -177,7 +177,11 @@ fn clear(v: MaybeUndefined<Str>, field: &mut Option<String>) {
 #[OpenApi(prefix_path = "/api/admin", tag = "Tag::Registry")]
 impl RegistryApi {
     /// Registers a table; an existing id is updated (upsert).
-    #[oai(path = "/register-table", method = "post")]
+    #[oai(
+        path = "/register-table",
+        method = "post",
+        operation_id = "register_table"
+    )]
     async fn register(
         &self,
         auth: AdminAuth,
@@ -216,7 +220,7 @@ impl RegistryApi {
     }
 
     /// Every registered table.
-    #[oai(path = "/registry", method = "get")]
+    #[oai(path = "/registry", method = "get", operation_id = "list_registry")]
     async fn list(&self, _auth: AdminAuth) -> ApiResult<Json<TableList>> {
         let tables: Vec<TableInfo> = self
             .state
@@ -233,7 +237,7 @@ impl RegistryApi {
     }
 
     /// Changes some fields of a registered table.
-    #[oai(path = "/registry/:id", method = "put")]
+    #[oai(path = "/registry/:id", method = "put", operation_id = "update_table")]
     async fn update(
         &self,
         auth: AdminAuth,
@@ -266,7 +270,11 @@ impl RegistryApi {
     }
 
     /// Removes a table from the registry.
-    #[oai(path = "/registry/:id", method = "delete")]
+    #[oai(
+        path = "/registry/:id",
+        method = "delete",
+        operation_id = "unregister_table"
+    )]
     async fn delete(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<NoContent> {
         let c = &auth.0;
         self.state.registry.unregister(&c.actor, &id).await?;

@@ -335,10 +335,14 @@ impl ApiResponse for ResultBody {
                 description: "The rows, streamed in the requested format",
                 status: Some(200),
                 status_range: None,
+                // Raw bytes first: generators that use one media type per response (the
+                // Python one takes the first it knows) then hand back the body's bytes for
+                // every format, instead of parsing an Arrow stream as JSON. The real media
+                // types follow; the Content-Type header says which one came.
                 content: vec![
                     MetaMediaType {
-                        content_type: Format::Json.content_type(),
-                        schema: RowsResponse::schema_ref(),
+                        content_type: "application/octet-stream",
+                        schema: binary(),
                     },
                     MetaMediaType {
                         content_type: Format::Arrow.content_type(),
@@ -351,6 +355,10 @@ impl ApiResponse for ResultBody {
                     MetaMediaType {
                         content_type: Format::Parquet.content_type(),
                         schema: binary(),
+                    },
+                    MetaMediaType {
+                        content_type: Format::Json.content_type(),
+                        schema: RowsResponse::schema_ref(),
                     },
                 ],
                 headers: vec![

@@ -131,7 +131,7 @@ impl ScanApi {
 impl ScanApi {
     /// Streams the rows of one table selected by validated columns, `where`, `order_by`
     /// and limit (Arrow IPC stream by default).
-    #[oai(path = "/api/v2/scan", method = "post")]
+    #[oai(path = "/api/v2/scan", method = "post", operation_id = "scan")]
     async fn scan(&self, auth: BearerAuth, body: Json<ScanRequest>) -> ApiResult<ResultBody> {
         let started = Instant::now();
         let caller = &auth.0;
@@ -176,7 +176,11 @@ impl ScanApi {
 
     /// What a scan would read, without reading it: parquet statistics for local data, the
     /// source's dry run for remote tables.
-    #[oai(path = "/api/v2/scan/estimate", method = "post")]
+    #[oai(
+        path = "/api/v2/scan/estimate",
+        method = "post",
+        operation_id = "estimate_scan"
+    )]
     async fn scan_estimate(
         &self,
         auth: BearerAuth,

@@ -17,7 +17,11 @@ pub struct SchedulerApi {
 impl SchedulerApi {
     /// Whether the scheduler runs here, whether this replica leads, and each job's last run
     /// (admin).
-    #[oai(path = "/api/admin/scheduler", method = "get")]
+    #[oai(
+        path = "/api/admin/scheduler",
+        method = "get",
+        operation_id = "scheduler_status"
+    )]
     async fn status(&self, _auth: AdminAuth) -> ApiResult<Json<Value>> {
         let status = self.state.scheduler.lock().expect("scheduler lock").clone();
         Ok(Json(json!(status)))

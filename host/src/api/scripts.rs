@@ -50,14 +50,14 @@ struct Claimed {
 #[OpenApi(tag = "Tag::Operations")]
 impl ScriptsApi {
     /// Every stored script with its last run (admin).
-    #[oai(path = "/api/scripts", method = "get")]
+    #[oai(path = "/api/scripts", method = "get", operation_id = "list_scripts")]
     async fn list(&self, _auth: AdminAuth) -> ApiResult<Json<Value>> {
         let scripts = self.state.store.list_scripts().await?;
         Ok(Json(json!({ "scripts": scripts })))
     }
 
     /// Stores a script owned by the caller (admin).
-    #[oai(path = "/api/scripts", method = "post")]
+    #[oai(path = "/api/scripts", method = "post", operation_id = "create_script")]
     async fn create(
         &self,
         auth: AdminAuth,
@@ -75,7 +75,11 @@ impl ScriptsApi {
     }
 
     /// Deletes a script (admin).
-    #[oai(path = "/api/scripts/:id", method = "delete")]
+    #[oai(
+        path = "/api/scripts/:id",
+        method = "delete",
+        operation_id = "delete_script"
+    )]
     async fn delete(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<NoContent> {
         let Some(script) = self.state.store.script(&id).await? else {
             return Err(Error::not_found("Script not found").into());
@@ -92,7 +96,11 @@ impl ScriptsApi {
     }
 
     /// Runs a script now and waits for it (admin); 409 while it already runs.
-    #[oai(path = "/api/scripts/:id/run", method = "post")]
+    #[oai(
+        path = "/api/scripts/:id/run",
+        method = "post",
+        operation_id = "run_script"
+    )]
     async fn run(&self, auth: AdminAuth, id: Path<String>) -> ApiResult<Json<Value>> {
         let Some(script) = self.state.store.script(&id).await? else {
             return Err(Error::not_found("Script not found").into());
@@ -108,7 +116,11 @@ impl ScriptsApi {
 
     /// Claims every due script and runs it in the background (admin; the scheduler does
     /// this every minute).
-    #[oai(path = "/api/scripts/run-due", method = "post")]
+    #[oai(
+        path = "/api/scripts/run-due",
+        method = "post",
+        operation_id = "run_due_scripts"
+    )]
     async fn run_due(&self, auth: AdminAuth) -> ApiResult<Json<Claimed>> {
         let claimed = scripts::run_due(&self.state, &auth.0.actor).await?;
         Ok(Json(Claimed {

@@ -58,7 +58,11 @@ impl SyncApi {
     /// Starts a sync pass in the background (admin). No body (or null) syncs every
     /// materialized table whose schedule is due; a list of ids or names, or
     /// `{"tables": [...]}`, syncs those now. 409 while a pass runs.
-    #[oai(path = "/api/sync/trigger", method = "post")]
+    #[oai(
+        path = "/api/sync/trigger",
+        method = "post",
+        operation_id = "trigger_sync"
+    )]
     async fn trigger(&self, auth: BearerAuth, body: Vec<u8>) -> ApiResult<Json<Triggered>> {
         let started = Instant::now();
         let result = async {
@@ -117,7 +121,11 @@ impl SyncApi {
 
     /// Whether a sync pass runs, the last pass's summary, and the sync state of every
     /// materialized table the caller can see.
-    #[oai(path = "/api/sync/status", method = "get")]
+    #[oai(
+        path = "/api/sync/status",
+        method = "get",
+        operation_id = "sync_status"
+    )]
     async fn status(&self, auth: BearerAuth) -> ApiResult<Json<Value>> {
         // Read before the states: a pass records each table before it clears the flag, so
         // "not locked" then guarantees the states below include the finished pass.

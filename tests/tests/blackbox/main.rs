@@ -14,6 +14,7 @@ mod operations;
 mod query;
 mod registry;
 mod scan;
+mod sdk;
 mod store;
 mod support;
 mod svc_cli;

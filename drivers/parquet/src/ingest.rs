@@ -70,7 +70,13 @@ pub enum IngestError {
     Unreadable(String),
     /// Writing the table's file failed on this machine.
     #[error(transparent)]
-    Local(#[from] DriverError),
+    Local(Box<DriverError>),
+}
+
+impl From<DriverError> for IngestError {
+    fn from(e: DriverError) -> Self {
+        Self::Local(Box::new(e))
+    }
 }
 
 /// What a data file holds.
@@ -115,7 +121,7 @@ pub fn ingest(
     };
     let open = || {
         File::open(source).map_err(|e| {
-            IngestError::Local(DriverError::internal(format!(
+            IngestError::from(DriverError::internal(format!(
                 "cannot reopen the upload: {e}"
             )))
         })
@@ -188,7 +194,7 @@ pub fn ingest(
 
 fn rewind(file: &mut File) -> Result<(), IngestError> {
     file.seek(SeekFrom::Start(0)).map(|_| ()).map_err(|e| {
-        IngestError::Local(DriverError::internal(format!(
+        IngestError::from(DriverError::internal(format!(
             "cannot reread the upload: {e}"
         )))
     })

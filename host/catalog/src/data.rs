@@ -130,7 +130,7 @@ impl Registry {
                 format!("Table '{id}' was not changed: {why}"),
                 json!({"table": id, "format": format.name()}),
             ),
-            IngestError::Local(e) => e.into(),
+            IngestError::Local(e) => (*e).into(),
         })?;
         drop(temp);
         Ok(Uploaded {

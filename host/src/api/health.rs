@@ -24,7 +24,7 @@ struct Health {
     schema_version: Option<i64>,
     /// Schema version this server expects.
     expected_schema_version: i64,
-    /// This server's caps, for clients that ask for "as much as allowed".
+    // Documented by its type (see `api::openapi_json`).
     limits: Limits,
 }
 

@@ -219,47 +219,13 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
         .description("Data access and observability for analysts and their AI agents.")
 }
 
-/// The OpenAPI document (what `svc-server openapi` prints and `/api/openapi.json` serves),
-/// made plain for code generators: poem-openapi writes a documented field of a named type as
-/// `allOf: [{$ref}, {description, default}]`, which generators refuse for enums (and then
-/// drop every operation using one); each such field becomes the plain `$ref`, whose target
-/// carries the description.
+/// The OpenAPI document (what `svc-server openapi` prints and `/api/openapi.json` serves).
+///
+/// Code generators refuse `allOf` over an enum (and then drop every operation using it);
+/// poem-openapi writes a field of a named type that way when the field has its own doc
+/// comment or default. So enum-typed fields carry neither: their enum documents them.
 pub fn openapi_json(state: &Arc<AppState>) -> String {
-    let spec = service(state).spec();
-    let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(&spec) else {
-        return spec;
-    };
-    plain_refs(&mut doc);
-    serde_json::to_string_pretty(&doc).unwrap_or(spec)
-}
-
-/// Replaces `{allOf: [{$ref: X}, {only description/default}], …}` by `{$ref: X}`, everywhere.
-fn plain_refs(v: &mut serde_json::Value) {
-    use serde_json::Value;
-    match v {
-        Value::Object(map) => {
-            let plain = match map.get("allOf").and_then(Value::as_array) {
-                Some(parts) if parts.len() == 2 => {
-                    let target = parts[0].get("$ref").cloned();
-                    let only_docs = parts[1].as_object().is_some_and(|o| {
-                        o.keys()
-                            .all(|k| matches!(k.as_str(), "description" | "default"))
-                    });
-                    target.filter(|_| only_docs)
-                }
-                _ => None,
-            };
-            match plain {
-                Some(target) => {
-                    map.clear();
-                    map.insert("$ref".into(), target);
-                }
-                None => map.values_mut().for_each(plain_refs),
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(plain_refs),
-        _ => {}
-    }
+    service(state).spec()
 }
 
 /// The complete HTTP application.
@@ -270,12 +236,7 @@ pub fn app(
     connections: Arc<Connections>,
 ) -> impl Endpoint<Output = Response> {
     let svc = service(&state);
-    let spec_json = openapi_json(&state);
-    let spec = poem::endpoint::make_sync(move |_| {
-        poem::Response::builder()
-            .content_type("application/json; charset=utf-8")
-            .body(spec_json.clone())
-    });
+    let spec = svc.spec_endpoint();
     let docs = svc.swagger_ui();
     let max_body = state.config.max_body_bytes;
     let trust_proxy = state.config.trust_proxy;

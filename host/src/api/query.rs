@@ -28,9 +28,8 @@ struct QueryRequest {
     /// Most rows returned (1 to the server's cap, default 1000).
     #[oai(default = "default_limit", validator(minimum(value = "1")))]
     limit: u64,
-    /// Result format.
-    #[oai(default)]
-    format: FormatParam,
+    // Enum-typed: documented by its enum, not here (see `api::openapi_json`).
+    format: Option<FormatParam>,
 }
 
 fn default_limit() -> u64 {
@@ -72,6 +71,7 @@ impl QueryApi {
     async fn query(&self, auth: BearerAuth, body: Json<QueryRequest>) -> ApiResult<ResultBody> {
         let started = Instant::now();
         let caller = &auth.0;
+        let format = body.format.unwrap_or_default();
         let limit = usize::try_from(body.limit).unwrap_or(usize::MAX);
         let mut plan: Option<QueryPlan> = None;
         let rows = match self.checked(&body.sql, limit) {
@@ -99,7 +99,7 @@ impl QueryApi {
                 "tables",
                 plan.as_ref().map(|p| p.tables.clone()).unwrap_or_default(),
             )
-            .param("format", Format::from(body.format).name());
+            .param("format", Format::from(format).name());
         if plan.as_ref().is_some_and(|p| p.route == Route::Internal) {
             event = event.param("is_admin", caller.is_admin);
         }
@@ -108,7 +108,7 @@ impl QueryApi {
             &caller.actor,
             started,
             event,
-            body.format.into(),
+            format.into(),
             None,
             rows,
         )

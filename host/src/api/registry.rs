@@ -33,7 +33,7 @@ struct RegisterTable {
     bucket: MaybeUndefined<Str>,
     /// Name at the source (defaults to the id).
     source_table: MaybeUndefined<Str>,
-    /// `local`, `remote` or `materialized` (a new table: `local`; an existing one keeps its mode).
+    // Enum-typed: documented by its enum, not here (see `api::openapi_json`).
     query_mode: Option<QueryModeParam>,
     /// SQL run at the source; only with `materialized`.
     source_query: MaybeUndefined<Str>,
@@ -54,7 +54,7 @@ struct UpdateTable {
     bucket: MaybeUndefined<Str>,
     /// Name at the source.
     source_table: MaybeUndefined<Str>,
-    /// Query mode.
+    // Enum-typed: documented by its enum, not here (see `api::openapi_json`).
     query_mode: Option<QueryModeParam>,
     /// Materialization SQL.
     source_query: MaybeUndefined<Str>,
@@ -77,7 +77,7 @@ struct TableInfo {
     bucket: Option<String>,
     /// Name at the source.
     source_table: Option<String>,
-    /// Query mode.
+    // Enum-typed: documented by its enum, not here (see `api::openapi_json`).
     query_mode: QueryModeParam,
     /// Materialization SQL.
     source_query: Option<String>,

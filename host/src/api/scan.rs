@@ -22,10 +22,6 @@ pub struct ScanApi {
     pub state: Arc<AppState>,
 }
 
-fn default_format() -> FormatParam {
-    FormatParam::Arrow
-}
-
 /// A scan of one table.
 #[derive(Object)]
 struct ScanRequest {
@@ -42,9 +38,8 @@ struct ScanRequest {
     /// Most rows (default and maximum: the server's cap, announced in `X-Svc-Row-Cap`).
     #[oai(validator(minimum(value = "1")))]
     limit: Option<u64>,
-    /// Result format (default `arrow`).
-    #[oai(default = "default_format")]
-    format: FormatParam,
+    // Enum-typed: documented by its enum, not here (see `api::openapi_json`).
+    format: Option<FormatParam>,
 }
 
 impl ScanRequest {
@@ -133,6 +128,8 @@ impl ScanApi {
     /// and limit (Arrow IPC stream by default).
     #[oai(path = "/api/v2/scan", method = "post", operation_id = "scan")]
     async fn scan(&self, auth: BearerAuth, body: Json<ScanRequest>) -> ApiResult<ResultBody> {
+        // A scan streams Arrow unless asked otherwise.
+        let format = body.format.unwrap_or(FormatParam::Arrow);
         let started = Instant::now();
         let caller = &auth.0;
         let mut cap = None;
@@ -161,13 +158,13 @@ impl ScanApi {
         .await;
         let event = body
             .event("scan")
-            .param("format", Format::from(body.format).name());
+            .param("format", Format::from(format).name());
         serve_rows(
             &self.state,
             &caller.actor,
             started,
             event,
-            body.format.into(),
+            format.into(),
             cap,
             rows,
         )

@@ -78,7 +78,7 @@ impl std::fmt::Display for Str {
     }
 }
 
-/// A result format.
+/// A result format (a query's default: `json`; a scan's: `arrow`).
 #[derive(poem_openapi::Enum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[oai(rename = "Format", rename_all = "lowercase")]
 pub enum FormatParam {
@@ -104,7 +104,8 @@ impl From<FormatParam> for svc_query::format::Format {
     }
 }
 
-/// How a table's data is reached.
+/// How a table's data is reached (a new table: `local`; an existing one keeps its mode
+/// unless a change names one).
 #[derive(poem_openapi::Enum, Debug, Clone, Copy, PartialEq, Eq)]
 #[oai(rename = "QueryMode", rename_all = "lowercase")]
 pub enum QueryModeParam {

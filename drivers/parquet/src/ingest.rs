@@ -39,25 +39,12 @@ pub enum UploadFormat {
 }
 
 impl UploadFormat {
-    /// Every format, for messages.
-    pub const ALL: [Self; 3] = [Self::Parquet, Self::Csv, Self::Ndjson];
-
     /// The name clients use.
     pub fn name(self) -> &'static str {
         match self {
             Self::Parquet => "parquet",
             Self::Csv => "csv",
             Self::Ndjson => "ndjson",
-        }
-    }
-
-    /// The format named `name` (`jsonl` is accepted for `ndjson`).
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name.to_ascii_lowercase().as_str() {
-            "parquet" => Some(Self::Parquet),
-            "csv" => Some(Self::Csv),
-            "ndjson" | "jsonl" | "json" => Some(Self::Ndjson),
-            _ => None,
         }
     }
 }

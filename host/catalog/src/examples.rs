@@ -200,12 +200,13 @@ impl LocalExamples {
             return Vec::new();
         };
         let version = (meta.len(), meta.modified().ok());
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((v, examples)) = seen.get(path) {
+        let seen = || self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((v, examples)) = seen().get(path) {
             if *v == version {
                 return examples.clone();
             }
         }
+        // The footer is read without the lock, so one new file does not hold up the catalog.
         let facts: Vec<ColumnFact> = svc_driver_parquet::column_stats(path)
             .unwrap_or_default()
             .into_iter()
@@ -219,7 +220,7 @@ impl LocalExamples {
             })
             .collect();
         let examples = generate(&facts, Dialect::DataFusion);
-        seen.insert(path.to_owned(), (version, examples.clone()));
+        seen().insert(path.to_owned(), (version, examples.clone()));
         examples
     }
 }

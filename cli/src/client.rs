@@ -113,10 +113,11 @@ impl Client {
         ))
     }
 
-    /// PUT a streamed body and read the JSON answer. No overall timeout: an upload takes
-    /// as long as its size needs; the server abandons one that stalls.
-    pub fn put_stream(
+    /// Sends a streamed body (`method` PUT or POST) and reads the JSON answer. No overall
+    /// timeout: an upload takes as long as its size needs; the server abandons one that stalls.
+    pub fn upload_stream(
         &self,
+        method: Method,
         path: &str,
         content_type: &str,
         body: reqwest::blocking::Body,
@@ -128,7 +129,7 @@ impl Client {
             .build()
             .expect("an HTTP client builds");
         let mut rb = http
-            .put(format!("{}{path}", self.target.server))
+            .request(method, format!("{}{path}", self.target.server))
             .header("content-type", content_type)
             .body(body);
         if let Some(t) = &self.target.token {

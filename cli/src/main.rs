@@ -15,7 +15,7 @@ mod workspace;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use commands::{admin, auth, discovery, pull, query, snapshot, Ctx};
+use commands::{admin, auth, discovery, pull, query, sessions, snapshot, Ctx};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -106,6 +106,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Upload agent session transcripts (they become your telemetry).
+    #[command(subcommand)]
+    Sessions(sessions::Command),
     /// Administration (admins only).
     #[command(subcommand)]
     Admin(admin::Command),
@@ -139,6 +142,7 @@ fn run(cli: Cli) -> exit::Result<()> {
         Command::Query(args) => query::run(&ctx, &root, args),
         Command::Snapshot(c) => snapshot::run(&ctx, &root, c),
         Command::Pull { json } => pull::run(&ctx, &root, json),
+        Command::Sessions(c) => sessions::run(&ctx, c),
         Command::Admin(c) => admin::run(&ctx, c),
         Command::SetRole { args } => Err(admin::set_role_removed(&args)),
         Command::Completions { shell } => {

@@ -104,14 +104,6 @@ pub fn color() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stdout().is_terminal()
 }
 
-fn bold(s: &str) -> String {
-    if color() {
-        format!("\x1b[1m{s}\x1b[0m")
-    } else {
-        s.to_owned()
-    }
-}
-
 fn width() -> usize {
     terminal_size::terminal_size()
         .map(|(w, _)| w.0 as usize)
@@ -161,37 +153,73 @@ pub fn cell(v: &Value) -> String {
 
 /// Rows under headers, in columns when they fit the terminal, else one record per block.
 pub fn table(headers: &[String], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let total: usize = widths.iter().sum::<usize>() + 2 * widths.len();
-    if total > width() && headers.len() > 1 {
-        let label = headers.iter().map(|h| h.chars().count()).max().unwrap_or(0);
-        for (i, row) in rows.iter().enumerate() {
-            println!("{}", bold(&format!("-[ record {} ]-", i + 1)));
-            for (h, c) in headers.iter().zip(row) {
-                println!("{h:<label$} | {c}");
+    print!("{}", table_text(headers, rows, width(), color()));
+}
+
+/// The text `table` prints for a terminal `width` columns wide. `comfy-table` lays out the
+/// grid because it measures display width (CJK and emoji take two columns, combining marks
+/// none), which counting chars got wrong; a table wider than the terminal is shown one
+/// record per block instead, like `psql \x`, since wrapping every cell reads worse.
+fn table_text(headers: &[String], rows: &[Vec<String>], width: usize, bold: bool) -> String {
+    use comfy_table::{presets, Attribute, Cell, CellAlignment, ContentArrangement, Table};
+
+    let mut grid = Table::new();
+    grid.load_preset(presets::NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(headers.iter().map(|h| {
+            let c = Cell::new(h).set_alignment(CellAlignment::Left);
+            if bold {
+                c.add_attribute(Attribute::Bold)
+            } else {
+                c
             }
-        }
-        return;
+        }));
+    if bold {
+        grid.enforce_styling();
+    } else {
+        grid.force_no_tty();
     }
-    let line = |cells: &[String]| {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_owned()
-    };
-    println!("{}", bold(&line(headers)));
     for row in rows {
-        println!("{}", line(row));
+        grid.add_row(row);
     }
+    // Two spaces between columns and none at the edges, as `ls` and `psql` print.
+    for column in grid.column_iter_mut() {
+        column.set_padding((0, 2));
+    }
+    let natural: usize = grid
+        .column_max_content_widths()
+        .iter()
+        .map(|w| usize::from(*w) + 2)
+        .sum();
+    if natural <= width || headers.len() <= 1 {
+        let mut out = String::new();
+        for line in grid.lines() {
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        return out;
+    }
+    let label = headers.iter().map(|h| display_width(h)).max().unwrap_or(0);
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let title = format!("-[ record {} ]-", i + 1);
+        if bold {
+            out.push_str(&format!("\x1b[1m{title}\x1b[0m\n"));
+        } else {
+            out.push_str(&title);
+            out.push('\n');
+        }
+        for (h, c) in headers.iter().zip(row) {
+            let pad = " ".repeat(label - display_width(h));
+            out.push_str(&format!("{h}{pad} | {c}\n"));
+        }
+    }
+    out
+}
+
+/// Columns a string takes on a terminal.
+fn display_width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
 }
 
 #[cfg(test)]
@@ -216,5 +244,31 @@ mod tests {
             (Exit::Denied, "Error: Admin access required (HTTP 403)")
         );
         assert_eq!(server_error(502, "<html>").exit, Exit::Server);
+    }
+
+    fn strings(cells: &[&str]) -> Vec<String> {
+        cells.iter().map(|c| (*c).to_owned()).collect()
+    }
+
+    #[test]
+    fn tables_align_on_display_width_not_chars() {
+        let headers = strings(&["city", "n"]);
+        let rows = vec![strings(&["東京", "1"]), strings(&["Oslo", "22"])];
+        let text = table_text(&headers, &rows, 80, false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines, ["city  n", "東京  1", "Oslo  22"]);
+    }
+
+    #[test]
+    fn tables_wider_than_the_terminal_print_one_record_per_block() {
+        let headers = strings(&["id", "description"]);
+        let rows = vec![strings(&["1", &"x".repeat(50)])];
+        let text = table_text(&headers, &rows, 40, false);
+        let expected = format!(
+            "-[ record 1 ]-\nid          | 1\ndescription | {}\n",
+            "x".repeat(50)
+        );
+        assert_eq!(text, expected);
+        assert!(table_text(&headers, &rows, 80, false).starts_with("id  description\n"));
     }
 }

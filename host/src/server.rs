@@ -26,6 +26,15 @@ pub struct ServeArgs {
     /// Largest table upload (`PUT /api/admin/tables/{id}/data`) accepted, in bytes.
     #[arg(long, env = "SVC_UPLOAD_MAX_BYTES", default_value_t = 4 << 30)]
     pub upload_max_bytes: u64,
+    /// Largest session file upload (`POST /api/upload/sessions`) accepted, in bytes.
+    #[arg(long, env = "SVC_SESSION_UPLOAD_MAX_BYTES", default_value_t = 512 << 20)]
+    pub session_upload_max_bytes: u64,
+    /// Days of telemetry kept; the daily prune deletes older events and summaries.
+    #[arg(long, env = "SVC_TELEMETRY_RETENTION_DAYS", default_value_t = 365)]
+    pub telemetry_retention_days: u32,
+    /// Milliseconds of quiet after an upload before the telemetry pipeline runs.
+    #[arg(long, env = "SVC_TELEMETRY_DEBOUNCE_MS", default_value_t = 2000)]
+    pub telemetry_debounce_ms: u64,
     /// Take the client address from the last `X-Forwarded-For` hop (behind a reverse proxy).
     #[arg(long, env = "SVC_TRUST_PROXY", default_value_t = false)]
     pub trust_proxy: bool,
@@ -112,6 +121,8 @@ pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
         data_dir,
         max_body_bytes: 0,
         upload_max_bytes: 0,
+        session_upload_max_bytes: 0,
+        telemetry_retention_days: 365,
         trust_proxy: false,
         driver_dir: None,
         query: svc_query::QueryLimits::default(),
@@ -161,6 +172,8 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         data_dir: store_args.data_dir.clone(),
         max_body_bytes: args.max_body_bytes,
         upload_max_bytes: args.upload_max_bytes,
+        session_upload_max_bytes: args.session_upload_max_bytes,
+        telemetry_retention_days: args.telemetry_retention_days.max(1),
         trust_proxy: args.trust_proxy,
         driver_dir: args.driver_dir.clone(),
         query: svc_query::QueryLimits {
@@ -205,6 +218,9 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         warmed = true;
     }
     crate::jobs::scheduler::start(state.clone(), scheduler, warmed);
+    state
+        .pipeline
+        .start(Duration::from_millis(args.telemetry_debounce_ms));
 
     let acceptor = TcpListener::bind(args.listen.clone())
         .into_acceptor()

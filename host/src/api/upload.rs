@@ -5,7 +5,6 @@
 //! [`is_upload`]); the catalog then converts and validates it and renames it into place
 //! ([`svc_catalog::data`]). A failure at any step leaves the table's old data and no file.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,16 +69,17 @@ struct UploadResult {
     columns: Vec<Column>,
 }
 
-/// Whether a request is an upload, which is exempt from the request-wide body limit and
-/// deadline: it gets [`RuntimeConfig::upload_max_bytes`](crate::state::RuntimeConfig) and
-/// a stall timeout instead.
+/// Whether a request is an upload (table data or a session file), which is exempt from the
+/// request-wide body limit and deadline: it gets its own size limit and a stall timeout.
 pub fn is_upload(req: &Request) -> bool {
-    req.method() == poem::http::Method::PUT
-        && req
-            .uri()
-            .path()
+    let path = req.uri().path();
+    match *req.method() {
+        poem::http::Method::PUT => path
             .strip_prefix("/api/admin/tables/")
-            .is_some_and(|rest| rest.ends_with("/data"))
+            .is_some_and(|rest| rest.ends_with("/data")),
+        poem::http::Method::POST => path == super::sessions::UPLOAD_PATH,
+        _ => false,
+    }
 }
 
 /// The format a request names: `?format=`, else its Content-Type, else parquet.
@@ -99,23 +99,32 @@ fn format_of(req: &Request, asked: Option<UploadFormatParam>) -> UploadFormat {
     }
 }
 
-/// Streams `body` to `path`, refusing more than `limit` bytes and a sender that stalls.
-async fn receive(body: Body, path: PathBuf, limit: u64) -> Result<u64, Error> {
-    let too_large = || {
-        Error::new(
-            ErrorKind::PayloadTooLarge,
-            format!(
-                "The upload exceeds this server's limit of {limit} bytes (SVC_UPLOAD_MAX_BYTES)"
-            ),
-        )
+/// Streams `chunks` to `path`, refusing more than `limit` bytes (`setting` names the
+/// variable that sets it) and a sender that stalls; the one receiver of every upload.
+pub(super) async fn receive<S, E>(
+    mut chunks: S,
+    path: &std::path::Path,
+    limit: u64,
+    setting: &str,
+) -> Result<u64, Error>
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let write_failed = |e: std::io::Error| {
+        if e.raw_os_error() == Some(28) {
+            Error::new(
+                ErrorKind::Unavailable,
+                "The server's disk is full; the upload was not stored",
+            )
+        } else {
+            Error::internal(format!("cannot write {}: {e}", path.display()))
+        }
     };
-    let write_failed =
-        |e: std::io::Error| Error::internal(format!("cannot write {}: {e}", path.display()));
-    let mut file = tokio::fs::File::create(&path).await.map_err(write_failed)?;
-    let mut stream = body.into_bytes_stream();
+    let mut file = tokio::fs::File::create(path).await.map_err(write_failed)?;
     let mut total: u64 = 0;
     loop {
-        let chunk = match tokio::time::timeout(STALL, stream.next()).await {
+        let chunk = match tokio::time::timeout(STALL, chunks.next()).await {
             Err(_) => {
                 return Err(Error::bad_request(format!(
                     "The upload stalled: nothing arrived for {} seconds",
@@ -130,12 +139,34 @@ async fn receive(body: Body, path: PathBuf, limit: u64) -> Result<u64, Error> {
         };
         total += chunk.len() as u64;
         if total > limit {
-            return Err(too_large());
+            return Err(too_large(limit, setting));
         }
         file.write_all(&chunk).await.map_err(write_failed)?;
     }
     file.flush().await.map_err(write_failed)?;
     Ok(total)
+}
+
+/// The 413 for an upload over `limit`.
+pub(super) fn too_large(limit: u64, setting: &str) -> Error {
+    Error::new(
+        ErrorKind::PayloadTooLarge,
+        format!("The upload exceeds this server's limit of {limit} bytes ({setting})"),
+    )
+}
+
+/// Refuses a declared `Content-Length` over `limit` before reading a byte.
+pub(super) fn check_declared(req: &Request, limit: u64, setting: &str) -> Result<(), Error> {
+    match req
+        .header(poem::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        Some(n) if n > limit => Err(Error::new(
+            ErrorKind::PayloadTooLarge,
+            format!("The upload is {n} bytes; this server's limit is {limit} ({setting})"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 #[OpenApi(prefix_path = "/api/admin", tag = "Tag::Registry")]
@@ -161,9 +192,7 @@ impl UploadApi {
     ) -> ApiResult<Json<UploadResult>> {
         let format = format_of(req, format.0);
         let limit = self.state.config.upload_max_bytes;
-        let declared = req
-            .header(poem::http::header::CONTENT_LENGTH)
-            .and_then(|v| v.parse::<u64>().ok());
+        let declared = check_declared(req, limit, "SVC_UPLOAD_MAX_BYTES");
         let registry = self.state.registry.clone();
         let actor = auth.0.actor.clone();
         let id = id.0;
@@ -172,13 +201,14 @@ impl UploadApi {
         let task = tokio::spawn(async move {
             let u = registry
                 .upload(&actor, &id, format, |path| async move {
-                    match declared {
-                        Some(n) if n > limit => Err(Error::new(
-                            ErrorKind::PayloadTooLarge,
-                            format!("The upload is {n} bytes; this server's limit is {limit} (SVC_UPLOAD_MAX_BYTES)"),
-                        )),
-                        _ => receive(body.0, path, limit).await,
-                    }
+                    declared?;
+                    receive(
+                        body.0.into_bytes_stream(),
+                        &path,
+                        limit,
+                        "SVC_UPLOAD_MAX_BYTES",
+                    )
+                    .await
                 })
                 .await;
             u.map(|u| (id, u))

@@ -1,5 +1,5 @@
-//! The in-process scheduler: periodic sync, due scripts, warehouse metadata refresh and the
-//! daily telemetry prune.
+//! The in-process scheduler: periodic sync, due scripts, warehouse metadata refresh, the
+//! telemetry pipeline and its daily prune.
 //!
 //! Jobs run the same code the operational endpoints run (never HTTP to ourselves) under the
 //! scheduler's identity, so every run is audited with `client_kind = scheduler`. With
@@ -35,6 +35,8 @@ pub enum Job {
     WarehouseMetadataRefresh,
     /// Daily pruning of old telemetry.
     TelemetryPrune,
+    /// The telemetry pipeline over new and changed session files.
+    UsageProcessor,
 }
 
 impl Job {
@@ -47,14 +49,16 @@ impl Job {
                 ("SCHEDULER_WAREHOUSE_METADATA_REFRESH_INTERVAL", 14_400)
             }
             Self::TelemetryPrune => ("SCHEDULER_TELEMETRY_PRUNE_INTERVAL", 86_400),
+            Self::UsageProcessor => ("SCHEDULER_USAGE_PROCESSOR_INTERVAL", 600),
         }
     }
 
-    const ALL: [Self; 4] = [
+    const ALL: [Self; 5] = [
         Self::Sync,
         Self::Scripts,
         Self::WarehouseMetadataRefresh,
         Self::TelemetryPrune,
+        Self::UsageProcessor,
     ];
 }
 
@@ -316,8 +320,28 @@ async fn run_job(state: &Arc<AppState>, job: Job) -> Result<String, String> {
             Ok(None) => Err("a metadata refresh is already running".into()),
             Err(e) => Err(format!("state store: {e}")),
         },
-        // Telemetry lands with its own issue; until then there is nothing to prune.
-        Job::TelemetryPrune => Ok("nothing to prune".into()),
+        Job::TelemetryPrune => {
+            let days = state.config.telemetry_retention_days;
+            state
+                .pipeline
+                .prune(days)
+                .await
+                .map(|(events, sessions)| {
+                    format!("pruned {events} events and {sessions} sessions older than {days} days")
+                })
+                .map_err(|e| e.to_string())
+        }
+        Job::UsageProcessor => state
+            .pipeline
+            .run(svc_telemetry::Trigger::Schedule, false)
+            .await
+            .map(|r| {
+                format!(
+                    "{} files processed, {} unchanged, {} failed; {} events",
+                    r.processed, r.unchanged, r.failed, r.events
+                )
+            })
+            .map_err(|e| e.to_string()),
     }
 }
 

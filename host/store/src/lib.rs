@@ -13,6 +13,7 @@
 //! timestamps are RFC 3339 UTC strings with a fixed width, so they sort as text.
 
 pub mod audit;
+mod bulk;
 pub mod groups;
 pub mod metadata;
 mod migrate;
@@ -21,6 +22,7 @@ mod schema;
 pub mod scripts;
 pub mod sync;
 pub mod tokens;
+pub mod usage;
 pub mod users;
 
 use std::path::{Path, PathBuf};

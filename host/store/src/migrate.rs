@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 47;
+pub const CURRENT_SCHEMA_VERSION: i64 = 48;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -58,6 +58,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 47,
         name: "column types in the metadata cache",
+    },
+    Step {
+        version: 48,
+        name: "telemetry pipeline: session file state, runs, job leases",
     },
 ];
 
@@ -116,6 +120,19 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
                 schema::TABLE_METADATA_CACHE_V47_COLUMNS,
             )
             .await?;
+        }
+        48 => {
+            for t in schema::USAGE_TABLES {
+                ensure_table(tx, b, t).await?;
+            }
+            for t in [
+                &schema::SESSION_FILE_STATE,
+                &schema::TELEMETRY_RUNS,
+                &schema::JOB_LEASES,
+            ] {
+                ensure_table(tx, b, t).await?;
+            }
+            ensure_indices(tx, schema::TELEMETRY_V48_INDICES).await?;
         }
         other => anyhow::bail!("no migration step {other}"),
     }

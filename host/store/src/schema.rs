@@ -537,3 +537,68 @@ pub(super) const TABLE_METADATA_CACHE_V47_COLUMNS: &[Column] = &[col("column_typ
 
 pub(super) const SCRIPTS_V46_COLUMNS: &[Column] =
     &[col("lease_owner", Text), col("lease_until", Text)];
+
+/// The telemetry pipeline's memory of each session file (v48): what was processed (size,
+/// mtime, content hash), what it yielded, and — for a file that keeps failing — the error
+/// it is parked with until it changes or an administrator reprocesses it.
+pub(super) const SESSION_FILE_STATE: Table = Table {
+    name: "session_file_state",
+    columns: &[
+        req("session_file", Text),
+        req("user_dir", Text),
+        with_default("size", Int, Default::Int(0)),
+        with_default("mtime_ns", Int, Default::Int(0)),
+        col("content_hash", Text),
+        col("processed_at", Text),
+        with_default("events", Int, Default::Int(0)),
+        with_default("lines", Int, Default::Int(0)),
+        with_default("malformed_lines", Int, Default::Int(0)),
+        col("problems", Text),
+        with_default("failures", Int, Default::Int(0)),
+        col("last_error", Text),
+        with_default("parked", Bool, Default::Bool(false)),
+    ],
+    primary_key: &["session_file"],
+    unique: &[],
+};
+
+/// One row per telemetry pipeline run (v48), shown by the pipeline endpoint.
+pub(super) const TELEMETRY_RUNS: Table = Table {
+    name: "telemetry_runs",
+    columns: &[
+        req("id", Text),
+        req("trigger", Text),
+        req("started_at", Text),
+        col("finished_at", Text),
+        col("status", Text),
+        col("report", Text),
+    ],
+    primary_key: &["id"],
+    unique: &[],
+};
+
+/// Named leases that keep a job to one runner across replicas (v48).
+pub(super) const JOB_LEASES: Table = Table {
+    name: "job_leases",
+    columns: &[req("name", Text), req("owner", Text), req("until", Text)],
+    primary_key: &["name"],
+    unique: &[],
+};
+
+pub(super) const TELEMETRY_V48_INDICES: &[Index] = &[
+    Index {
+        name: "idx_usage_events_file",
+        table: "usage_events",
+        columns: &["session_file"],
+    },
+    Index {
+        name: "idx_usage_events_time",
+        table: "usage_events",
+        columns: &["occurred_at"],
+    },
+    Index {
+        name: "idx_telemetry_runs_started",
+        table: "telemetry_runs",
+        columns: &["started_at"],
+    },
+];

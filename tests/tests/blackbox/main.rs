@@ -18,5 +18,6 @@ mod sdk;
 mod store;
 mod support;
 mod svc_cli;
+mod telemetry;
 mod upload;
 mod warehouse;

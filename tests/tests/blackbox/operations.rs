@@ -523,7 +523,7 @@ fn the_scheduler_runs_due_work_under_its_own_identity() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let runs = s.audit_rows("scheduler.run", 3);
+    let runs = s.audit_rows("scheduler.run", 4);
     assert!(
         runs.iter().all(|r| r["client_kind"] == "scheduler"),
         "{runs:?}"
@@ -532,7 +532,7 @@ fn the_scheduler_runs_due_work_under_its_own_identity() {
         .iter()
         .map(|r| r["resource"].as_str().unwrap())
         .collect();
-    for job in ["sync", "scripts", "telemetry_prune"] {
+    for job in ["sync", "scripts", "telemetry_prune", "usage_processor"] {
         assert!(jobs.contains(&job), "{jobs:?}");
     }
     let claims = s.audit_rows("scripts.run_due", 1);

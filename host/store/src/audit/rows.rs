@@ -3,6 +3,7 @@
 
 use sqlx::Row;
 
+use crate::bulk::{self, JsonType};
 use crate::{Backend, Store, StoreError};
 
 /// One audit row, ready to store.
@@ -38,37 +39,32 @@ const COLUMNS: &str =
     "id, timestamp, user_id, action, resource, params, params_before, client_ip, \
      client_kind, correlation_id, result, duration_ms";
 
-/// Rows per statement: bounds the size of the one JSON parameter.
-const ROWS_PER_STATEMENT: usize = 1_000;
-
 fn json_text(v: &Option<serde_json::Value>) -> Option<String> {
     v.as_ref().filter(|v| !v.is_null()).map(|v| v.to_string())
 }
 
-/// The insert for a chunk: one JSON array of row objects, unpacked by the database. One
-/// short statement whatever the chunk's length, so it is prepared once per connection.
+/// The insert for a chunk of audit rows (see [`crate::bulk`]).
 fn insert_sql(backend: Backend) -> &'static str {
     static SQLITE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static POSTGRES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    match backend {
-        Backend::Sqlite => SQLITE.get_or_init(|| {
-            let fields: Vec<String> = COLUMNS.split(", ").map(|c| format!("value ->> '{c}'")).collect();
-            format!(
-                "INSERT INTO audit_log ({COLUMNS}) SELECT {} FROM json_each($1)",
-                fields.join(", ")
+    let columns: Vec<(&str, JsonType)> = COLUMNS
+        .split(", ")
+        .map(|c| {
+            (
+                c,
+                if c == "duration_ms" {
+                    JsonType::Int
+                } else {
+                    JsonType::Text
+                },
             )
-        }),
-        Backend::Postgres => POSTGRES.get_or_init(|| {
-            let types: Vec<String> = COLUMNS
-                .split(", ")
-                .map(|c| format!("{c} {}", if c == "duration_ms" { "bigint" } else { "text" }))
-                .collect();
-            format!(
-                "INSERT INTO audit_log ({COLUMNS}) SELECT {COLUMNS} FROM json_to_recordset($1::json) AS x({})",
-                types.join(", ")
-            )
-        }),
-    }
+        })
+        .collect();
+    let cell = match backend {
+        Backend::Sqlite => &SQLITE,
+        Backend::Postgres => &POSTGRES,
+    };
+    cell.get_or_init(|| bulk::insert_sql(backend, "audit_log", &columns, ""))
 }
 
 impl Store {
@@ -79,25 +75,20 @@ impl Store {
     /// value per chunk, instead of a round trip or twelve bound values per row, is what makes
     /// group commit fast through the driver.
     pub async fn insert_audit_batch(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
-        for chunk in records.chunks(ROWS_PER_STATEMENT) {
-            let rows: Vec<serde_json::Value> = chunk
-                .iter()
-                .map(|r| {
-                    serde_json::json!({
-                        "id": r.id, "timestamp": r.timestamp, "user_id": r.user_id, "action": r.action,
-                        "resource": r.resource, "params": json_text(&r.params),
-                        "params_before": json_text(&r.params_before), "client_ip": r.client_ip,
-                        "client_kind": r.client_kind, "correlation_id": r.correlation_id,
-                        "result": r.result, "duration_ms": r.duration_ms,
-                    })
+        let rows: Vec<serde_json::Value> = records
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "id": r.id, "timestamp": r.timestamp, "user_id": r.user_id, "action": r.action,
+                    "resource": r.resource, "params": json_text(&r.params),
+                    "params_before": json_text(&r.params_before), "client_ip": r.client_ip,
+                    "client_kind": r.client_kind, "correlation_id": r.correlation_id,
+                    "result": r.result, "duration_ms": r.duration_ms,
                 })
-                .collect();
-            sqlx::query(insert_sql(self.backend()))
-                .bind(serde_json::Value::Array(rows).to_string())
-                .execute(&mut *tx)
-                .await?;
-        }
+            })
+            .collect();
+        let mut tx = self.pool().begin().await?;
+        bulk::insert(&mut tx, insert_sql(self.backend()), &rows).await?;
         Ok(tx.commit().await?)
     }
 

@@ -1,0 +1,260 @@
+//! The telemetry pipeline for administrators: run it, reprocess, prune, and see its runs.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use poem_openapi::payload::Json;
+use poem_openapi::{Object, OpenApi};
+use serde_json::Value;
+use svc_core::Error;
+use svc_store::audit::Event;
+use svc_store::usage::FileScope;
+use svc_telemetry::{RunReport, Trigger};
+
+use super::{AdminAuth, ApiResult, Tag};
+use crate::state::AppState;
+
+pub struct TelemetryApi {
+    pub state: Arc<AppState>,
+}
+
+/// Which session files to read again.
+#[derive(Object, Default)]
+struct ReprocessRequest {
+    /// One user's files (their user id); default: everyone's.
+    user_id: Option<String>,
+    /// One file, `<user id>/<file name>` as `session_file` shows it.
+    session_file: Option<String>,
+    /// Rebuild every day's rollups, not only the affected days.
+    #[oai(default)]
+    full_rollup: bool,
+}
+
+/// What to prune.
+#[derive(Object, Default)]
+struct PruneRequest {
+    /// Keep this many days (default `SVC_TELEMETRY_RETENTION_DAYS`).
+    retention_days: Option<u32>,
+}
+
+/// What a prune deleted.
+#[derive(Object)]
+struct Pruned {
+    /// Days kept.
+    retention_days: u32,
+    /// Events deleted.
+    events: u64,
+    /// Session summaries deleted.
+    sessions: u64,
+}
+
+/// A pipeline run, as recorded.
+#[derive(Object)]
+struct RunView {
+    /// Run id.
+    id: String,
+    /// `schedule`, `upload`, `reprocess` or `manual`.
+    trigger: String,
+    /// When it started.
+    started_at: String,
+    /// When it ended (null while running).
+    finished_at: Option<String>,
+    /// `running`, `ok` or `failed`.
+    status: Option<String>,
+    /// Files scanned/processed/unchanged/parked/failed, bytes, events, malformed lines,
+    /// timings, and each failed file with its error.
+    report: Option<Value>,
+}
+
+/// A file the pipeline has given up on until it changes.
+#[derive(Object)]
+struct ParkedFile {
+    /// `<user id>/<file name>`.
+    session_file: String,
+    /// Failures in a row.
+    failures: i64,
+    /// The latest error.
+    last_error: Option<String>,
+}
+
+/// The pipeline's state.
+#[derive(Object)]
+struct PipelineView {
+    /// Session files tracked.
+    files: u64,
+    /// Files whose last attempt failed (retried next run).
+    failing: u64,
+    /// Files parked after repeated failures (read again when they change or on reprocess).
+    parked: Vec<ParkedFile>,
+    /// The latest runs, newest first.
+    runs: Vec<RunView>,
+}
+
+fn report_json(r: &RunReport) -> Value {
+    serde_json::to_value(r).unwrap_or_default()
+}
+
+impl TelemetryApi {
+    /// Runs the pipeline and audits the run as `action`.
+    async fn run_audited(
+        &self,
+        auth: &AdminAuth,
+        action: &str,
+        scope: Option<FileScope>,
+        full_rollup: bool,
+    ) -> ApiResult<Json<Value>> {
+        let started = Instant::now();
+        let pipeline = &self.state.pipeline;
+        let result = async {
+            let forgotten = match &scope {
+                Some(s) => pipeline.forget(s).await?,
+                None => 0,
+            };
+            let trigger = if scope.is_some() {
+                Trigger::Reprocess
+            } else {
+                Trigger::Manual
+            };
+            let report = pipeline.run(trigger, full_rollup).await?;
+            Ok::<_, Error>((forgotten, report))
+        }
+        .await;
+        let resource = match &scope {
+            Some(FileScope::User(u)) => format!("user:{u}"),
+            Some(FileScope::File(f)) => format!("session:{f}"),
+            _ => "telemetry".to_owned(),
+        };
+        self.state
+            .audit
+            .write_outcome(
+                &auth.0.actor,
+                Event::new(action).resource(resource),
+                started,
+                &result,
+                |event, (forgotten, r)| {
+                    event
+                        .param("files_reset", *forgotten)
+                        .param("processed", r.processed)
+                        .param("failed", r.failed)
+                        .param("events", r.events)
+                        .param("malformed_lines", r.malformed_lines)
+                },
+            )
+            .await;
+        let (_, report) = result?;
+        Ok(Json(report_json(&report)))
+    }
+}
+
+#[OpenApi(prefix_path = "/api/admin/telemetry", tag = "Tag::Telemetry")]
+impl TelemetryApi {
+    /// Reads new and changed session files now (the scheduler and uploads do it too) and
+    /// returns the run's report. 409 while another run is under way, on any replica.
+    #[oai(path = "/run", method = "post", operation_id = "run_telemetry")]
+    async fn run(&self, auth: AdminAuth) -> ApiResult<Json<Value>> {
+        self.run_audited(&auth, "usage.run", None, false).await
+    }
+
+    /// Reads session files again — all, one user's, or one file — re-extracting and
+    /// re-attributing their events, then returns the run's report. `full_rollup` rebuilds
+    /// every day's rollups. Parked files are read again too. 409 while a run is under way.
+    #[oai(
+        path = "/reprocess",
+        method = "post",
+        operation_id = "reprocess_telemetry"
+    )]
+    async fn reprocess(
+        &self,
+        auth: AdminAuth,
+        body: Json<ReprocessRequest>,
+    ) -> ApiResult<Json<Value>> {
+        let scope = match (body.0.user_id, body.0.session_file) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid("Give user_id or session_file, not both").into())
+            }
+            (Some(u), None) => FileScope::User(u),
+            (None, Some(f)) => FileScope::File(f),
+            (None, None) => FileScope::All,
+        };
+        self.run_audited(&auth, "usage.reprocess", Some(scope), body.0.full_rollup)
+            .await
+    }
+
+    /// Deletes telemetry (events, session summaries, rollup days) older than the retention
+    /// (`SVC_TELEMETRY_RETENTION_DAYS` unless given). Session files stay.
+    #[oai(path = "/prune", method = "post", operation_id = "prune_telemetry")]
+    async fn prune(&self, auth: AdminAuth, body: Json<PruneRequest>) -> ApiResult<Json<Pruned>> {
+        let started = Instant::now();
+        let days = body
+            .0
+            .retention_days
+            .unwrap_or(self.state.config.telemetry_retention_days);
+        let result = async {
+            if days == 0 {
+                return Err(Error::invalid("retention_days must be at least 1"));
+            }
+            self.state.pipeline.prune(days).await
+        }
+        .await;
+        self.state
+            .audit
+            .write_outcome(
+                &auth.0.actor,
+                Event::new("usage.prune").resource("telemetry"),
+                started,
+                &result,
+                |event, (events, sessions)| {
+                    event
+                        .param("retention_days", days)
+                        .param("events", *events)
+                        .param("sessions", *sessions)
+                },
+            )
+            .await;
+        let (events, sessions) = result?;
+        Ok(Json(Pruned {
+            retention_days: days,
+            events,
+            sessions,
+        }))
+    }
+
+    /// The pipeline's latest runs and the files it is failing on or has parked.
+    #[oai(
+        path = "/pipeline",
+        method = "get",
+        operation_id = "get_telemetry_pipeline"
+    )]
+    async fn pipeline(&self, _auth: AdminAuth) -> ApiResult<Json<PipelineView>> {
+        let store = &self.state.store;
+        let states = store.session_file_states().await.map_err(Error::from)?;
+        let runs = store.telemetry_runs(20).await.map_err(Error::from)?;
+        Ok(Json(PipelineView {
+            files: states.len() as u64,
+            failing: states
+                .iter()
+                .filter(|s| s.failures > 0 && !s.parked)
+                .count() as u64,
+            parked: states
+                .into_iter()
+                .filter(|s| s.parked)
+                .map(|s| ParkedFile {
+                    session_file: s.session_file,
+                    failures: s.failures,
+                    last_error: s.last_error,
+                })
+                .collect(),
+            runs: runs
+                .into_iter()
+                .map(|r| RunView {
+                    id: r.id,
+                    trigger: r.trigger,
+                    started_at: r.started_at,
+                    finished_at: r.finished_at,
+                    status: r.status,
+                    report: r.report,
+                })
+                .collect(),
+        }))
+    }
+}

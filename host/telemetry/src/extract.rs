@@ -1,0 +1,481 @@
+//! One session file → usage events and a session summary (reference §4.3–4.5), in one
+//! streaming pass.
+//!
+//! Departures from the reference, on purpose: an unparseable or missing timestamp takes the
+//! file's last good time (then its first, then the file's mtime), never "now"; the summary's
+//! `tool_calls` counts every tool invocation (plain, MCP, sub-agent) and `tool_errors` the
+//! failed ones among them, so errors never exceed calls; `user_messages` counts prompts,
+//! not the tool-result turns that echo tool output back.
+
+use std::collections::{HashMap, HashSet};
+use std::io::BufRead;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use svc_core::clock::{format_ts, parse_ts};
+use svc_store::usage::{SessionSummary, UsageEvent};
+
+use crate::attribution::Attribution;
+use crate::lines::{Line, LineReader};
+use crate::transcript::{Content, NamingInput, Turn};
+
+/// Version of these rules, stored with every row.
+pub const PROCESSOR_VERSION: i64 = 5;
+
+/// Gaps longer than this split active time (seconds).
+const ACTIVE_GAP_SECONDS: i64 = 600;
+
+/// Problems kept per file (all are counted).
+const MAX_PROBLEMS: usize = 20;
+
+/// What kind of usage an event records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// A tool call (including `Skill`).
+    ToolUse,
+    /// An `mcp__*` tool call.
+    McpCall,
+    /// A `Task`/`Agent` dispatch.
+    Subagent,
+    /// A `<command-name>` in a user turn.
+    SlashCommand,
+}
+
+impl EventType {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ToolUse => "tool_use",
+            Self::McpCall => "mcp_call",
+            Self::Subagent => "subagent",
+            Self::SlashCommand => "slash_command",
+        }
+    }
+}
+
+/// Whose file it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// The owner's user id (None when no user matches the directory).
+    pub user_id: Option<String>,
+    /// Their e-mail, or the directory name.
+    pub username: String,
+}
+
+/// A line that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// 1-based line number.
+    pub line: u64,
+    /// What was wrong.
+    pub problem: String,
+}
+
+/// Everything one file yielded.
+#[derive(Debug, Clone)]
+pub struct Extracted {
+    /// Its events, de-duplicated by identity.
+    pub events: Vec<UsageEvent>,
+    /// Its summary.
+    pub summary: SessionSummary,
+    /// Lines read (blank ones included).
+    pub lines: u64,
+    /// Lines that could not be used.
+    pub malformed: u64,
+    /// The first of them, with line numbers.
+    pub problems: Vec<Problem>,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Content hash of the bytes read.
+    pub hash: String,
+}
+
+/// The file being extracted and its context.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// `<user dir>/<file name>`.
+    pub session_file: &'a str,
+    /// Whose it is.
+    pub owner: &'a Owner,
+    /// The file's modification time (the last fallback for event times).
+    pub mtime: DateTime<Utc>,
+    /// Attribution maps.
+    pub attribution: &'a Attribution,
+    /// Extraction time.
+    pub extracted_at: &'a str,
+}
+
+#[derive(Debug)]
+struct Pending {
+    kind: EventType,
+    uuid: Option<String>,
+    parent: Option<String>,
+    tool_id: Option<String>,
+    tool_name: Option<String>,
+    skill: Option<String>,
+    subagent: Option<String>,
+    command: Option<String>,
+    model: Option<String>,
+    cwd: Option<String>,
+    at: Option<DateTime<Utc>>,
+}
+
+#[derive(Default)]
+struct State {
+    session_id: Option<String>,
+    times: Vec<i64>,
+    first_good: Option<DateTime<Utc>>,
+    last_good: Option<DateTime<Utc>>,
+    pending: Vec<Pending>,
+    errored: HashSet<String>,
+    models: HashMap<String, u64>,
+    user_messages: i64,
+    assistant_messages: i64,
+    tokens: [i64; 4],
+    malformed: u64,
+    problems: Vec<Problem>,
+}
+
+impl State {
+    fn problem(&mut self, line: u64, problem: String) {
+        self.malformed += 1;
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(Problem { line, problem });
+        }
+    }
+}
+
+fn owned(s: &Option<std::borrow::Cow<'_, str>>) -> Option<String> {
+    s.as_deref().filter(|s| !s.is_empty()).map(str::to_owned)
+}
+
+/// Every `<command-name>/name</command-name>` in `text`: the name starts with a letter and
+/// continues with word characters, `:` or `-`.
+fn slash_commands(text: &str, mut found: impl FnMut(&str)) {
+    const OPEN: &str = "<command-name>/";
+    const CLOSE: &str = "</command-name>";
+    let mut rest = text;
+    while let Some(i) = rest.find(OPEN) {
+        rest = &rest[i + OPEN.len()..];
+        let end = rest
+            .char_indices()
+            .find(|(_, c)| !(c.is_alphanumeric() || matches!(c, '_' | ':' | '-')))
+            .map_or(rest.len(), |(i, _)| i);
+        let name = &rest[..end];
+        if name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && rest[end..].starts_with(CLOSE)
+        {
+            found(name);
+        }
+    }
+}
+
+fn turn(state: &mut State, t: Turn<'_>) {
+    if state.session_id.is_none() {
+        state.session_id = owned(&t.session_id);
+    }
+    let at = t.timestamp.as_deref().and_then(parse_ts);
+    if let Some(at) = at {
+        state.times.push(at.timestamp_micros());
+        state.first_good.get_or_insert(at);
+        state.last_good = Some(at);
+    }
+    let at = at.or(state.last_good);
+    let kind = t.kind.as_deref().unwrap_or_default();
+    // Error flags may arrive on any turn, before or after the call they answer.
+    if kind == "tool_use_result" && t.is_error.0 {
+        if let Some(id) = owned(&t.tool_use_id) {
+            state.errored.insert(id);
+        }
+    }
+    let message = t.message.unwrap_or_default();
+    if let Content::Blocks(blocks) = &message.content {
+        for b in blocks {
+            if b.kind.as_deref() == Some("tool_result") && b.is_error.0 {
+                if let Some(id) = owned(&b.tool_use_id) {
+                    state.errored.insert(id);
+                }
+            }
+        }
+    }
+    let base = |state: &State| Pending {
+        kind: EventType::ToolUse,
+        uuid: owned(&t.uuid),
+        parent: owned(&t.parent_uuid),
+        tool_id: None,
+        tool_name: None,
+        skill: None,
+        subagent: None,
+        command: None,
+        model: None,
+        cwd: owned(&t.cwd),
+        at: at.or(state.last_good),
+    };
+    match kind {
+        "assistant" => {
+            state.assistant_messages += 1;
+            let model = owned(&message.model);
+            if let Some(m) = &model {
+                *state.models.entry(m.clone()).or_default() += 1;
+            }
+            if let Some(u) = &message.usage {
+                for (sum, v) in state.tokens.iter_mut().zip([
+                    u.input_tokens,
+                    u.output_tokens,
+                    u.cache_read_input_tokens,
+                    u.cache_creation_input_tokens,
+                ]) {
+                    *sum = sum.saturating_add(v.0);
+                }
+            }
+            let Content::Blocks(blocks) = &message.content else {
+                return;
+            };
+            for b in blocks
+                .iter()
+                .filter(|b| b.kind.as_deref() == Some("tool_use"))
+            {
+                let name = owned(&b.name);
+                let input = || -> NamingInput<'_> {
+                    b.input
+                        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                        .unwrap_or_default()
+                };
+                let mut e = base(state);
+                e.tool_id = owned(&b.id);
+                e.model = model.clone();
+                match name.as_deref() {
+                    Some("Skill") => {
+                        let i = input();
+                        e.skill = owned(&i.skill).or_else(|| owned(&i.name));
+                    }
+                    Some(n @ ("Task" | "Agent")) => {
+                        e.kind = EventType::Subagent;
+                        e.subagent = owned(&input().subagent_type).or_else(|| Some(n.to_owned()));
+                    }
+                    Some(n) if n.starts_with("mcp__") => e.kind = EventType::McpCall,
+                    _ => {}
+                }
+                e.tool_name = name;
+                state.pending.push(e);
+            }
+        }
+        "user" => {
+            let mut prompt = false;
+            let scan = |text: &str, state: &mut State| {
+                slash_commands(text, |name| {
+                    let mut e = base(state);
+                    e.kind = EventType::SlashCommand;
+                    e.command = Some(name.to_owned());
+                    state.pending.push(e);
+                });
+            };
+            match &message.content {
+                Content::Text(text) => {
+                    prompt = true;
+                    scan(text, state);
+                }
+                Content::Blocks(blocks) => {
+                    for b in blocks {
+                        match b.kind.as_deref() {
+                            Some("tool_result") => {}
+                            Some("text") => {
+                                prompt = true;
+                                if let Some(text) = &b.text {
+                                    scan(text, state);
+                                }
+                            }
+                            _ => prompt = true,
+                        }
+                    }
+                }
+                Content::None => {}
+            }
+            if prompt {
+                state.user_messages += 1;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The event id: SHA-256 of the reference's pipe-joined fields, prefixed with the session
+/// file's key. The prefix is ours: without it two files naming the same session id (one
+/// user's copy, or another user's forgery) would share ids, and the first stored would
+/// silently win the other's events.
+fn identity(session_file: &str, session_id: &str, e: &Pending) -> String {
+    let mut h = Sha256::new();
+    for (i, part) in [
+        Some(session_file),
+        Some(session_id),
+        e.uuid.as_deref(),
+        e.tool_id.as_deref(),
+        Some(e.kind.as_str()),
+        e.tool_name.as_deref(),
+        e.command.as_deref(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if i > 0 {
+            h.update(b"|");
+        }
+        h.update(part.unwrap_or_default().as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+fn active_seconds(times: &mut [i64]) -> i64 {
+    times.sort_unstable();
+    let (Some(&first), Some(_)) = (times.first(), times.last()) else {
+        return 0;
+    };
+    let gap = ACTIVE_GAP_SECONDS * 1_000_000;
+    let (mut start, mut prev, mut total) = (first, first, 0i64);
+    for &t in &times[1..] {
+        if t - prev > gap {
+            total += prev - start;
+            start = t;
+        }
+        prev = t;
+    }
+    (total + prev - start) / 1_000_000
+}
+
+fn finish(mut s: State, cx: &Context<'_>, lines: u64, bytes: u64, hash: String) -> Extracted {
+    let session_id = s
+        .session_id
+        .clone()
+        .unwrap_or_else(|| cx.session_file.to_owned());
+    let fallback = s.first_good.unwrap_or(cx.mtime);
+    let mut seen = HashSet::new();
+    let mut events = Vec::with_capacity(s.pending.len());
+    for p in s.pending.drain(..) {
+        let id = identity(cx.session_file, &session_id, &p);
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        let (source, ref_id) = cx.attribution.attribute(
+            p.skill.as_deref(),
+            p.subagent.as_deref(),
+            p.command.as_deref(),
+        );
+        events.push(UsageEvent {
+            id,
+            session_id: session_id.clone(),
+            session_file: cx.session_file.to_owned(),
+            username: cx.owner.username.clone(),
+            user_id: cx.owner.user_id.clone(),
+            is_error: p.tool_id.as_ref().is_some_and(|t| s.errored.contains(t)),
+            event_uuid: p.uuid,
+            parent_uuid: p.parent,
+            event_type: p.kind.as_str().to_owned(),
+            tool_name: p.tool_name,
+            skill_name: p.skill,
+            subagent_type: p.subagent,
+            command_name: p.command,
+            source,
+            ref_id,
+            model: p.model,
+            cwd: p.cwd,
+            occurred_at: format_ts(p.at.unwrap_or(fallback)),
+            processor_version: PROCESSOR_VERSION,
+            extracted_at: cx.extracted_at.to_owned(),
+        });
+    }
+    let count = |f: &dyn Fn(&UsageEvent) -> bool| events.iter().filter(|e| f(e)).count() as i64;
+    let distinct = |f: &dyn Fn(&UsageEvent) -> Option<&str>| {
+        events.iter().filter_map(f).collect::<HashSet<_>>().len() as i64
+    };
+    let started = s.times.iter().min().copied();
+    let ended = s.times.iter().max().copied();
+    let ts = |micros: Option<i64>| {
+        micros
+            .and_then(DateTime::from_timestamp_micros)
+            .map(format_ts)
+    };
+    let primary_model = s
+        .models
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
+        .map(|(m, _)| m.clone());
+    let summary = SessionSummary {
+        session_file: cx.session_file.to_owned(),
+        session_id,
+        username: cx.owner.username.clone(),
+        user_id: cx.owner.user_id.clone(),
+        started_at: ts(started),
+        ended_at: ts(ended),
+        active_seconds: active_seconds(&mut s.times),
+        wall_seconds: started.zip(ended).map_or(0, |(a, b)| (b - a) / 1_000_000),
+        user_messages: s.user_messages,
+        assistant_messages: s.assistant_messages,
+        tool_calls: count(&|e| e.tool_name.is_some()),
+        tool_errors: count(&|e| e.tool_name.is_some() && e.is_error),
+        skill_invocations: count(&|e| e.skill_name.is_some()),
+        subagent_dispatches: count(&|e| e.event_type == "subagent"),
+        mcp_calls: count(&|e| e.event_type == "mcp_call"),
+        slash_commands: count(&|e| e.event_type == "slash_command"),
+        distinct_tools: distinct(&|e| e.tool_name.as_deref()),
+        distinct_skills: distinct(&|e| e.skill_name.as_deref()),
+        input_tokens: s.tokens[0],
+        output_tokens: s.tokens[1],
+        cache_read_tokens: s.tokens[2],
+        cache_creation_tokens: s.tokens[3],
+        primary_model,
+        processor_version: PROCESSOR_VERSION,
+        extracted_at: cx.extracted_at.to_owned(),
+    };
+    Extracted {
+        events,
+        summary,
+        lines,
+        malformed: s.malformed,
+        problems: s.problems,
+        bytes,
+        hash,
+    }
+}
+
+/// Extracts a whole file from a reader, line by line; a bad line is counted and reported,
+/// never fatal. Only a read error fails.
+pub fn extract(reader: impl BufRead, cx: &Context<'_>) -> std::io::Result<Extracted> {
+    let mut lines = LineReader::new(reader);
+    let mut state = State::default();
+    let mut count = 0;
+    while let Some((n, line)) = lines.next_line()? {
+        count = n;
+        let (bytes, terminated) = match line {
+            Line::TooLong(len) => {
+                state.problem(
+                    n,
+                    format!("line of {len} bytes is over the 64 MiB limit; skipped"),
+                );
+                continue;
+            }
+            Line::Text { bytes, terminated } => (bytes, terminated),
+        };
+        let Some(first) = bytes.iter().find(|b| !b.is_ascii_whitespace()) else {
+            continue;
+        };
+        if *first != b'{' {
+            state.problem(n, "not a JSON object".into());
+            continue;
+        }
+        match serde_json::from_slice::<Turn<'_>>(bytes) {
+            Ok(t) => turn(&mut state, t),
+            Err(e) if !terminated && e.is_eof() => state.problem(
+                n,
+                "last line is cut short (the file may still be being written)".into(),
+            ),
+            Err(e) => state.problem(n, format!("not a transcript line: {e}")),
+        }
+    }
+    let (bytes, hash) = (lines.bytes(), lines.hash());
+    Ok(finish(state, cx, count, bytes, hash))
+}
+
+#[cfg(test)]
+#[path = "extract_tests.rs"]
+mod tests;

@@ -43,29 +43,17 @@ fn peak_rss_mib() -> f64 {
 /// Writes the corpus; returns (bytes, expected events, malformed lines).
 fn generate(root: &Path, files: u64, target_bytes: u64, user_ids: &[String]) -> (u64, u64, u64) {
     let mut rng = Rng::new(20_261_124);
-    let per_file = target_bytes / files.max(1);
-    let (mut bytes, mut events, mut malformed) = (0, 0, 0);
+    let mut total = corpus::Generated::default();
     for i in 0..files {
         let dir = root.join(&user_ids[(i % USERS) as usize]);
         std::fs::create_dir_all(&dir).unwrap();
         let mut out = BufWriter::new(
             std::fs::File::create(dir.join(format!("session-{i:05}.jsonl"))).unwrap(),
         );
-        let mut written = corpus::Generated::default();
-        let mut part = 0;
-        while written.bytes < per_file {
-            let g = corpus::session(&mut out, &mut rng, i * 1000 + part, 60).unwrap();
-            written.bytes += g.bytes;
-            written.events += g.events;
-            written.malformed += g.malformed;
-            part += 1;
-        }
+        total += corpus::file(&mut out, &mut rng, i * 1000, target_bytes / files.max(1)).unwrap();
         out.flush().unwrap();
-        bytes += written.bytes;
-        events += written.events;
-        malformed += written.malformed;
     }
-    (bytes, events, malformed)
+    (total.bytes, total.events, total.malformed)
 }
 
 async fn store_with_users(url: &str) -> (Store, Vec<String>) {

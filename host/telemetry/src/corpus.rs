@@ -80,6 +80,32 @@ pub struct Generated {
     pub malformed: u64,
 }
 
+impl std::ops::AddAssign for Generated {
+    fn add_assign(&mut self, o: Self) {
+        self.lines += o.lines;
+        self.bytes += o.bytes;
+        self.events += o.events;
+        self.malformed += o.malformed;
+    }
+}
+
+/// Writes one session file of at least `target_bytes` to `out`: sessions of 60 lines each,
+/// numbered from `first_index` so that files made with different indices never share ids.
+pub fn file(
+    out: &mut impl Write,
+    rng: &mut Rng,
+    first_index: u64,
+    target_bytes: u64,
+) -> std::io::Result<Generated> {
+    let mut g = Generated::default();
+    let mut index = first_index;
+    while g.bytes < target_bytes.max(1) {
+        g += session(out, rng, index, 60)?;
+        index += 1;
+    }
+    Ok(g)
+}
+
 /// Writes one session of about `turns` lines to `out`.
 pub fn session(
     out: &mut impl Write,

@@ -82,6 +82,39 @@ impl Drop for TempDir {
     }
 }
 
+/// A small tmpfs mounted over a directory, standing for a full disk; unmounted when the
+/// test ends, however it ends.
+pub struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    /// Mounts `size` (a tmpfs size such as `256k`) over `dir`; None without the right to
+    /// mount (not root), and the caller skips its full-disk checks with a notice.
+    pub fn mount(dir: &Path, size: &str) -> Option<Self> {
+        std::fs::create_dir_all(dir).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!(
+                "notice: cannot mount a small tmpfs (needs root); a full-disk check is skipped"
+            );
+        }
+        mounted.then(|| Self(dir.to_path_buf()))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
 /// Which store backend a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

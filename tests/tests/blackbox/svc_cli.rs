@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use serde_json::{json, Value};
 
 use crate::discovery::write_parquet;
-use crate::support::{free_port, svc_bin, Server, TempDir};
+use crate::support::{free_port, svc_bin, Server, SmallDisk, TempDir};
 
 /// Runs `svc` with its own config directory and no inherited server or token.
 pub(crate) fn svc(config: &Path, args: &[&str]) -> Output {
@@ -745,15 +745,6 @@ fn snapshots_pull_and_offline_queries_match_the_server() {
     assert_eq!(code(&o), 8, "{}", stderr(&o));
 }
 
-/// Unmounts a file system when the test ends, however it ends.
-struct Unmount(std::path::PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 /// Every file under `dir`, recursively (names relative to it).
 fn files_under(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
@@ -786,18 +777,9 @@ fn a_full_disk_fails_pull_and_snapshot_cleanly() {
     let home = TempDir::new();
     let cfg = home.0.as_path();
     let ws = home.0.join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
-        .arg(&ws)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("notice: cannot mount a small tmpfs (needs root); the full-disk test is skipped");
+    let Some(_disk) = SmallDisk::mount(&ws, "256k") else {
         return;
-    }
-    let _unmount = Unmount(ws.clone());
+    };
     let ws = ws.to_str().unwrap();
     let o = svc(
         cfg,

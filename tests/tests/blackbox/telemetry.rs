@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{backends, exec_store, Server};
+use crate::support::{backends, exec_store, Server, SmallDisk};
 
 /// The hand-labelled transcript the telemetry crate's unit tests check line by line:
 /// 8 events, 3 malformed lines, session id `S1`.
@@ -425,6 +425,36 @@ fn bad_uploads_are_refused_and_leave_nothing_behind() {
         .read_to_string(&mut log)
         .unwrap();
     assert!(!log.contains(&ana), "a token reached the log");
+}
+
+#[test]
+fn a_full_disk_refuses_the_upload_and_keeps_the_previous_file() {
+    let s = server(crate::support::Backend::Sqlite, &[]);
+    let ana = s.user_token("ana@example.com", false);
+    let ana_id = user_id(&s, &ana);
+    let dir = s.dir.0.join("user_sessions").join(&ana_id);
+    let Some(_disk) = SmallDisk::mount(&dir, "256k") else {
+        return;
+    };
+    assert_eq!(upload_raw(&s, &ana, "s.jsonl", LABELLED).0, 200);
+    let (status, body) = upload_raw(&s, &ana, "s.jsonl", &vec![b'x'; 1 << 20]);
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("disk is full"),
+        "{body}"
+    );
+    assert_eq!(std::fs::read(dir.join("s.jsonl")).unwrap(), LABELLED);
+    assert_eq!(
+        session_dir_entries(&s, &ana_id),
+        ["s.jsonl"],
+        "no temporary file left"
+    );
+    // The store was never touched by the failed write: the server answers and audits it.
+    let failed = s.audit_rows("session.upload", 2);
+    assert!(
+        failed.iter().any(|r| r["result"] == "error.503"),
+        "{failed:?}"
+    );
 }
 
 #[test]

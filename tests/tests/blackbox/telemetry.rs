@@ -516,6 +516,44 @@ fn svc_sessions_push_sends_only_new_and_changed_files() {
         rows(&s, &ana, "SELECT count(*) FROM svc_telemetry")[0],
         json!([8])
     );
+    // Prune: the fixture's events (November 2026) are within a century, not within a day.
+    let (status, body) = s.post_json(
+        "/api/admin/telemetry/prune",
+        &admin,
+        &json!({"retention_days": 0}),
+    );
+    assert_eq!(status, 422, "{body}");
+    let (status, _) = s.post_json("/api/admin/telemetry/prune", &ana, &json!({}));
+    assert_eq!(status, 403);
+    let (status, kept) = s.post_json(
+        "/api/admin/telemetry/prune",
+        &admin,
+        &json!({"retention_days": 36500}),
+    );
+    assert_eq!((status, &kept["events"]), (200, &json!(0)), "{kept}");
+    let (status, pruned) = s.post_json(
+        "/api/admin/telemetry/prune",
+        &admin,
+        &json!({"retention_days": 1}),
+    );
+    assert_eq!((status, &pruned["events"]), (200, &json!(8)), "{pruned}");
+    assert_eq!(
+        rows(&s, &ana, "SELECT count(*) FROM svc_telemetry")[0],
+        json!([0])
+    );
+    // Each attempt is audited, the refused one too, with what it deleted.
+    let audited = s.audit_rows("usage.prune", 3);
+    let results: Vec<&str> = audited
+        .iter()
+        .map(|r| r["result"].as_str().unwrap())
+        .collect();
+    assert_eq!(results, ["error.422", "success", "success"], "{audited:?}");
+    let params: Value = serde_json::from_str(audited[2]["params"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (&params["retention_days"], &params["events"]),
+        (&json!(1), &json!(8))
+    );
+
     let hook = login(&["sessions", "hook"]);
     assert!(
         stdout(&hook).contains("\"SessionEnd\""),

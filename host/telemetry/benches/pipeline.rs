@@ -95,11 +95,9 @@ async fn measure(label: &str, store: Store, data: &Path, bytes: u64) {
     // One changed file (about 4 MB), re-read with its rollup days.
     let victim = std::fs::read_dir(data.join("user_sessions"))
         .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path()
-        .join("session-00000.jsonl");
+        .map(|d| d.unwrap().path().join("session-00000.jsonl"))
+        .find(|p| p.exists())
+        .unwrap();
     let size = std::fs::metadata(&victim).unwrap().len();
     let mut f = std::fs::OpenOptions::new()
         .append(true)
@@ -168,9 +166,16 @@ fn ccusage(root: &Path, bytes: u64) {
     let home = TempDir::new();
     let projects = home.0.join(".claude/projects");
     std::fs::create_dir_all(&projects).unwrap();
+    // Hard links, not symlinks: ccusage does not follow a linked project directory (it
+    // then reads nothing and looks very fast).
     for user in std::fs::read_dir(root).unwrap() {
         let user = user.unwrap();
-        std::os::unix::fs::symlink(user.path(), projects.join(user.file_name())).unwrap();
+        let project = projects.join(user.file_name());
+        std::fs::create_dir_all(&project).unwrap();
+        for file in std::fs::read_dir(user.path()).unwrap() {
+            let file = file.unwrap();
+            std::fs::hard_link(file.path(), project.join(file.file_name())).unwrap();
+        }
     }
     let t = Instant::now();
     let out = std::process::Command::new(&bin)
@@ -180,11 +185,14 @@ fn ccusage(root: &Path, bytes: u64) {
         .output()
         .unwrap();
     let secs = t.elapsed().as_secs_f64();
+    let sessions = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()
+        .and_then(|v| v["session"].as_array().map(Vec::len))
+        .unwrap_or(0);
     println!(
-        "ccusage session --json --offline: {:.2} s, {:.1} MB/s (exit {}, {} bytes of JSON)",
+        "ccusage session --json --offline: {:.2} s, {:.1} MB/s ({}; {sessions} sessions reported, tokens and costs only)",
         secs,
         bytes as f64 / 1e6 / secs,
         out.status,
-        out.stdout.len()
     );
 }

@@ -63,11 +63,13 @@ pub(crate) fn insert_sql(
     }
 }
 
-/// Inserts `rows` (JSON objects keyed by column) with `sql` from [`insert_sql`], in chunks.
-pub(crate) async fn insert(
+/// Inserts `rows` (each serializing to a JSON object keyed by column) with `sql` from
+/// [`insert_sql`], in chunks. Rows are serialized straight into each chunk's text, never
+/// into `serde_json::Value` trees, which cost several times the rows' own size.
+pub(crate) async fn insert<T: serde::Serialize>(
     tx: &mut Transaction<'_, Any>,
     sql: &str,
-    rows: &[serde_json::Value],
+    rows: &[T],
 ) -> Result<(), StoreError> {
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         sqlx::query(sql)

@@ -280,12 +280,6 @@ const STATE_COLUMNS: &[(&str, JsonType)] = &[
     ("parked", JsonType::Bool),
 ];
 
-fn json_rows<T: Serialize>(items: impl Iterator<Item = T>) -> Vec<serde_json::Value> {
-    items
-        .map(|i| serde_json::to_value(i).unwrap_or(serde_json::Value::Null))
-        .collect()
-}
-
 /// `$1, $2, … $n` from `from`.
 fn placeholders(from: usize, n: usize) -> String {
     (from..from + n)
@@ -365,7 +359,7 @@ impl Store {
             }
         }
         let b = self.backend();
-        let events = json_rows(files.iter().flat_map(|f| f.events.iter()));
+        let events: Vec<&UsageEvent> = files.iter().flat_map(|f| &f.events).collect();
         for f in files {
             let lo = f.events.iter().map(|e| e.occurred_at.as_str()).min();
             let hi = f.events.iter().map(|e| e.occurred_at.as_str()).max();
@@ -379,14 +373,14 @@ impl Store {
             "WHERE true ON CONFLICT (id) DO NOTHING",
         );
         bulk::insert(&mut tx, &insert_events, &events).await?;
-        let summaries = json_rows(files.iter().map(|f| &f.summary));
+        let summaries: Vec<&SessionSummary> = files.iter().map(|f| &f.summary).collect();
         bulk::insert(
             &mut tx,
             &bulk::insert_sql(b, "usage_session_summary", SUMMARY_COLUMNS, ""),
             &summaries,
         )
         .await?;
-        let states = json_rows(files.iter().map(|f| &f.state));
+        let states: Vec<&FileState> = files.iter().map(|f| &f.state).collect();
         bulk::insert(
             &mut tx,
             &bulk::insert_sql(b, "session_file_state", STATE_COLUMNS, ""),
@@ -408,7 +402,7 @@ impl Store {
         bulk::insert(
             &mut tx,
             &bulk::insert_sql(self.backend(), "session_file_state", STATE_COLUMNS, ""),
-            &json_rows(std::iter::once(state)),
+            &[state],
         )
         .await?;
         Ok(tx.commit().await?)

@@ -11,11 +11,17 @@ cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/svc-target}"
 profile=${PROFILE:-release}
 mb=${SVC_BENCH_UPLOAD_MB:-100}
-cargo build -q --profile "$profile" -p svc-host --bin svc-server -p svc-telemetry --bin gen-sessions
-bin="$CARGO_TARGET_DIR/$profile/svc-server"
+out_dir=$profile
+[ "$profile" = dev ] && out_dir=debug
+bin="${SVC_SERVER_BIN:-$CARGO_TARGET_DIR/$out_dir/svc-server}"
+gen="${GEN_SESSIONS_BIN:-$CARGO_TARGET_DIR/$out_dir/gen-sessions}"
+# Given both binaries (SVC_SERVER_BIN, GEN_SESSIONS_BIN), nothing is built.
+if [ -z "${SVC_SERVER_BIN:-}" ] || [ -z "${GEN_SESSIONS_BIN:-}" ]; then
+  cargo build -q --profile "$profile" -p svc-host --bin svc-server -p svc-telemetry --bin gen-sessions
+fi
 dir=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$CARGO_TARGET_DIR/$profile/gen-sessions" "$dir/corpus" --mb "$mb" >/dev/null
+"$gen" "$dir/corpus" --mb "$mb" >/dev/null
 file="$dir/corpus/session-00000.jsonl"
 gzip -1 -c "$file" >"$file.gz"
 SVC_LOG=warn SCHEDULER_ENABLED=false SVC_SKIP_CACHE_WARMUP=1 SVC_TELEMETRY_DEBOUNCE_MS=600000 \
@@ -26,7 +32,7 @@ for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$port/api/health" >/dev/nul
 token=$("$bin" --data-dir "$dir/data" tokens create --email admin@localhost 2>/dev/null)
 rss() { awk '/VmHWM/ {printf "%d MiB", $2 / 1024}' "/proc/$pid/status"; }
 size=$(stat -c %s "$file")
-echo "session upload ($profile svc-server on loopback, 2 cores shared): $(awk "BEGIN {printf \"%.1f\", $size / 1e6}") MB file; server peak RSS before: $(rss)"
+echo "session upload ($bin on loopback, 2 cores shared): $(awk "BEGIN {printf \"%.1f\", $size / 1e6}") MB file; server peak RSS before: $(rss)"
 
 # upload LABEL FILE [curl args…]: prints seconds, MB/s of session data and the outcome.
 upload() {

@@ -113,6 +113,20 @@ impl Error {
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::BadRequest, message)
     }
+
+    /// An I/O failure while storing an upload at `path` (`what`: create, write, rename, …).
+    /// A full disk is the operator's to fix, not a bug, so it is said plainly (503); the
+    /// caller's temporary file is what failed, so whatever was stored before is intact.
+    pub fn upload_io(what: &str, path: &std::path::Path, e: std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::StorageFull {
+            Self::new(
+                ErrorKind::Unavailable,
+                "The server's disk is full; the upload was not stored and the previous data is intact",
+            )
+        } else {
+            Self::internal(format!("cannot {what} {}: {e}", path.display()))
+        }
+    }
     /// [`ErrorKind::Unauthorized`].
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unauthorized, message)

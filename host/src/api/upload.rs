@@ -111,16 +111,7 @@ where
     S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    let write_failed = |e: std::io::Error| {
-        if e.raw_os_error() == Some(28) {
-            Error::new(
-                ErrorKind::Unavailable,
-                "The server's disk is full; the upload was not stored",
-            )
-        } else {
-            Error::internal(format!("cannot write {}: {e}", path.display()))
-        }
-    };
+    let write_failed = |e| Error::upload_io("write", path, e);
     let mut file = tokio::fs::File::create(path).await.map_err(write_failed)?;
     let mut total: u64 = 0;
     loop {

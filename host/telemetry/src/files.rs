@@ -93,18 +93,6 @@ impl Drop for PendingUpload {
     }
 }
 
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
-    // A full disk is the operator's to fix, not a bug: say so plainly.
-    if e.raw_os_error() == Some(28) {
-        Error::new(
-            ErrorKind::Unavailable,
-            "The server's disk is full; the upload was not stored and the previous file is intact",
-        )
-    } else {
-        Error::internal(format!("cannot {what} {}: {e}", path.display()))
-    }
-}
-
 /// Hashes a reader's bytes (xxh3-128, hex).
 pub fn hash_reader(mut r: impl Read) -> std::io::Result<(String, u64)> {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
@@ -154,7 +142,7 @@ impl SessionFiles {
     /// Starts an upload into `dir`: a hidden temporary file the caller writes the body to.
     pub fn begin_upload(&self, dir: &UserDir) -> Result<PendingUpload, Error> {
         let folder = self.root.join(dir.as_str());
-        std::fs::create_dir_all(&folder).map_err(|e| io_error("create", &folder, e))?;
+        std::fs::create_dir_all(&folder).map_err(|e| Error::upload_io("create", &folder, e))?;
         let path = folder.join(format!(".upload-{}.tmp", uuid::Uuid::new_v4().simple()));
         Ok(PendingUpload { dir: folder, path })
     }
@@ -174,9 +162,10 @@ impl SessionFiles {
                 dir: upload.dir.clone(),
                 path: upload.path.with_extension("gunzip.tmp"),
             };
-            let src = File::open(&upload.path).map_err(|e| io_error("read", &upload.path, e))?;
-            let mut out =
-                File::create(&decoded.path).map_err(|e| io_error("create", &decoded.path, e))?;
+            let src =
+                File::open(&upload.path).map_err(|e| Error::upload_io("read", &upload.path, e))?;
+            let mut out = File::create(&decoded.path)
+                .map_err(|e| Error::upload_io("create", &decoded.path, e))?;
             // One byte past the limit is enough to know a body decodes to too much: a small
             // gzip bomb must not fill the disk.
             let mut gz =
@@ -190,7 +179,7 @@ impl SessionFiles {
                         "The body is declared gzip (Content-Encoding) but is not: {e}"
                     ))
                 } else {
-                    io_error("write", &decoded.path, e)
+                    Error::upload_io("write", &decoded.path, e)
                 }
             })?;
             if decoded_bytes > max_decoded_bytes {
@@ -203,7 +192,7 @@ impl SessionFiles {
                 ));
             }
             out.flush()
-                .map_err(|e| io_error("write", &decoded.path, e))?;
+                .map_err(|e| Error::upload_io("write", &decoded.path, e))?;
             drop(upload);
             decoded
         } else {
@@ -211,7 +200,7 @@ impl SessionFiles {
         };
         let (hash, bytes) = File::open(&upload.path)
             .and_then(|f| hash_reader(BufReader::new(f)))
-            .map_err(|e| io_error("read", &upload.path, e))?;
+            .map_err(|e| Error::upload_io("read", &upload.path, e))?;
         let target = self.path(dir, name);
         let outcome = match std::fs::metadata(&target) {
             Err(_) => StoredOutcome::New,
@@ -230,8 +219,9 @@ impl SessionFiles {
         if outcome != StoredOutcome::Unchanged {
             File::open(&upload.path)
                 .and_then(|f| f.sync_all())
-                .map_err(|e| io_error("sync", &upload.path, e))?;
-            std::fs::rename(&upload.path, &target).map_err(|e| io_error("rename", &target, e))?;
+                .map_err(|e| Error::upload_io("sync", &upload.path, e))?;
+            std::fs::rename(&upload.path, &target)
+                .map_err(|e| Error::upload_io("rename", &target, e))?;
             // The rename itself must survive a crash: sync the directory entry.
             if let Ok(d) = File::open(&upload.dir) {
                 let _ = d.sync_all();

@@ -19,7 +19,7 @@ use svc_query::Engine;
 use svc_store::audit::AuditWriter;
 use svc_store::Store;
 use svc_telemetry::files::SessionFiles;
-use svc_telemetry::Pipeline;
+use svc_telemetry::{EventSegments, Pipeline};
 
 use crate::discovery::DiscoveryCaches;
 
@@ -119,7 +119,11 @@ impl AppState {
             caches,
             warmer.clone(),
         );
-        let pipeline = Pipeline::new(store.clone(), SessionFiles::new(&config.data_dir));
+        let pipeline = Pipeline::new(
+            store.clone(),
+            SessionFiles::new(&config.data_dir),
+            EventSegments::new(&config.data_dir),
+        );
         Arc::new(Self {
             engine,
             pipeline,

@@ -4,16 +4,23 @@
 //! row; anyone else sees only rows whose filter column equals their own identity. The
 //! identity is bound as a query parameter (never interpolated) and must also match
 //! [`is_safe_identity`], so an odd value is refused outright rather than merely escaped.
+//!
+//! `svc_sessions` and `svc_audit` are store tables; `svc_telemetry`'s events are parquet
+//! segments, one per session file ([`events`]), whose list the store keeps.
 
+pub mod events;
 mod provider;
 #[cfg(test)]
 mod provider_tests;
 mod rows;
 
+use std::path::Path;
 use std::sync::Arc;
 
 use sqlx::{AnyPool, Row};
+use svc_plugin_api::datafusion::prelude::SessionContext;
 
+pub use events::EventSegments;
 pub use provider::{can_push, InternalProvider, Param, ScanSql};
 pub use rows::StoreColumn;
 use svc_plugin_api::{
@@ -32,6 +39,17 @@ pub struct InternalTable {
     pub display_name: &'static str,
     /// Column compared with the caller's identity for non-admins.
     pub filter_column: &'static str,
+    /// Where its rows are kept.
+    pub rows: RowHome,
+}
+
+/// Where an internal table's rows are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowHome {
+    /// In the store table `backing_table`.
+    Store,
+    /// In event segments listed by the store's `session_file_state` ([`events`]).
+    EventSegments,
 }
 
 /// Bucket of every internal registry row.
@@ -49,18 +67,21 @@ pub const ROSTER: &[InternalTable] = &[
         backing_table: "usage_session_summary",
         display_name: "Service sessions",
         filter_column: "user_id",
+        rows: RowHome::Store,
     },
     InternalTable {
         id: "svc_telemetry",
         backing_table: "usage_events",
         display_name: "Service telemetry events",
         filter_column: "user_id",
+        rows: RowHome::EventSegments,
     },
     InternalTable {
         id: "svc_audit",
         backing_table: "audit_log",
         display_name: "Service audit log",
         filter_column: "user_id",
+        rows: RowHome::Store,
     },
 ];
 
@@ -106,12 +127,43 @@ pub fn row_filter(
 pub struct InternalDriver {
     pool: AnyPool,
     postgres: bool,
+    segments: EventSegments,
 }
 
 impl InternalDriver {
-    /// A driver over the state store's pool.
-    pub fn new(pool: AnyPool, postgres: bool) -> Self {
-        Self { pool, postgres }
+    /// A driver over the state store's pool and the event segments in `data_dir`.
+    pub fn new(pool: AnyPool, postgres: bool, data_dir: &Path) -> Self {
+        Self {
+            pool,
+            postgres,
+            segments: EventSegments::new(data_dir),
+        }
+    }
+
+    /// The caller's event segments over DataFusion: administrators get every committed
+    /// segment, anyone else only those whose owner is them (see [`events`]).
+    async fn event_provider(
+        &self,
+        filter: Option<&(&'static str, String)>,
+    ) -> Result<Arc<dyn TableProvider>> {
+        let mut sql = "SELECT segment FROM session_file_state WHERE segment IS NOT NULL".to_owned();
+        if let Some((column, _)) = filter {
+            sql.push_str(&format!(" AND \"{column}\" = $1"));
+        }
+        sql.push_str(" ORDER BY session_file");
+        let mut query = sqlx::query(&sql);
+        if let Some((_, value)) = filter {
+            query = query.bind(value.clone());
+        }
+        let names = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?
+            .iter()
+            .map(|r| r.try_get::<String, _>("segment"))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(store_error)?;
+        self.segments.provider(&names)
     }
 
     fn entry(table: &TableRef) -> Result<&'static InternalTable> {
@@ -176,17 +228,29 @@ impl SourceDriver for InternalDriver {
 
     async fn schema(&self, table: &TableRef, _caller: &Caller) -> Result<TableSchema> {
         let entry = Self::entry(table)?;
-        let columns = self
-            .store_columns(entry.backing_table)
-            .await?
-            .into_iter()
-            .map(|c| ColumnInfo {
-                data_type: c.data_type().to_string(),
-                name: c.name,
-                nullable: c.nullable,
-                description: String::new(),
-            })
-            .collect();
+        let columns = match entry.rows {
+            RowHome::Store => self
+                .store_columns(entry.backing_table)
+                .await?
+                .into_iter()
+                .map(|c| ColumnInfo {
+                    data_type: c.data_type().to_string(),
+                    name: c.name,
+                    nullable: c.nullable,
+                    description: String::new(),
+                })
+                .collect(),
+            RowHome::EventSegments => events::schema()
+                .fields()
+                .iter()
+                .map(|f| ColumnInfo {
+                    name: f.name().clone(),
+                    data_type: f.data_type().to_string(),
+                    nullable: f.is_nullable(),
+                    description: String::new(),
+                })
+                .collect(),
+        };
         Ok(TableSchema {
             columns,
             partition_by: None,
@@ -202,6 +266,19 @@ impl SourceDriver for InternalDriver {
     ) -> Result<Vec<RecordBatch>> {
         let entry = Self::entry(table)?;
         let filter = row_filter(entry, caller)?;
+        if entry.rows == RowHome::EventSegments {
+            let provider = self.event_provider(filter.as_ref()).await?;
+            let df = |e: svc_plugin_api::datafusion::error::DataFusionError| {
+                DriverError::internal(format!("{}: {e}", entry.id))
+            };
+            return SessionContext::new()
+                .read_table(provider)
+                .and_then(|t| t.limit(0, Some(n)))
+                .map_err(df)?
+                .collect()
+                .await
+                .map_err(df);
+        }
         let columns = self.store_columns(entry.backing_table).await?;
         let scan = ScanSql::build(
             entry,
@@ -223,6 +300,9 @@ impl SourceDriver for InternalDriver {
     ) -> Result<Arc<dyn TableProvider>> {
         let entry = Self::entry(table)?;
         let filter = row_filter(entry, caller)?;
+        if entry.rows == RowHome::EventSegments {
+            return self.event_provider(filter.as_ref()).await;
+        }
         let columns = self.store_columns(entry.backing_table).await?;
         Ok(Arc::new(InternalProvider::new(
             self.pool.clone(),

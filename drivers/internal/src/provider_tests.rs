@@ -111,7 +111,11 @@ fn caller(user_id: &str, is_admin: bool) -> Caller {
 }
 
 async fn run(store: &Store, who: &Caller, sql: &str) -> Vec<Vec<String>> {
-    let driver = InternalDriver::new(store.pool.clone(), store.postgres);
+    let driver = InternalDriver::new(
+        store.pool.clone(),
+        store.postgres,
+        std::path::Path::new("/nonexistent"),
+    );
     let provider = driver.table_provider(&audit_table(), who).await.unwrap();
     let ctx = SessionContext::new();
     ctx.register_table("svc_audit", provider).unwrap();
@@ -171,7 +175,11 @@ async fn a_non_admin_query_only_ever_sees_their_rows() {
 #[tokio::test]
 async fn samples_and_scans_share_one_statement_builder() {
     for s in stores().await {
-        let driver = InternalDriver::new(s.pool.clone(), s.postgres);
+        let driver = InternalDriver::new(
+            s.pool.clone(),
+            s.postgres,
+            std::path::Path::new("/nonexistent"),
+        );
         let batches = driver
             .sample(&audit_table(), 2, &caller("u2", false))
             .await

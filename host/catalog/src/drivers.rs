@@ -37,6 +37,7 @@ impl Drivers {
             Arc::new(svc_driver_internal::InternalDriver::new(
                 store.pool().clone(),
                 store.backend() == Backend::Postgres,
+                data_dir,
             )),
         ];
         Self {

@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 48;
+pub const CURRENT_SCHEMA_VERSION: i64 = 49;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -62,6 +62,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 48,
         name: "telemetry pipeline: session file state, runs, job leases",
+    },
+    Step {
+        version: 49,
+        name: "usage events move to per-file parquet segments; per-file daily counts",
     },
 ];
 
@@ -133,6 +137,29 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
                 ensure_table(tx, b, t).await?;
             }
             ensure_indices(tx, schema::TELEMETRY_V48_INDICES).await?;
+        }
+        49 => {
+            ensure_table(tx, b, &schema::SESSION_FILE_STATE).await?;
+            ensure_columns(
+                tx,
+                b,
+                "session_file_state",
+                schema::SESSION_FILE_STATE_V49_COLUMNS,
+            )
+            .await?;
+            ensure_table(tx, b, &schema::USAGE_FILE_DAILY).await?;
+            ensure_indices(tx, schema::USAGE_V49_INDICES).await?;
+            // The events are derived from the session files, which stay: forgetting what
+            // was processed makes the next run write every file's segment and daily counts.
+            exec(tx, "DROP TABLE IF EXISTS usage_events").await?;
+            for table in [
+                "session_file_state",
+                "usage_session_summary",
+                "usage_tool_daily",
+                "usage_plugin_daily",
+            ] {
+                exec(tx, &format!("DELETE FROM {table}")).await?;
+            }
         }
         other => anyhow::bail!("no migration step {other}"),
     }

@@ -602,3 +602,52 @@ pub(super) const TELEMETRY_V48_INDICES: &[Index] = &[
         columns: &["started_at"],
     },
 ];
+
+/// Where each session file's events now live, and the span they cover (v49): the events
+/// moved out of `usage_events` into one parquet segment per file (see the internal
+/// driver's `events` module); this row names the segment and its owner.
+pub(super) const SESSION_FILE_STATE_V49_COLUMNS: &[Column] = &[
+    col("segment", Text),
+    col("user_id", Text),
+    col("first_at", Text),
+    col("last_at", Text),
+];
+
+/// Each session file's usage counts per day (v49): the rollups' source, small enough to
+/// keep in the store, replaced with the file's segment in one transaction. One row per
+/// (file, day, session, tool, source, plugin); `user_key` is the owner's id, or their
+/// directory name when no user matches it.
+pub(super) const USAGE_FILE_DAILY: Table = Table {
+    name: "usage_file_daily",
+    columns: &[
+        req("session_file", Text),
+        req("day", Text),
+        req("session_id", Text),
+        req("user_key", Text),
+        col("tool_name", Text),
+        req("source", Text),
+        col("ref_id", Text),
+        with_default("invocations", Int, Default::Int(0)),
+        with_default("error_count", Int, Default::Int(0)),
+    ],
+    primary_key: &[],
+    unique: &[],
+};
+
+pub(super) const USAGE_V49_INDICES: &[Index] = &[
+    Index {
+        name: "idx_usage_file_daily_file",
+        table: "usage_file_daily",
+        columns: &["session_file"],
+    },
+    Index {
+        name: "idx_usage_file_daily_day",
+        table: "usage_file_daily",
+        columns: &["day"],
+    },
+    Index {
+        name: "idx_session_file_state_user",
+        table: "session_file_state",
+        columns: &["user_id"],
+    },
+];

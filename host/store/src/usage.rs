@@ -1,8 +1,11 @@
-//! Tool-usage telemetry: events and session summaries per session file, the pipeline's
-//! per-file state, daily rollups, runs, and the attribution tables' lookup.
+//! Tool-usage telemetry in the store: per session file its state (which names the parquet
+//! segment holding its events), summary and daily counts; the daily rollups; runs; and the
+//! attribution tables' lookup.
 //!
-//! The telemetry crate decides what a file means; this module only stores what it decided,
-//! one transaction per batch of files so a crash never leaves half a file's events.
+//! The telemetry crate decides what a file means and writes its events' segment; this
+//! module stores the rest, one transaction per batch of files. The transaction is what
+//! makes a segment visible (readers list segments from the state rows), so a crash never
+//! leaves half a file's events.
 
 use serde::Serialize;
 use sqlx::Row;
@@ -10,49 +13,28 @@ use sqlx::Row;
 use crate::bulk::{self, JsonType};
 use crate::{flag, Store, StoreError};
 
-/// One tool invocation, slash command, sub-agent dispatch or MCP call.
+/// One file's usage on one day, for one (session, tool, source, plugin): the rollups'
+/// source. A file's rows are replaced with its events, in the same transaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct UsageEvent {
-    /// SHA-256 identity (session file, session, turn, tool id, type, names).
-    pub id: String,
-    /// The agent's session id (or the session file's key when the file names none).
-    pub session_id: String,
+pub struct DailyUsage {
     /// `<user dir>/<file name>`.
     pub session_file: String,
-    /// The owner's e-mail (or their directory name when no user matches it).
-    pub username: String,
-    /// The owner's user id, when resolved; the internal tables' row filter.
-    pub user_id: Option<String>,
-    /// The turn's `uuid`.
-    pub event_uuid: Option<String>,
-    /// The turn's `parentUuid`.
-    pub parent_uuid: Option<String>,
-    /// `tool_use`, `mcp_call`, `subagent` or `slash_command`.
-    pub event_type: String,
-    /// The tool's name.
+    /// `YYYY-MM-DD` (UTC).
+    pub day: String,
+    /// The agent's session id.
+    pub session_id: String,
+    /// Who, for distinct-user counts: the owner's id, else their directory name.
+    pub user_key: String,
+    /// The tool's name (None for slash commands).
     pub tool_name: Option<String>,
-    /// The skill a `Skill` call ran.
-    pub skill_name: Option<String>,
-    /// The agent a `Task`/`Agent` call dispatched.
-    pub subagent_type: Option<String>,
-    /// The slash command, without its `/`.
-    pub command_name: Option<String>,
-    /// Whether the tool's result was an error.
-    pub is_error: bool,
     /// `curated`, `flea` or `builtin`.
     pub source: String,
-    /// The plugin or store entity it is attributed to.
+    /// The plugin or store entity the events are attributed to.
     pub ref_id: Option<String>,
-    /// The assistant's model.
-    pub model: Option<String>,
-    /// The turn's working directory.
-    pub cwd: Option<String>,
-    /// When it happened (store timestamp format).
-    pub occurred_at: String,
-    /// The extraction rules' version.
-    pub processor_version: i64,
-    /// When it was extracted.
-    pub extracted_at: String,
+    /// Events.
+    pub invocations: i64,
+    /// Those whose result was an error.
+    pub error_count: i64,
 }
 
 /// One session file's summary.
@@ -117,6 +99,14 @@ pub struct FileState {
     pub session_file: String,
     /// The owner's directory.
     pub user_dir: String,
+    /// The owner's user id, when resolved: whose `svc_telemetry` rows the segment holds.
+    pub user_id: Option<String>,
+    /// The parquet segment holding its events (None when it has none).
+    pub segment: Option<String>,
+    /// Its earliest event time.
+    pub first_at: Option<String>,
+    /// Its latest event time.
+    pub last_at: Option<String>,
     /// Size when last seen.
     pub size: i64,
     /// Modification time when last seen (ns since the epoch).
@@ -141,15 +131,16 @@ pub struct FileState {
     pub parked: bool,
 }
 
-/// One file's processing outcome, stored as a unit.
+/// One file's processing outcome, stored as a unit. Its events are already in the
+/// segment `state.segment` names; committing this makes them visible.
 #[derive(Debug, Clone)]
 pub struct ProcessedFile {
     /// Its new state.
     pub state: FileState,
     /// Its summary.
     pub summary: SessionSummary,
-    /// Its events (they replace the file's previous ones).
-    pub events: Vec<UsageEvent>,
+    /// Its per-day counts (they replace the file's previous ones).
+    pub daily: Vec<DailyUsage>,
 }
 
 /// Which days changed, as a closed range of `YYYY-MM-DD`.
@@ -213,27 +204,16 @@ pub struct RunRecord {
     pub report: Option<serde_json::Value>,
 }
 
-const EVENT_COLUMNS: &[(&str, JsonType)] = &[
-    ("id", JsonType::Text),
-    ("session_id", JsonType::Text),
+const DAILY_COLUMNS: &[(&str, JsonType)] = &[
     ("session_file", JsonType::Text),
-    ("username", JsonType::Text),
-    ("user_id", JsonType::Text),
-    ("event_uuid", JsonType::Text),
-    ("parent_uuid", JsonType::Text),
-    ("event_type", JsonType::Text),
+    ("day", JsonType::Text),
+    ("session_id", JsonType::Text),
+    ("user_key", JsonType::Text),
     ("tool_name", JsonType::Text),
-    ("skill_name", JsonType::Text),
-    ("subagent_type", JsonType::Text),
-    ("command_name", JsonType::Text),
-    ("is_error", JsonType::Bool),
     ("source", JsonType::Text),
     ("ref_id", JsonType::Text),
-    ("model", JsonType::Text),
-    ("cwd", JsonType::Text),
-    ("occurred_at", JsonType::Text),
-    ("processor_version", JsonType::Int),
-    ("extracted_at", JsonType::Text),
+    ("invocations", JsonType::Int),
+    ("error_count", JsonType::Int),
 ];
 
 const SUMMARY_COLUMNS: &[(&str, JsonType)] = &[
@@ -267,6 +247,10 @@ const SUMMARY_COLUMNS: &[(&str, JsonType)] = &[
 const STATE_COLUMNS: &[(&str, JsonType)] = &[
     ("session_file", JsonType::Text),
     ("user_dir", JsonType::Text),
+    ("user_id", JsonType::Text),
+    ("segment", JsonType::Text),
+    ("first_at", JsonType::Text),
+    ("last_at", JsonType::Text),
     ("size", JsonType::Int),
     ("mtime_ns", JsonType::Int),
     ("content_hash", JsonType::Text),
@@ -292,6 +276,10 @@ fn state_of(r: &sqlx::any::AnyRow) -> Result<FileState, StoreError> {
     Ok(FileState {
         session_file: r.try_get("session_file")?,
         user_dir: r.try_get("user_dir")?,
+        user_id: r.try_get("user_id")?,
+        segment: r.try_get("segment")?,
+        first_at: r.try_get("first_at")?,
+        last_at: r.try_get("last_at")?,
         size: r.try_get("size")?,
         mtime_ns: r.try_get("mtime_ns")?,
         content_hash: r.try_get("content_hash")?,
@@ -317,15 +305,16 @@ impl Store {
         .await
     }
 
-    /// Stores processed files in one transaction: each file's events and summary replace
-    /// its previous ones, and its state records what was read. Returns the days whose
-    /// events changed (before or after), for the rollups.
+    /// Stores processed files in one transaction: each file's state (naming its new
+    /// segment), summary and daily counts replace the previous ones. Returns the days whose
+    /// counts changed (before or after), for the rollups, and the segments no longer named
+    /// (for the pipeline to remove once no reader can be using them).
     pub async fn store_processed_files(
         &self,
         files: &[ProcessedFile],
-    ) -> Result<Option<DayRange>, StoreError> {
+    ) -> Result<(Option<DayRange>, Vec<String>), StoreError> {
         if files.is_empty() {
-            return Ok(None);
+            return Ok((None, Vec::new()));
         }
         let keys: Vec<&str> = files
             .iter()
@@ -333,20 +322,26 @@ impl Store {
             .collect();
         let mut tx = self.pool().begin().await?;
         let mut days = None;
+        let mut replaced = Vec::new();
         // Bound parameters per statement stay well under both backends' limits.
         for chunk in keys.chunks(500) {
             let list = placeholders(1, chunk.len());
             let sql = format!(
-                "SELECT MIN(occurred_at) AS lo, MAX(occurred_at) AS hi FROM usage_events WHERE session_file IN ({list})"
+                "SELECT first_at, last_at, segment FROM session_file_state WHERE session_file IN ({list})"
             );
             let mut q = sqlx::query(&sql);
             for k in chunk {
                 q = q.bind(*k);
             }
-            let row = q.fetch_one(&mut *tx).await?;
-            days = DayRange::union(days, day_range(row.try_get("lo")?, row.try_get("hi")?));
+            for row in q.fetch_all(&mut *tx).await? {
+                days = DayRange::union(
+                    days,
+                    day_range(row.try_get("first_at")?, row.try_get("last_at")?),
+                );
+                replaced.extend(row.try_get::<Option<String>, _>("segment")?);
+            }
             for table in [
-                "usage_events",
+                "usage_file_daily",
                 "usage_session_summary",
                 "session_file_state",
             ] {
@@ -358,21 +353,20 @@ impl Store {
                 q.execute(&mut *tx).await?;
             }
         }
-        let b = self.backend();
-        let events: Vec<&UsageEvent> = files.iter().flat_map(|f| &f.events).collect();
         for f in files {
-            let lo = f.events.iter().map(|e| e.occurred_at.as_str()).min();
-            let hi = f.events.iter().map(|e| e.occurred_at.as_str()).max();
-            days = DayRange::union(days, day_range(lo.map(Into::into), hi.map(Into::into)));
+            days = DayRange::union(
+                days,
+                day_range(f.state.first_at.clone(), f.state.last_at.clone()),
+            );
         }
-        // Ids include the session file, so only a file's own duplicates could collide.
-        let insert_events = bulk::insert_sql(
-            b,
-            "usage_events",
-            EVENT_COLUMNS,
-            "WHERE true ON CONFLICT (id) DO NOTHING",
-        );
-        bulk::insert(&mut tx, &insert_events, &events).await?;
+        let b = self.backend();
+        let daily: Vec<&DailyUsage> = files.iter().flat_map(|f| &f.daily).collect();
+        bulk::insert(
+            &mut tx,
+            &bulk::insert_sql(b, "usage_file_daily", DAILY_COLUMNS, ""),
+            &daily,
+        )
+        .await?;
         let summaries: Vec<&SessionSummary> = files.iter().map(|f| &f.summary).collect();
         bulk::insert(
             &mut tx,
@@ -388,7 +382,12 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
-        Ok(days)
+        let kept: std::collections::HashSet<&str> = files
+            .iter()
+            .filter_map(|f| f.state.segment.as_deref())
+            .collect();
+        replaced.retain(|s| !kept.contains(s.as_str()));
+        Ok((days, replaced))
     }
 
     /// Records a file that could not be processed, keeping its events and summary as they
@@ -408,44 +407,47 @@ impl Store {
         Ok(tx.commit().await?)
     }
 
-    /// Forgets what the pipeline knew of the files in `scope`, so its next run reads them
-    /// again (and re-attributes their events). Returns how many files it forgot.
+    /// Marks the files in `scope` for re-reading, so the pipeline's next run reads them
+    /// again (and re-attributes their events) even if they have not changed — parked ones
+    /// too. Their current events stay visible until then. Returns how many were marked.
     pub async fn forget_session_files(&self, scope: &FileScope) -> Result<u64, StoreError> {
-        let q = match scope {
-            FileScope::All => sqlx::query("DELETE FROM session_file_state"),
-            FileScope::User(dir) => {
-                sqlx::query("DELETE FROM session_file_state WHERE user_dir = $1").bind(dir)
-            }
-            FileScope::File(key) => {
-                sqlx::query("DELETE FROM session_file_state WHERE session_file = $1").bind(key)
-            }
+        const MARK: &str =
+            "UPDATE session_file_state SET size = -1, content_hash = NULL, failures = 0, parked = $1";
+        let (sql, value) = match scope {
+            FileScope::All => (MARK.to_owned(), None),
+            FileScope::User(dir) => (format!("{MARK} WHERE user_dir = $2"), Some(dir)),
+            FileScope::File(key) => (format!("{MARK} WHERE session_file = $2"), Some(key)),
         };
+        let mut q = sqlx::query(&sql).bind(false);
+        if let Some(v) = value {
+            q = q.bind(v);
+        }
         Ok(q.execute(self.pool()).await?.rows_affected())
     }
 
-    /// Rebuilds the daily rollups for `days` (every day when None) in one transaction.
+    /// Rebuilds the daily rollups for `days` (every day when None) in one transaction,
+    /// from the files' daily counts.
     pub async fn rebuild_usage_rollups(&self, days: Option<&DayRange>) -> Result<(), StoreError> {
-        // Events store RFC 3339 UTC text, so a day is its first ten characters and a day
-        // range is a text range: `[first, day after last)`.
         let (lo, hi) = match days {
-            Some(d) => (d.first.clone(), format!("{}~", d.last)),
+            Some(d) => (d.first.clone(), d.last.clone()),
             None => (String::new(), "~".to_owned()),
         };
         let mut tx = self.pool().begin().await?;
         for table in ["usage_tool_daily", "usage_plugin_daily"] {
-            sqlx::query(&format!("DELETE FROM {table} WHERE day >= $1 AND day < $2"))
-                .bind(&lo)
-                .bind(&hi)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(&format!(
+                "DELETE FROM {table} WHERE day >= $1 AND day <= $2"
+            ))
+            .bind(&lo)
+            .bind(&hi)
+            .execute(&mut *tx)
+            .await?;
         }
         sqlx::query(
             "INSERT INTO usage_tool_daily (day, tool_name, source, invocations, error_count, distinct_users, distinct_sessions) \
-             SELECT substr(occurred_at, 1, 10), tool_name, source, COUNT(*), \
-                    SUM(CASE WHEN is_error THEN 1 ELSE 0 END), \
-                    COUNT(DISTINCT COALESCE(user_id, username)), COUNT(DISTINCT session_id) \
-             FROM usage_events WHERE tool_name IS NOT NULL AND occurred_at >= $1 AND occurred_at < $2 \
-             GROUP BY substr(occurred_at, 1, 10), tool_name, source",
+             SELECT day, tool_name, source, SUM(invocations), SUM(error_count), \
+                    COUNT(DISTINCT user_key), COUNT(DISTINCT session_id) \
+             FROM usage_file_daily WHERE tool_name IS NOT NULL AND day >= $1 AND day <= $2 \
+             GROUP BY day, tool_name, source",
         )
         .bind(&lo)
         .bind(&hi)
@@ -453,11 +455,11 @@ impl Store {
         .await?;
         sqlx::query(
             "INSERT INTO usage_plugin_daily (day, source, ref_id, invocations, distinct_users, distinct_sessions) \
-             SELECT substr(occurred_at, 1, 10), source, ref_id, COUNT(*), \
-                    COUNT(DISTINCT COALESCE(user_id, username)), COUNT(DISTINCT session_id) \
-             FROM usage_events WHERE ref_id IS NOT NULL AND source IN ('curated', 'flea') \
-               AND occurred_at >= $1 AND occurred_at < $2 \
-             GROUP BY substr(occurred_at, 1, 10), source, ref_id",
+             SELECT day, source, ref_id, SUM(invocations), \
+                    COUNT(DISTINCT user_key), COUNT(DISTINCT session_id) \
+             FROM usage_file_daily WHERE ref_id IS NOT NULL AND source IN ('curated', 'flea') \
+               AND day >= $1 AND day <= $2 \
+             GROUP BY day, source, ref_id",
         )
         .bind(&lo)
         .bind(&hi)
@@ -466,15 +468,29 @@ impl Store {
         Ok(tx.commit().await?)
     }
 
-    /// Deletes events and summaries older than `before` and the rollup days before it.
-    /// Returns (events, summaries) deleted.
-    pub async fn prune_usage(&self, before: &str) -> Result<(u64, u64), StoreError> {
+    /// Deletes telemetry before the day `before` (`YYYY-MM-DD`): the summaries of sessions
+    /// that ended before it, every file's daily counts and rollups of earlier days, and
+    /// records `rewritten` — the states of files whose segments the pipeline has already
+    /// rewritten without those days' events. Returns the summaries deleted.
+    pub async fn prune_usage(
+        &self,
+        before: &str,
+        rewritten: &[FileState],
+    ) -> Result<u64, StoreError> {
         let mut tx = self.pool().begin().await?;
-        let events = sqlx::query("DELETE FROM usage_events WHERE occurred_at < $1")
-            .bind(before)
+        for state in rewritten {
+            sqlx::query(
+                "UPDATE session_file_state SET segment = $1, events = $2, first_at = $3, last_at = $4 \
+                 WHERE session_file = $5",
+            )
+            .bind(&state.segment)
+            .bind(state.events)
+            .bind(&state.first_at)
+            .bind(&state.last_at)
+            .bind(&state.session_file)
             .execute(&mut *tx)
-            .await?
-            .rows_affected();
+            .await?;
+        }
         let summaries = sqlx::query(
             "DELETE FROM usage_session_summary WHERE COALESCE(ended_at, started_at, extracted_at) < $1",
         )
@@ -482,15 +498,14 @@ impl Store {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        let day = before.get(..10).unwrap_or(before);
-        for table in ["usage_tool_daily", "usage_plugin_daily"] {
+        for table in ["usage_file_daily", "usage_tool_daily", "usage_plugin_daily"] {
             sqlx::query(&format!("DELETE FROM {table} WHERE day < $1"))
-                .bind(day)
+                .bind(before)
                 .execute(&mut *tx)
                 .await?;
         }
         tx.commit().await?;
-        Ok((events, summaries))
+        Ok(summaries)
     }
 
     /// The attribution tables, curated before flea, each name's rows in a stable order.
@@ -672,39 +687,32 @@ mod tests {
     use super::*;
     use crate::testing;
 
-    fn event(file: &str, id: &str, tool: &str, at: &str, error: bool) -> UsageEvent {
-        UsageEvent {
-            id: id.into(),
-            session_id: "S".into(),
+    fn daily(file: &str, day: &str, tool: &str, n: i64, errors: i64) -> DailyUsage {
+        DailyUsage {
             session_file: file.into(),
-            username: "a@x".into(),
-            user_id: Some("u1".into()),
-            event_uuid: None,
-            parent_uuid: None,
-            event_type: "tool_use".into(),
+            day: day.into(),
+            session_id: "S".into(),
+            user_key: "u1".into(),
             tool_name: Some(tool.into()),
-            skill_name: None,
-            subagent_type: None,
-            command_name: None,
-            is_error: error,
             source: "curated".into(),
             ref_id: Some("mkt/p".into()),
-            model: None,
-            cwd: None,
-            occurred_at: at.into(),
-            processor_version: 5,
-            extracted_at: "2026-01-03T00:00:00.000000Z".into(),
+            invocations: n,
+            error_count: errors,
         }
     }
 
-    fn file(key: &str, events: Vec<UsageEvent>) -> ProcessedFile {
+    fn file(key: &str, segment: &str, span: (&str, &str), daily: Vec<DailyUsage>) -> ProcessedFile {
         ProcessedFile {
             state: FileState {
                 session_file: key.into(),
                 user_dir: "u1".into(),
+                user_id: Some("u1".into()),
+                segment: Some(segment.into()),
+                first_at: Some(span.0.into()),
+                last_at: Some(span.1.into()),
                 size: 10,
                 mtime_ns: 1_700_000_000_000_000_000,
-                events: events.len() as i64,
+                events: daily.iter().map(|d| d.invocations).sum(),
                 ..FileState::default()
             },
             summary: SessionSummary {
@@ -712,10 +720,10 @@ mod tests {
                 session_id: "S".into(),
                 username: "a@x".into(),
                 user_id: Some("u1".into()),
-                tool_calls: events.len() as i64,
+                ended_at: Some(span.1.into()),
                 ..SessionSummary::default()
             },
-            events,
+            daily,
         }
     }
 
@@ -732,24 +740,14 @@ mod tests {
         for (store, _dir) in testing::all_backends().await {
             let a = file(
                 "u1/a.jsonl",
+                "seg-1.parquet",
+                ("2026-01-01T10:00:00.000000Z", "2026-01-02T10:00:00.000000Z"),
                 vec![
-                    event(
-                        "u1/a.jsonl",
-                        "e1",
-                        "Bash",
-                        "2026-01-01T10:00:00.000000Z",
-                        true,
-                    ),
-                    event(
-                        "u1/a.jsonl",
-                        "e2",
-                        "Bash",
-                        "2026-01-02T10:00:00.000000Z",
-                        false,
-                    ),
+                    daily("u1/a.jsonl", "2026-01-01", "Bash", 1, 1),
+                    daily("u1/a.jsonl", "2026-01-02", "Bash", 1, 0),
                 ],
             );
-            let days = store.store_processed_files(&[a]).await.unwrap();
+            let (days, replaced) = store.store_processed_files(&[a]).await.unwrap();
             assert_eq!(
                 days,
                 Some(DayRange {
@@ -757,6 +755,7 @@ mod tests {
                     last: "2026-01-02".into()
                 })
             );
+            assert!(replaced.is_empty());
             store.rebuild_usage_rollups(days.as_ref()).await.unwrap();
             assert_eq!(
                 count(&store, "SELECT COUNT(*) FROM usage_tool_daily").await,
@@ -770,21 +769,22 @@ mod tests {
                 .await,
                 1
             );
-            // The file changes: its old days are rebuilt too, and nothing is left over.
+            // The file changes: its old days are rebuilt too, nothing is left over, and its
+            // old segment is handed back for removal.
             let a2 = file(
                 "u1/a.jsonl",
-                vec![event(
-                    "u1/a.jsonl",
-                    "e3",
-                    "Read",
-                    "2026-01-02T11:00:00.000000Z",
-                    false,
-                )],
+                "seg-2.parquet",
+                ("2026-01-02T11:00:00.000000Z", "2026-01-02T11:00:00.000000Z"),
+                vec![daily("u1/a.jsonl", "2026-01-02", "Read", 1, 0)],
             );
-            let days = store.store_processed_files(&[a2]).await.unwrap();
+            let (days, replaced) = store.store_processed_files(&[a2]).await.unwrap();
             assert_eq!(days.as_ref().unwrap().first, "2026-01-01");
+            assert_eq!(replaced, vec!["seg-1.parquet".to_owned()]);
             store.rebuild_usage_rollups(days.as_ref()).await.unwrap();
-            assert_eq!(count(&store, "SELECT COUNT(*) FROM usage_events").await, 1);
+            assert_eq!(
+                count(&store, "SELECT COUNT(*) FROM usage_file_daily").await,
+                1
+            );
             assert_eq!(
                 count(&store, "SELECT COUNT(*) FROM usage_tool_daily").await,
                 1
@@ -793,8 +793,15 @@ mod tests {
                 count(&store, "SELECT COUNT(*) FROM usage_plugin_daily").await,
                 1
             );
+            // A full rebuild gives the same rollups.
+            store.rebuild_usage_rollups(None).await.unwrap();
+            assert_eq!(
+                count(&store, "SELECT COUNT(*) FROM usage_tool_daily").await,
+                1
+            );
             let states = store.session_file_states().await.unwrap();
             assert_eq!((states.len(), states[0].events), (1, 1));
+            assert_eq!(states[0].segment.as_deref(), Some("seg-2.parquet"));
             assert_eq!(states[0].mtime_ns, 1_700_000_000_000_000_000);
 
             let mut failing = states[0].clone();
@@ -804,11 +811,8 @@ mod tests {
             store.record_file_failure(&failing).await.unwrap();
             let states = store.session_file_states().await.unwrap();
             assert!(states[0].parked && states[0].failures == 3);
-            assert_eq!(
-                count(&store, "SELECT COUNT(*) FROM usage_events").await,
-                1,
-                "kept"
-            );
+            assert_eq!(states[0].segment.as_deref(), Some("seg-2.parquet"), "kept");
+            // Reprocessing marks the file for re-reading (unparked) but keeps its segment.
             assert_eq!(
                 store
                     .forget_session_files(&FileScope::User("u1".into()))
@@ -816,11 +820,21 @@ mod tests {
                     .unwrap(),
                 1
             );
-            let (events, sessions) = store
-                .prune_usage("2026-01-03T00:00:00.000000Z")
-                .await
-                .unwrap();
-            assert_eq!((events, sessions), (1, 1));
+            let states = store.session_file_states().await.unwrap();
+            assert!(!states[0].parked && states[0].size == -1);
+            assert_eq!(states[0].segment.as_deref(), Some("seg-2.parquet"));
+
+            let mut emptied = states[0].clone();
+            emptied.segment = None;
+            emptied.events = 0;
+            let sessions = store.prune_usage("2026-01-03", &[emptied]).await.unwrap();
+            assert_eq!(sessions, 1);
+            assert_eq!(
+                count(&store, "SELECT COUNT(*) FROM usage_file_daily").await,
+                0
+            );
+            let states = store.session_file_states().await.unwrap();
+            assert_eq!((states[0].segment.as_deref(), states[0].events), (None, 0));
 
             let (now, later) = ("2026-01-01T00:00:00.000000Z", "2026-01-01T01:00:00.000000Z");
             assert!(store.claim_lease("job", "me", later, now).await.unwrap());

@@ -14,9 +14,10 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use svc_core::clock::{format_ts, parse_ts};
-use svc_store::usage::{SessionSummary, UsageEvent};
+use svc_store::usage::SessionSummary;
 
 use crate::attribution::Attribution;
+use crate::events::UsageEvent;
 use crate::lines::{Line, LineReader};
 use crate::transcript::{Content, NamingInput, Turn};
 

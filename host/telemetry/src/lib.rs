@@ -5,14 +5,16 @@
 //!   attribution ([`attribution`]) and the pipeline runs ([`runner`]).
 //! - Principal type: [`Pipeline`], holding only the store and the session root.
 //! - Must never import poem or any svc crate above it (catalog, query, the host); it stands
-//!   on `svc-store` and `svc-core`. HTTP, auth and audit stay in the host.
+//!   on `svc-store` and `svc-core`, and writes event segments in the format the internal
+//!   driver reads (`svc_driver_internal::events`). HTTP, auth and audit stay in the host.
 //!
 //! Extraction follows reference/observability.md §4 with its quirks fixed (see
-//! [`extract`]); the store keeps what it yields in the usage tables that the internal tables
-//! `svc_sessions` and `svc_telemetry` expose.
+//! [`extract`]). Each file's events become one parquet segment (`svc_telemetry`'s rows);
+//! the store keeps its summary (`svc_sessions`), daily counts and the rollups.
 
 pub mod attribution;
 pub mod corpus;
+pub mod events;
 pub mod extract;
 pub mod files;
 pub mod lines;
@@ -21,3 +23,4 @@ pub mod runner;
 pub mod transcript;
 
 pub use runner::{Pipeline, RunReport, Trigger};
+pub use svc_driver_internal::EventSegments;

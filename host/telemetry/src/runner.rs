@@ -1,12 +1,14 @@
 //! A pipeline run: scan the session root, read new and changed files in parallel on
-//! blocking threads, store them through one writer in batched transactions, rebuild the
-//! affected days' rollups, and record what happened.
+//! blocking threads — each worker writes its file's events as a parquet segment — then
+//! commit the files' states, summaries and daily counts through one writer in batched
+//! transactions, rebuild the affected days' rollups, and record what happened.
 //!
 //! One run at a time: a local lock for this process and a store lease across replicas, so
 //! a second caller gets a conflict instead of a duplicate pass.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::BufReader;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,11 +16,13 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use svc_core::clock::{format_ts, new_id, now};
 use svc_core::Error;
+use svc_driver_internal::EventSegments;
 use svc_store::usage::{DayRange, FileScope, FileState, ProcessedFile};
 use svc_store::Store;
 use tokio::sync::{mpsc, Notify};
 
 use crate::attribution::Attribution;
+use crate::events;
 use crate::extract::{extract, Context, Extracted, Owner, Problem};
 use crate::files::{FoundFile, SessionFiles};
 
@@ -28,10 +32,9 @@ pub const PARK_AFTER_FAILURES: i64 = 3;
 const LEASE: &str = "telemetry-pipeline";
 /// How long a lease holds without being given back (a crashed holder's lease expires).
 const LEASE_HOLD: Duration = Duration::from_secs(3600);
-/// Files stored per transaction, at most.
+/// Files committed per transaction, at most (their events are already in segments; the
+/// store gets their states, summaries and daily counts).
 const BATCH_FILES: usize = 64;
-/// Events stored per transaction, about.
-const BATCH_EVENTS: usize = 50_000;
 /// Failed and problem files listed in a run's report.
 const REPORT_FILES: usize = 50;
 
@@ -115,7 +118,9 @@ pub struct RunReport {
     pub duration_ms: u64,
     /// Time spent reading and extracting, summed over the worker threads.
     pub parse_ms: u64,
-    /// Time spent storing events and summaries.
+    /// Time spent writing event segments, summed over the worker threads.
+    pub segment_ms: u64,
+    /// Time spent committing states, summaries and daily counts to the store.
     pub store_ms: u64,
     /// Time spent rebuilding rollups.
     pub rollup_ms: u64,
@@ -132,6 +137,12 @@ pub struct RunReport {
 pub struct Pipeline {
     store: Store,
     files: SessionFiles,
+    segments: EventSegments,
+    /// Segments no longer named by the store, removed at the next run (not at once: a
+    /// query that listed them a moment ago may still be reading them).
+    retired: Mutex<Vec<String>>,
+    /// Whether this process has swept segments no state names (a crash's leftovers).
+    swept: AtomicBool,
     workers: usize,
     holder: String,
     running: tokio::sync::Mutex<()>,
@@ -144,8 +155,16 @@ struct Job {
     previous: Option<FileState>,
 }
 
+/// What a worker made of one file.
+struct Read {
+    file: ProcessedFile,
+    extracted: Extracted,
+    parse: Duration,
+    segment: Duration,
+}
+
 enum Outcome {
-    Done(Box<Job>, Box<Extracted>, Duration),
+    Done(Box<Job>, Box<Read>),
     Failed(Box<Job>, String),
 }
 
@@ -154,11 +173,14 @@ fn conflict() -> Error {
 }
 
 impl Pipeline {
-    /// A pipeline over the store and the session root in `data_dir`.
-    pub fn new(store: Store, files: SessionFiles) -> Arc<Self> {
+    /// A pipeline over the store, the session root and the event segments.
+    pub fn new(store: Store, files: SessionFiles, segments: EventSegments) -> Arc<Self> {
         Arc::new(Self {
             store,
             files,
+            segments,
+            retired: Mutex::default(),
+            swept: AtomicBool::new(false),
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             holder: format!("{}-{}", std::process::id(), new_id()),
             running: tokio::sync::Mutex::new(()),
@@ -204,16 +226,61 @@ impl Pipeline {
         Ok(self.store.forget_session_files(scope).await?)
     }
 
-    /// Deletes telemetry older than `days` days; returns (events, summaries) deleted.
+    /// Deletes telemetry from before the day `days` days ago (UTC): events leave their
+    /// segments (rewritten whole, like any segment), summaries and daily counts leave the
+    /// store. Returns (events, summaries) deleted.
     pub async fn prune(&self, days: u32) -> Result<(u64, u64), Error> {
-        let _local = self.running.try_lock().map_err(|_| conflict())?;
-        let before = format_ts(Utc::now() - chrono::Duration::days(i64::from(days)));
-        Ok(self.store.prune_usage(&before).await?)
+        self.exclusive(|| async {
+            let cutoff = (Utc::now() - chrono::Duration::days(i64::from(days)))
+                .format("%Y-%m-%d")
+                .to_string();
+            let (mut rewritten, mut old, mut deleted) = (Vec::new(), Vec::new(), 0);
+            for state in self.store.session_file_states().await? {
+                if state
+                    .first_at
+                    .as_deref()
+                    .is_none_or(|t| t >= cutoff.as_str())
+                {
+                    continue;
+                }
+                let segments = self.segments.clone();
+                let replaced = state.segment.clone();
+                let (state, gone) = tokio::task::spawn_blocking({
+                    let cutoff = cutoff.clone();
+                    move || prune_segment(&segments, state, &cutoff)
+                })
+                .await
+                .map_err(Error::internal)??;
+                deleted += gone;
+                old.extend(replaced);
+                rewritten.push(state);
+            }
+            let stored = self.store.prune_usage(&cutoff, &rewritten).await;
+            // The old segments once the new ones are named; the new ones if they never were.
+            self.retired
+                .lock()
+                .expect("retired segments")
+                .extend(match &stored {
+                    Ok(_) => old,
+                    Err(_) => rewritten.into_iter().filter_map(|s| s.segment).collect(),
+                });
+            let summaries = stored?;
+            let days = DayRange {
+                first: String::new(),
+                last: cutoff,
+            };
+            self.store.rebuild_usage_rollups(Some(&days)).await?;
+            Ok((deleted, summaries))
+        })
+        .await
     }
 
-    /// One run; `full_rollup` rebuilds every day's rollups instead of the affected ones.
-    /// A run already under way here or on another replica is a conflict (409).
-    pub async fn run(&self, trigger: Trigger, full_rollup: bool) -> Result<RunReport, Error> {
+    /// Runs `work` as the only pipeline work here and on every replica sharing the store
+    /// (409 otherwise).
+    async fn exclusive<T, F: std::future::Future<Output = Result<T, Error>>>(
+        &self,
+        work: impl FnOnce() -> F,
+    ) -> Result<T, Error> {
         let _local = self.running.try_lock().map_err(|_| conflict())?;
         let until = format_ts(Utc::now() + LEASE_HOLD);
         if !self
@@ -223,11 +290,18 @@ impl Pipeline {
         {
             return Err(conflict());
         }
-        let result = self.run_locked(trigger, full_rollup).await;
+        let result = work().await;
         if let Err(e) = self.store.release_lease(LEASE, &self.holder).await {
             tracing::warn!(error = %e, "could not release the telemetry lease; it expires");
         }
         result
+    }
+
+    /// One run; `full_rollup` rebuilds every day's rollups instead of the affected ones.
+    /// A run already under way here or on another replica is a conflict (409).
+    pub async fn run(&self, trigger: Trigger, full_rollup: bool) -> Result<RunReport, Error> {
+        self.exclusive(|| self.run_locked(trigger, full_rollup))
+            .await
     }
 
     async fn run_locked(&self, trigger: Trigger, full_rollup: bool) -> Result<RunReport, Error> {
@@ -272,6 +346,7 @@ impl Pipeline {
             .into_iter()
             .map(|s| (s.session_file.clone(), s))
             .collect();
+        self.remove_retired(&states);
         let mut owners: HashMap<String, Owner> = HashMap::new();
         let mut jobs = Vec::new();
         for file in found {
@@ -324,6 +399,25 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Removes the segments retired by earlier runs and, once per process, any segment no
+    /// state names (left by a crash between writing a segment and committing its state).
+    fn remove_retired(&self, states: &HashMap<String, FileState>) {
+        let retired = std::mem::take(&mut *self.retired.lock().expect("retired segments"));
+        if self.swept.swap(true, Ordering::Relaxed) {
+            for name in retired {
+                if let Ok(path) = self.segments.path(&name) {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        } else {
+            let keep: HashSet<String> = states.values().filter_map(|s| s.segment.clone()).collect();
+            let removed = self.segments.remove_unlisted(&keep);
+            if removed > 0 {
+                tracing::info!(removed, "removed event segments no session file names");
+            }
+        }
+    }
+
     /// Reads `jobs` on the worker threads and stores them as they finish.
     async fn process(
         &self,
@@ -336,15 +430,13 @@ impl Pipeline {
         let extracted_at = now();
         for _ in 0..self.workers {
             let (queue, tx, attribution) = (queue.clone(), tx.clone(), attribution.clone());
-            let extracted_at = extracted_at.clone();
+            let (extracted_at, segments) = (extracted_at.clone(), self.segments.clone());
             tokio::task::spawn_blocking(move || loop {
                 let Some(job) = queue.lock().expect("job queue").pop() else {
                     break;
                 };
-                if tx
-                    .blocking_send(read_one(job, &attribution, &extracted_at))
-                    .is_err()
-                {
+                let outcome = read_one(job, &attribution, &segments, &extracted_at);
+                if tx.blocking_send(outcome).is_err() {
                     break;
                 }
             });
@@ -352,15 +444,21 @@ impl Pipeline {
         drop(tx);
         let mut days = None;
         let mut batch: Vec<ProcessedFile> = Vec::new();
-        let mut batch_events = 0;
         while let Some(outcome) = rx.recv().await {
             match outcome {
-                Outcome::Done(job, x, took) => {
-                    report.parse_ms += took.as_millis() as u64;
+                Outcome::Done(job, read) => {
+                    let Read {
+                        file,
+                        extracted: x,
+                        parse,
+                        segment,
+                    } = *read;
+                    report.parse_ms += parse.as_millis() as u64;
+                    report.segment_ms += segment.as_millis() as u64;
                     report.processed += 1;
                     report.bytes += x.bytes;
                     report.lines += x.lines;
-                    report.events += x.events.len() as u64;
+                    report.events += file.state.events as u64;
                     report.malformed_lines += x.malformed;
                     if x.malformed > 0 && report.problem_files.len() < REPORT_FILES {
                         report.problem_files.push(ProblemFile {
@@ -369,11 +467,9 @@ impl Pipeline {
                             problems: x.problems.clone(),
                         });
                     }
-                    batch_events += x.events.len();
-                    batch.push(processed(&job, *x));
-                    if batch.len() >= BATCH_FILES || batch_events >= BATCH_EVENTS {
+                    batch.push(file);
+                    if batch.len() >= BATCH_FILES {
                         days = DayRange::union(days, self.flush(&mut batch, report).await?);
-                        batch_events = 0;
                     }
                 }
                 Outcome::Failed(job, error) => {
@@ -395,8 +491,20 @@ impl Pipeline {
         report: &mut RunReport,
     ) -> Result<Option<DayRange>, Error> {
         let clock = Instant::now();
-        let days = self.store.store_processed_files(batch).await?;
+        let stored = self.store.store_processed_files(batch).await;
         report.store_ms += clock.elapsed().as_millis() as u64;
+        let mut retired = self.retired.lock().expect("retired segments");
+        let days = match stored {
+            Ok((days, replaced)) => {
+                retired.extend(replaced);
+                days
+            }
+            Err(e) => {
+                // Nothing names the new segments: they go with the next run.
+                retired.extend(batch.iter().filter_map(|f| f.state.segment.clone()));
+                return Err(e.into());
+            }
+        };
         batch.clear();
         Ok(days)
     }
@@ -423,7 +531,12 @@ impl Pipeline {
     }
 }
 
-fn read_one(job: Job, attribution: &Attribution, extracted_at: &str) -> Outcome {
+fn read_one(
+    job: Job,
+    attribution: &Attribution,
+    segments: &EventSegments,
+    extracted_at: &str,
+) -> Outcome {
     let clock = Instant::now();
     let key = job.file.key();
     let mtime = DateTime::from_timestamp_nanos(job.file.mtime_ns);
@@ -436,22 +549,58 @@ fn read_one(job: Job, attribution: &Attribution, extracted_at: &str) -> Outcome 
     };
     let result = std::fs::File::open(&job.file.path)
         .and_then(|f| extract(BufReader::with_capacity(1 << 20, f), &cx));
-    match result {
-        Ok(x) => Outcome::Done(Box::new(job), Box::new(x), clock.elapsed()),
-        Err(e) => Outcome::Failed(Box::new(job), format!("cannot read the file: {e}")),
-    }
+    let x = match result {
+        Ok(x) => x,
+        Err(e) => return Outcome::Failed(Box::new(job), format!("cannot read the file: {e}")),
+    };
+    let parse = clock.elapsed();
+    let clock = Instant::now();
+    let segment = if x.events.is_empty() {
+        None
+    } else {
+        let name = format!("{}.parquet", new_id());
+        if let Err(e) = segments.write(&name, &events::to_batch(&x.events)) {
+            return Outcome::Failed(Box::new(job), format!("cannot write its events: {e}"));
+        }
+        Some(name)
+    };
+    let file = processed(&job, &x, segment);
+    // The events are in their segment now; only the counts travel on.
+    let x = Extracted {
+        events: Vec::new(),
+        ..x
+    };
+    Outcome::Done(
+        Box::new(job),
+        Box::new(Read {
+            file,
+            extracted: x,
+            parse,
+            segment: clock.elapsed(),
+        }),
+    )
 }
 
-fn processed(job: &Job, x: Extracted) -> ProcessedFile {
+fn processed(job: &Job, x: &Extracted, segment: Option<String>) -> ProcessedFile {
     let problems =
         (!x.problems.is_empty()).then(|| serde_json::to_string(&x.problems).unwrap_or_default());
+    let (first_at, last_at) = events::span(&x.events);
+    let user_key = job
+        .owner
+        .user_id
+        .as_deref()
+        .unwrap_or(job.file.dir.as_str());
     ProcessedFile {
         state: FileState {
             session_file: job.file.key(),
             user_dir: job.file.dir.to_string(),
+            user_id: job.owner.user_id.clone(),
+            segment,
+            first_at,
+            last_at,
             size: job.file.size as i64,
             mtime_ns: job.file.mtime_ns,
-            content_hash: Some(x.hash),
+            content_hash: Some(x.hash.clone()),
             processed_at: Some(now()),
             events: x.events.len() as i64,
             lines: x.lines as i64,
@@ -461,7 +610,66 @@ fn processed(job: &Job, x: Extracted) -> ProcessedFile {
             last_error: None,
             parked: false,
         },
-        summary: x.summary,
-        events: x.events,
+        summary: x.summary.clone(),
+        daily: events::daily(&x.events, user_key),
     }
 }
+
+/// Rewrites a file's segment without the events before `cutoff` (`YYYY-MM-DD`); returns
+/// its new state and how many events left.
+fn prune_segment(
+    segments: &EventSegments,
+    mut state: FileState,
+    cutoff: &str,
+) -> Result<(FileState, u64), Error> {
+    use svc_plugin_api::arrow::array::{Array, AsArray, BooleanArray};
+    use svc_plugin_api::arrow::compute::filter_record_batch;
+
+    let Some(old) = state.segment.take() else {
+        return Ok((state, 0));
+    };
+    let failed = |e: svc_plugin_api::DriverError| {
+        Error::internal(format!("cannot prune {}: {e}", state.session_file))
+    };
+    let mut kept = Vec::new();
+    let (mut first, mut last): (Option<String>, Option<String>) = (None, None);
+    for batch in segments.read(&old).map_err(failed)? {
+        let at = batch
+            .column_by_name("occurred_at")
+            .map(|c| c.as_string::<i32>().clone())
+            .ok_or_else(|| Error::internal("an event segment without occurred_at"))?;
+        let keep: BooleanArray = (0..at.len())
+            .map(|i| Some(at.is_valid(i) && at.value(i) >= cutoff))
+            .collect();
+        for i in (0..at.len()).filter(|&i| keep.value(i)) {
+            let t = at.value(i);
+            if first.as_deref().is_none_or(|f| t < f) {
+                first = Some(t.to_owned());
+            }
+            if last.as_deref().is_none_or(|l| t > l) {
+                last = Some(t.to_owned());
+            }
+        }
+        kept.push(filter_record_batch(&batch, &keep).map_err(Error::internal)?);
+    }
+    let rows: usize = kept.iter().map(|b| b.num_rows()).sum();
+    let gone = (state.events.max(0) as u64).saturating_sub(rows as u64);
+    if rows > 0 {
+        let name = format!("{}.parquet", new_id());
+        let batch = svc_plugin_api::arrow::compute::concat_batches(
+            &svc_driver_internal::events::schema(),
+            &kept,
+        )
+        .map_err(Error::internal)?;
+        segments.write(&name, &batch).map_err(failed)?;
+        state.segment = Some(name);
+    }
+    state.events = rows as i64;
+    state.first_at = first;
+    state.last_at = last;
+    Ok((state, gone))
+}
+
+#[cfg(test)]
+#[path = "runner_tests.rs"]
+mod tests;

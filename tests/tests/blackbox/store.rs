@@ -8,7 +8,7 @@ use crate::support::{
     backends, exec_store, fresh_postgres_url, query_store, server_bin, sqlite_url, Backend, TempDir,
 };
 
-const CURRENT: i64 = 48;
+const CURRENT: i64 = 49;
 
 fn store_url(backend: Backend, dir: &TempDir) -> String {
     match backend {
@@ -107,8 +107,9 @@ fn assert_current_schema(url: &str) {
         "table_registry",
         "audit_log",
         "schema_version",
-        "usage_events",
         "usage_session_summary",
+        "usage_file_daily",
+        "session_file_state",
         "usage_tool_daily",
         "usage_plugin_daily",
         "usage_attribution_skills",
@@ -143,6 +144,15 @@ fn assert_current_schema(url: &str) {
         "idx_obs_views_user",
     ] {
         assert!(idx.contains(&i.to_string()), "missing index {i}: {idx:?}");
+    }
+    // v49: events live in per-file parquet segments, not in a store table.
+    assert!(!t.contains(&"usage_events".to_string()), "{t:?}");
+    let state = columns(url, "session_file_state");
+    for c in ["segment", "user_id", "first_at", "last_at"] {
+        assert!(
+            state.contains(&c.to_string()),
+            "session_file_state lacks {c}"
+        );
     }
     let v = query_store(url, "SELECT MAX(version) AS v FROM schema_version");
     assert_eq!(v[0]["v"], Value::from(CURRENT));

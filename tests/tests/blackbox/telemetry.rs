@@ -150,6 +150,12 @@ fn uploaded_sessions_become_each_users_own_telemetry() {
             "SELECT DISTINCT user_id, username FROM svc_telemetry",
         );
         assert_eq!(mine, [json!([bob_id, "o'neil@example.com"])]);
+        // Events live in per-file segments: another user's are never opened, whatever the SQL.
+        let reach = format!(
+            "SELECT count(*) FROM svc_telemetry WHERE user_id = '{ana_id}' OR 1 = 1 \
+             UNION ALL SELECT count(*) FROM (SELECT * FROM svc_telemetry t1 JOIN svc_telemetry t2 USING (id)) j"
+        );
+        assert_eq!(rows(&s, &bob, &reach), [json!([8]), json!([8])]);
         let (status, sample) = s.get_json("/api/v2/sample/svc_sessions?n=10", &ana);
         assert_eq!(status, 200, "{sample}");
         let sessions = sample["rows"].as_array().unwrap();

@@ -1,0 +1,111 @@
+//! Runs over real session files, real segments and both store backends.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use svc_plugin_api::arrow::array::{Array, AsArray};
+use svc_store::testing::{self, TempDir};
+
+use super::*;
+
+const FIXTURE: &str = include_str!("../fixtures/labelled.jsonl");
+
+fn segment_names(data: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(data.join(svc_driver_internal::events::DIR))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn state<'a>(states: &'a [FileState], key: &str) -> &'a FileState {
+    states.iter().find(|s| s.session_file == key).unwrap()
+}
+
+/// Segments are written whole and named only by committed states: a crash's leftover is
+/// swept, a changed file's old segment goes one run later, a prune rewrites what it keeps.
+#[tokio::test]
+async fn segments_follow_the_committed_states_on_both_backends() {
+    for (store, _dir) in testing::all_backends().await {
+        let data = TempDir::new();
+        let user = store
+            .create_user(&format!("{}@example.com", new_id()), None, None)
+            .await
+            .unwrap();
+        let dir = data.0.join("user_sessions").join(&user.id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.jsonl"), FIXTURE).unwrap();
+        std::fs::write(dir.join("b.jsonl"), FIXTURE.replace("S1", "S2")).unwrap();
+        let segments = EventSegments::new(&data.0);
+        std::fs::create_dir_all(data.0.join(svc_driver_internal::events::DIR)).unwrap();
+        std::fs::write(
+            segments.path("left-by-a-crash.parquet").unwrap(),
+            b"half a file",
+        )
+        .unwrap();
+        let pipeline = Pipeline::new(store.clone(), SessionFiles::new(&data.0), segments.clone());
+
+        let first = pipeline.run(Trigger::Manual, false).await.unwrap();
+        assert_eq!((first.processed, first.failed), (2, 0), "{first:?}");
+        let states = store.session_file_states().await.unwrap();
+        let a = state(&states, &format!("{}/a.jsonl", user.id)).clone();
+        let named: Vec<String> = states.iter().filter_map(|s| s.segment.clone()).collect();
+        let mut expected = named.clone();
+        expected.sort();
+        assert_eq!(segment_names(&data.0), expected, "the leftover is swept");
+        // A segment holds exactly its file's events, all of them its owner's.
+        let batches = segments.read(a.segment.as_deref().unwrap()).unwrap();
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows as i64, a.events);
+        assert!(rows > 0);
+        for b in &batches {
+            let owners = b.column_by_name("user_id").unwrap().as_string::<i32>();
+            assert!((0..owners.len()).all(|i| owners.value(i) == user.id));
+        }
+        assert_eq!(a.user_id.as_deref(), Some(user.id.as_str()));
+        assert!(a.first_at.as_deref().unwrap() <= a.last_at.as_deref().unwrap());
+
+        // The file changes: a new segment is named at once, the old one removed a run later.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("a.jsonl"))
+            .unwrap();
+        writeln!(f, "\n{{\"type\":\"assistant\",\"uuid\":\"x9\",\"sessionId\":\"S1\",\"timestamp\":\"2026-11-02T10:00:00Z\",\"message\":{{\"content\":[{{\"type\":\"tool_use\",\"id\":\"tu9\",\"name\":\"Read\"}}]}}}}").unwrap();
+        drop(f);
+        let second = pipeline.run(Trigger::Manual, false).await.unwrap();
+        assert_eq!((second.processed, second.unchanged), (1, 1));
+        let states = store.session_file_states().await.unwrap();
+        let a2 = state(&states, &a.session_file);
+        assert_eq!(a2.events, a.events + 1);
+        assert_ne!(a2.segment, a.segment);
+        let old = a.segment.clone().unwrap();
+        assert!(segment_names(&data.0).contains(&old), "kept for readers");
+        pipeline.run(Trigger::Manual, false).await.unwrap();
+        assert!(!segment_names(&data.0).contains(&old), "then removed");
+
+        // Reprocessing keeps the events visible until the file is read again.
+        pipeline.forget(&FileScope::All).await.unwrap();
+        let states = store.session_file_states().await.unwrap();
+        assert!(states.iter().all(|s| s.segment.is_some()));
+        let again = pipeline.run(Trigger::Reprocess, false).await.unwrap();
+        assert_eq!(again.processed, 2);
+
+        // Pruning everything before tomorrow (the fixture is in the past): segments emptied,
+        // counts and rollups gone, summaries gone.
+        let before: i64 = store
+            .session_file_states()
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s.events)
+            .sum();
+        let (events, sessions) = pipeline.prune(1).await.unwrap();
+        assert_eq!((events as i64, sessions), (before, 2));
+        let states = store.session_file_states().await.unwrap();
+        assert!(states.iter().all(|s| s.segment.is_none() && s.events == 0));
+        store.close().await;
+    }
+}

@@ -18,6 +18,7 @@ use svc_catalog::warmup::MetadataWarmer;
 use svc_query::Engine;
 use svc_store::audit::AuditWriter;
 use svc_store::Store;
+use svc_telemetry::browse::Browser;
 use svc_telemetry::files::SessionFiles;
 use svc_telemetry::{EventSegments, Pipeline};
 
@@ -81,6 +82,8 @@ pub struct AppState {
     pub engine: Engine,
     /// The telemetry pipeline (session files to usage tables).
     pub pipeline: Arc<Pipeline>,
+    /// Telemetry reads for administrators (facets, KPIs, pages, summary).
+    pub telemetry: Browser,
     /// Request-path settings.
     pub config: RuntimeConfig,
 }
@@ -124,9 +127,11 @@ impl AppState {
             SessionFiles::new(&config.data_dir),
             EventSegments::new(&config.data_dir),
         );
+        let telemetry = Browser::new(store.clone(), &config.data_dir);
         Arc::new(Self {
             engine,
             pipeline,
+            telemetry,
             auth,
             audit,
             admin,

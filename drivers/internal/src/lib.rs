@@ -140,20 +140,18 @@ impl InternalDriver {
         }
     }
 
-    /// The caller's event segments over DataFusion: administrators get every committed
-    /// segment, anyone else only those whose owner is them (see [`events`]).
-    async fn event_provider(
-        &self,
-        filter: Option<&(&'static str, String)>,
-    ) -> Result<Arc<dyn TableProvider>> {
+    /// Usage events over DataFusion: every committed segment, or with `owner` (a user id)
+    /// only the segments whose owner that user is (see [`events`]). This is the row filter
+    /// of `svc_telemetry`, and the administrators' view of all events.
+    pub async fn event_provider(&self, owner: Option<&str>) -> Result<Arc<dyn TableProvider>> {
         let mut sql = "SELECT segment FROM session_file_state WHERE segment IS NOT NULL".to_owned();
-        if let Some((column, _)) = filter {
-            sql.push_str(&format!(" AND \"{column}\" = $1"));
+        if owner.is_some() {
+            sql.push_str(" AND user_id = $1");
         }
         sql.push_str(" ORDER BY session_file");
         let mut query = sqlx::query(&sql);
-        if let Some((_, value)) = filter {
-            query = query.bind(value.clone());
+        if let Some(owner) = owner {
+            query = query.bind(owner.to_owned());
         }
         let names = query
             .fetch_all(&self.pool)
@@ -198,6 +196,14 @@ impl InternalDriver {
             })
             .collect()
     }
+}
+
+/// The user id a `user_id` row filter admits (every internal table filters on it).
+fn owner<'a>(filter: Option<&'a (&'static str, String)>) -> Option<&'a str> {
+    filter.map(|(column, value)| {
+        debug_assert_eq!(*column, "user_id");
+        value.as_str()
+    })
 }
 
 pub(crate) fn store_error(e: sqlx::Error) -> DriverError {
@@ -267,7 +273,7 @@ impl SourceDriver for InternalDriver {
         let entry = Self::entry(table)?;
         let filter = row_filter(entry, caller)?;
         if entry.rows == RowHome::EventSegments {
-            let provider = self.event_provider(filter.as_ref()).await?;
+            let provider = self.event_provider(owner(filter.as_ref())).await?;
             let df = |e: svc_plugin_api::datafusion::error::DataFusionError| {
                 DriverError::internal(format!("{}: {e}", entry.id))
             };
@@ -301,7 +307,7 @@ impl SourceDriver for InternalDriver {
         let entry = Self::entry(table)?;
         let filter = row_filter(entry, caller)?;
         if entry.rows == RowHome::EventSegments {
-            return self.event_provider(filter.as_ref()).await;
+            return self.event_provider(owner(filter.as_ref())).await;
         }
         let columns = self.store_columns(entry.backing_table).await?;
         Ok(Arc::new(InternalProvider::new(

@@ -240,6 +240,22 @@ pub fn openapi_json(state: &Arc<AppState>) -> String {
     service(state).spec()
 }
 
+/// `/api/admin/usage/…` is the old name of `/api/admin/telemetry/…`: a permanent redirect
+/// that keeps the method, body and query (308), so old clients and scripts keep working.
+fn usage_alias(req: Request) -> Response {
+    let path = req.uri().path();
+    let rest = path.strip_prefix("/api/admin/usage").unwrap_or("");
+    let mut location = format!("/api/admin/telemetry{rest}");
+    if let Some(q) = req.uri().query() {
+        location.push('?');
+        location.push_str(q);
+    }
+    Response::builder()
+        .status(poem::http::StatusCode::PERMANENT_REDIRECT)
+        .header(poem::http::header::LOCATION, location)
+        .finish()
+}
+
 /// The complete HTTP application.
 ///
 /// `connections` learns which connection is handling a request (see [`crate::connections`]).
@@ -256,6 +272,10 @@ pub fn app(
     Route::new()
         .at("/api/openapi.json", spec)
         .nest("/api/docs", docs)
+        .at(
+            "/api/admin/usage/*rest",
+            poem::endpoint::make_sync(usage_alias),
+        )
         .nest("/", svc)
         .data(state)
         .around(move |ep, mut req| {

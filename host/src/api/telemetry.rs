@@ -1,14 +1,17 @@
-//! The telemetry pipeline for administrators: run it, reprocess, prune, and see its runs.
+//! Telemetry for administrators: facets, KPIs, event pages and the summary; and the
+//! pipeline — run it, reprocess, prune, and see its runs.
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use poem_openapi::param::Query;
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
 use svc_core::Error;
 use svc_store::audit::Event;
 use svc_store::usage::FileScope;
+use svc_telemetry::browse::{Filters, GroupBy, Window, DEFAULT_WINDOW_MINUTES};
 use svc_telemetry::{RunReport, Trigger};
 
 use super::{AdminAuth, ApiResult, Tag};
@@ -146,8 +149,177 @@ impl TelemetryApi {
     }
 }
 
+/// The shared filters from their query parameters (reference §5.1).
+#[allow(clippy::too_many_arguments)]
+fn filters(
+    since_minutes: Option<u32>,
+    username: Option<String>,
+    tool_name: Option<String>,
+    source: Option<String>,
+    event_type: Option<String>,
+    only_errors: Option<bool>,
+    q: Option<String>,
+) -> Filters {
+    Filters {
+        since_minutes: since_minutes.unwrap_or(DEFAULT_WINDOW_MINUTES),
+        username,
+        tool_name,
+        source,
+        event_type,
+        only_errors: only_errors.unwrap_or(false),
+        q,
+    }
+}
+
+fn json(v: impl serde::Serialize) -> ApiResult<Json<Value>> {
+    Ok(Json(serde_json::to_value(v).map_err(Error::internal)?))
+}
+
 #[OpenApi(prefix_path = "/api/admin/telemetry", tag = "Tag::Telemetry")]
 impl TelemetryApi {
+    /// The most frequent users (top 50), tools (50), sources (20) and event types (20) of
+    /// a window, each `{value, count}`, most first (ties by value).
+    #[oai(
+        path = "/facets",
+        method = "get",
+        operation_id = "get_telemetry_facets"
+    )]
+    async fn facets(
+        &self,
+        _auth: AdminAuth,
+        /// Window in minutes, 1..525600 (default 10080, a week).
+        since_minutes: Query<Option<u32>>,
+    ) -> ApiResult<Json<Value>> {
+        let window = since_minutes.0.unwrap_or(DEFAULT_WINDOW_MINUTES);
+        json(self.state.telemetry.facets(window).await?)
+    }
+
+    /// Events, distinct users and tools, errors and the error rate under the filters.
+    #[allow(clippy::too_many_arguments)]
+    #[oai(path = "/kpis", method = "get", operation_id = "get_telemetry_kpis")]
+    async fn kpis(
+        &self,
+        _auth: AdminAuth,
+        /// Window in minutes, 1..525600 (default 10080, a week).
+        since_minutes: Query<Option<u32>>,
+        /// Exact owner (e-mail, or directory name when no user matched).
+        username: Query<Option<String>>,
+        /// Exact tool name.
+        tool_name: Query<Option<String>>,
+        /// Exact source: `curated`, `flea` or `builtin`.
+        source: Query<Option<String>>,
+        /// Exact event type: `tool_use`, `mcp_call`, `subagent`, `slash_command`.
+        event_type: Query<Option<String>>,
+        /// Only failed calls.
+        only_errors: Query<Option<bool>>,
+        /// Text in the tool, skill, sub-agent or command name (case-sensitive, literal).
+        q: Query<Option<String>>,
+    ) -> ApiResult<Json<Value>> {
+        let f = filters(
+            since_minutes.0,
+            username.0,
+            tool_name.0,
+            source.0,
+            event_type.0,
+            only_errors.0,
+            q.0,
+        );
+        json(self.state.telemetry.kpis(&f).await?)
+    }
+
+    /// A page of events under the filters, grouped (`group_by` = `day`, `username`,
+    /// `tool_name`, `source` or `ref_id`: `{bucket, invocations, distinct_users,
+    /// distinct_sessions, errors}`) or raw (any other `group_by`, or none). `sort` is
+    /// `<column>:<asc|desc>` (default `invocations:desc`; raw rows sort by time only); an
+    /// unknown column falls back to the default. `next_offset` is null on the last page.
+    #[allow(clippy::too_many_arguments)]
+    #[oai(path = "/query", method = "get", operation_id = "query_telemetry")]
+    async fn query(
+        &self,
+        _auth: AdminAuth,
+        /// Window in minutes, 1..525600 (default 10080, a week).
+        since_minutes: Query<Option<u32>>,
+        /// Exact owner (e-mail, or directory name when no user matched).
+        username: Query<Option<String>>,
+        /// Exact tool name.
+        tool_name: Query<Option<String>>,
+        /// Exact source: `curated`, `flea` or `builtin`.
+        source: Query<Option<String>>,
+        /// Exact event type: `tool_use`, `mcp_call`, `subagent`, `slash_command`.
+        event_type: Query<Option<String>>,
+        /// Only failed calls.
+        only_errors: Query<Option<bool>>,
+        /// Text in the tool, skill, sub-agent or command name (case-sensitive, literal).
+        q: Query<Option<String>>,
+        /// `day`, `username`, `tool_name`, `source` or `ref_id`; anything else: raw rows.
+        group_by: Query<Option<String>>,
+        /// `<column>:<asc|desc>`.
+        sort: Query<Option<String>>,
+        /// Rows per page, 1..500 (default 100).
+        limit: Query<Option<usize>>,
+        /// Rows to skip, 0..50000.
+        offset: Query<Option<usize>>,
+    ) -> ApiResult<Json<Value>> {
+        let f = filters(
+            since_minutes.0,
+            username.0,
+            tool_name.0,
+            source.0,
+            event_type.0,
+            only_errors.0,
+            q.0,
+        );
+        let group = group_by.0.as_deref().and_then(GroupBy::parse);
+        let page = self
+            .state
+            .telemetry
+            .query(
+                &f,
+                group,
+                sort.0.as_deref(),
+                limit.0.unwrap_or(100),
+                offset.0.unwrap_or(0),
+            )
+            .await?;
+        json(page)
+    }
+
+    /// The window's top tools and users, the busiest tools' error rates, daily active
+    /// users for the 30 days ending today, and the slowest audited actions (p50/p95/p99).
+    /// Audited as `usage.summary`.
+    #[oai(
+        path = "/summary",
+        method = "get",
+        operation_id = "get_telemetry_summary"
+    )]
+    async fn summary(
+        &self,
+        auth: AdminAuth,
+        /// `7d` (default), `30d` or `all`.
+        window: Query<Option<String>>,
+    ) -> ApiResult<Json<Value>> {
+        let started = Instant::now();
+        let name = window.0.unwrap_or_else(|| "7d".into());
+        let result = async {
+            let w = Window::parse(&name)?;
+            self.state.telemetry.summary(w).await
+        }
+        .await;
+        self.state
+            .audit
+            .write_outcome(
+                &auth.0.actor,
+                Event::new("usage.summary")
+                    .resource("telemetry")
+                    .param("window", name.as_str()),
+                started,
+                &result,
+                |event, _| event,
+            )
+            .await;
+        json(result?)
+    }
+
     /// Reads new and changed session files now (the scheduler and uploads do it too) and
     /// returns the run's report. 409 while another run is under way, on any replica.
     #[oai(path = "/run", method = "post", operation_id = "run_telemetry")]

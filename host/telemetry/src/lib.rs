@@ -13,6 +13,7 @@
 //! the store keeps its summary (`svc_sessions`), daily counts and the rollups.
 
 pub mod attribution;
+pub mod browse;
 pub mod corpus;
 pub mod events;
 pub mod extract;

@@ -19,5 +19,6 @@ mod store;
 mod support;
 mod svc_cli;
 mod telemetry;
+mod telemetry_reads;
 mod upload;
 mod warehouse;

@@ -11,16 +11,17 @@ use crate::support::{backends, exec_store, Server, SmallDisk};
 
 /// The hand-labelled transcript the telemetry crate's unit tests check line by line:
 /// 8 events, 3 malformed lines, session id `S1`.
-const LABELLED: &[u8] = include_bytes!("../../../host/telemetry/fixtures/labelled.jsonl");
+pub(crate) const LABELLED: &[u8] =
+    include_bytes!("../../../host/telemetry/fixtures/labelled.jsonl");
 
 /// A server whose pipeline runs only when a test asks (no debounce run can race it).
-fn server(backend: crate::support::Backend, env: &[(&str, &str)]) -> Server {
+pub(crate) fn server(backend: crate::support::Backend, env: &[(&str, &str)]) -> Server {
     let mut all = vec![("SVC_TELEMETRY_DEBOUNCE_MS", "3600000")];
     all.extend_from_slice(env);
     Server::start_with(backend, &all)
 }
 
-fn upload_raw(s: &Server, token: &str, name: &str, body: &[u8]) -> (u16, Value) {
+pub(crate) fn upload_raw(s: &Server, token: &str, name: &str, body: &[u8]) -> (u16, Value) {
     s.send(
         s.http
             .post(s.url("/api/upload/sessions"))
@@ -66,13 +67,13 @@ fn upload_multipart(s: &Server, token: &str, filename: &str, body: &[u8]) -> (u1
     )
 }
 
-fn run(s: &Server, admin: &str) -> Value {
+pub(crate) fn run(s: &Server, admin: &str) -> Value {
     let (status, report) = s.post_json("/api/admin/telemetry/run", admin, &json!({}));
     assert_eq!(status, 200, "{report}");
     report
 }
 
-fn rows(s: &Server, token: &str, sql: &str) -> Vec<Value> {
+pub(crate) fn rows(s: &Server, token: &str, sql: &str) -> Vec<Value> {
     let (status, body) = s.post_json("/api/query", token, &json!({"sql": sql, "limit": 1000}));
     assert_eq!(status, 200, "{sql}: {body}");
     body["rows"].as_array().unwrap().clone()
@@ -93,7 +94,7 @@ fn texts(rows: &[Value]) -> Vec<String> {
         .collect()
 }
 
-fn user_id(s: &Server, token: &str) -> String {
+pub(crate) fn user_id(s: &Server, token: &str) -> String {
     let (status, me) = s.get_json("/api/me", token);
     assert_eq!(status, 200, "{me}");
     me["id"].as_str().unwrap().to_owned()

@@ -16,7 +16,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::Store;
 
 mod rows;
+mod timings;
 pub use rows::AuditRecord;
+pub use timings::ActionTiming;
 
 /// Longest `resource` kept (spec "Limits").
 pub const MAX_RESOURCE_CHARS: usize = 256;

@@ -1,0 +1,650 @@
+//! Telemetry for administrators: facets, KPIs, grouped or raw event pages and the summary
+//! (reference §5), computed by DataFusion over every committed event segment.
+//!
+//! Filters become DataFusion expressions with their values as literals, never SQL text, so
+//! no filter value can change a query's shape. Departures from the reference, on purpose:
+//! every sort has a stable tiebreak; a NULL bucket counts in `total`; the DAU series ends
+//! today (the reference left today out); `q` matches `%` and `_` literally.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use chrono::{Duration, NaiveDate, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use svc_core::clock::format_ts;
+use svc_core::Error;
+use svc_driver_internal::InternalDriver;
+use svc_plugin_api::arrow::datatypes::DataType;
+use svc_plugin_api::arrow::json::writer::{JsonArray, WriterBuilder};
+use svc_plugin_api::datafusion::functions::expr_fn::substring;
+use svc_plugin_api::datafusion::functions_aggregate::expr_fn::{count, count_distinct, sum};
+use svc_plugin_api::datafusion::logical_expr::{cast, Like, SortExpr};
+use svc_plugin_api::datafusion::prelude::{col, lit, DataFrame, Expr, SessionContext};
+use svc_plugin_api::RecordBatch;
+use svc_store::{Backend, Store};
+
+/// The longest window (365 days), in minutes.
+pub const MAX_WINDOW_MINUTES: u32 = 525_600;
+/// The default window (7 days), in minutes.
+pub const DEFAULT_WINDOW_MINUTES: u32 = 10_080;
+
+/// The filters every read but facets takes (reference §5.1).
+#[derive(Debug, Clone, Default)]
+pub struct Filters {
+    /// Events from the last this many minutes (1..=525600).
+    pub since_minutes: u32,
+    /// Exact owner e-mail (or directory name).
+    pub username: Option<String>,
+    /// Exact tool name.
+    pub tool_name: Option<String>,
+    /// Exact source (`curated`, `flea`, `builtin`).
+    pub source: Option<String>,
+    /// Exact event type.
+    pub event_type: Option<String>,
+    /// Only failed calls.
+    pub only_errors: bool,
+    /// Substring (case-sensitive) of the tool, skill, sub-agent or command name.
+    pub q: Option<String>,
+}
+
+/// How `query` buckets events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    /// The UTC day.
+    Day,
+    /// The owner.
+    Username,
+    /// The tool.
+    ToolName,
+    /// The source.
+    Source,
+    /// The plugin.
+    RefId,
+}
+
+impl GroupBy {
+    /// The documented names; anything else means raw rows (reference §5.4).
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "day" => Self::Day,
+            "username" => Self::Username,
+            "tool_name" => Self::ToolName,
+            "source" => Self::Source,
+            "ref_id" => Self::RefId,
+            _ => return None,
+        })
+    }
+
+    fn bucket(self) -> Expr {
+        match self {
+            Self::Day => day(),
+            Self::Username => col("username"),
+            Self::ToolName => col("tool_name"),
+            Self::Source => col("source"),
+            Self::RefId => col("ref_id"),
+        }
+    }
+}
+
+/// One count of a facet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Count {
+    /// The value.
+    pub value: String,
+    /// Events with it.
+    pub count: i64,
+}
+
+/// The facet lists of a window.
+#[derive(Debug, Clone, Serialize)]
+pub struct Facets {
+    /// The window.
+    pub window_minutes: u32,
+    /// Top 50 owners.
+    pub users: Vec<Count>,
+    /// Top 50 tools.
+    pub tools: Vec<Count>,
+    /// Top 20 sources.
+    pub sources: Vec<Count>,
+    /// Top 20 event types.
+    pub event_types: Vec<Count>,
+}
+
+/// Headline numbers under the filters.
+#[derive(Debug, Clone, Serialize)]
+pub struct Kpis {
+    /// The window.
+    pub window_minutes: u32,
+    /// Events.
+    pub events_total: i64,
+    /// Distinct owners.
+    pub distinct_users: i64,
+    /// Distinct tools.
+    pub distinct_tools: i64,
+    /// Failed calls.
+    pub errors: i64,
+    /// `errors / events_total`, 4 decimals (0 when there are no events).
+    pub error_rate: f64,
+}
+
+/// A page of `query`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Page {
+    /// The grouping, or None for raw rows.
+    pub group_by: Option<GroupBy>,
+    /// The rows: `{bucket, invocations, distinct_users, distinct_sessions, errors}` when
+    /// grouped, else events.
+    pub rows: Vec<Value>,
+    /// Buckets (or events) in all.
+    pub total: i64,
+    /// Page size.
+    pub limit: usize,
+    /// Rows skipped.
+    pub offset: usize,
+    /// The next page's offset, if there is one.
+    pub next_offset: Option<usize>,
+}
+
+/// The summary's window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Window {
+    /// The last 7 days.
+    #[serde(rename = "7d")]
+    Week,
+    /// The last 30 days.
+    #[serde(rename = "30d")]
+    Month,
+    /// Everything.
+    #[serde(rename = "all")]
+    All,
+}
+
+impl Window {
+    /// `7d`, `30d` or `all`.
+    pub fn parse(name: &str) -> Result<Self, Error> {
+        match name {
+            "7d" => Ok(Self::Week),
+            "30d" => Ok(Self::Month),
+            "all" => Ok(Self::All),
+            other => Err(Error::invalid(format!(
+                "window must be 7d, 30d or all, not '{other}'"
+            ))),
+        }
+    }
+
+    fn since(self) -> String {
+        match self {
+            Self::Week => format_ts(Utc::now() - Duration::days(7)),
+            Self::Month => format_ts(Utc::now() - Duration::days(30)),
+            Self::All => String::new(),
+        }
+    }
+}
+
+/// The summary of a window (reference §5.5).
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// The window.
+    pub window: Window,
+    /// Top 10 (tool, source) by calls: `{tool_name, source, invocations}`.
+    pub top_tools: Vec<Value>,
+    /// Top 10 owners by events: `{username, tool_calls}`.
+    pub top_users: Vec<Value>,
+    /// The 10 busiest tools' error rates: `{tool_name, invocations, errors, rate}`.
+    pub error_rate: Vec<Value>,
+    /// Active users per day for the 30 days ending today (missing days are 0).
+    pub dau_series: Vec<DayActive>,
+    /// The series' mean, 1 decimal.
+    pub dau_avg: f64,
+    /// The slowest audited actions of the window.
+    pub slow_actions: Vec<svc_store::audit::ActionTiming>,
+}
+
+/// Active users on one day.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DayActive {
+    /// `YYYY-MM-DD`.
+    pub day: String,
+    /// Distinct owners with events that day.
+    pub active_users: i64,
+}
+
+/// Reads the telemetry for administrators; holds the store (for the audit timings) and
+/// the internal driver (for the event segments).
+#[derive(Debug, Clone)]
+pub struct Browser {
+    store: Store,
+    events: InternalDriver,
+}
+
+fn df_error(e: impl std::fmt::Display) -> Error {
+    Error::internal(format!("telemetry query: {e}"))
+}
+
+fn day() -> Expr {
+    substring(col("occurred_at"), lit(1_i64), lit(10_i64))
+}
+
+/// `expr` contains `needle` literally (`%`, `_` and `\` escaped).
+fn contains(expr: Expr, needle: &str) -> Expr {
+    let mut pattern = String::with_capacity(needle.len() + 2);
+    pattern.push('%');
+    for c in needle.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    Expr::Like(Like::new(
+        false,
+        Box::new(expr),
+        Box::new(lit(pattern)),
+        Some('\\'),
+        false,
+    ))
+}
+
+fn errors() -> Expr {
+    sum(cast(col("is_error"), DataType::Int64))
+}
+
+impl Filters {
+    /// Refuses values out of range, naming the field.
+    pub fn validate(&self) -> Result<(), Error> {
+        if !(1..=MAX_WINDOW_MINUTES).contains(&self.since_minutes) {
+            return Err(Error::invalid(format!(
+                "since_minutes must be between 1 and {MAX_WINDOW_MINUTES}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn predicate(&self) -> Expr {
+        let since = format_ts(Utc::now() - Duration::minutes(i64::from(self.since_minutes)));
+        let mut p = col("occurred_at").gt_eq(lit(since));
+        for (column, value) in [
+            ("username", &self.username),
+            ("tool_name", &self.tool_name),
+            ("source", &self.source),
+            ("event_type", &self.event_type),
+        ] {
+            if let Some(v) = value {
+                p = p.and(col(column).eq(lit(v.clone())));
+            }
+        }
+        if self.only_errors {
+            p = p.and(col("is_error").eq(lit(true)));
+        }
+        if let Some(q) = self.q.as_deref().filter(|q| !q.is_empty()) {
+            let any = ["tool_name", "skill_name", "subagent_type", "command_name"]
+                .into_iter()
+                .map(|c| contains(col(c), q))
+                .reduce(Expr::or)
+                .expect("four columns");
+            p = p.and(any);
+        }
+        p
+    }
+}
+
+/// Batches as JSON objects, nulls kept.
+fn to_json(batches: &[RecordBatch]) -> Result<Vec<Value>, Error> {
+    let mut writer = WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, JsonArray>(Vec::new());
+    let refs: Vec<&RecordBatch> = batches.iter().collect();
+    writer.write_batches(&refs).map_err(df_error)?;
+    writer.finish().map_err(df_error)?;
+    let bytes = writer.into_inner();
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    match serde_json::from_slice(&bytes).map_err(df_error)? {
+        Value::Array(rows) => Ok(rows),
+        _ => Ok(Vec::new()),
+    }
+}
+
+fn int(row: &Value, key: &str) -> i64 {
+    row.get(key).and_then(Value::as_i64).unwrap_or(0)
+}
+
+impl Browser {
+    /// A browser over the store and the event segments in `data_dir`.
+    pub fn new(store: Store, data_dir: &Path) -> Self {
+        let postgres = store.backend() == Backend::Postgres;
+        let events = InternalDriver::new(store.pool().clone(), postgres, data_dir);
+        Self { store, events }
+    }
+
+    async fn frame(&self) -> Result<DataFrame, Error> {
+        let provider = self
+            .events
+            .event_provider(None)
+            .await
+            .map_err(|e| Error::internal(e.message))?;
+        SessionContext::new().read_table(provider).map_err(df_error)
+    }
+
+    async fn rows(&self, df: DataFrame) -> Result<Vec<Value>, Error> {
+        to_json(&df.collect().await.map_err(df_error)?)
+    }
+
+    /// The `top` most frequent non-null values of `column` under `predicate`, most first.
+    async fn top(&self, predicate: Expr, column: &str, top: usize) -> Result<Vec<Count>, Error> {
+        let df = self
+            .frame()
+            .await?
+            .filter(predicate.and(col(column).is_not_null()))
+            .and_then(|d| {
+                d.aggregate(
+                    vec![col(column).alias("value")],
+                    vec![count(lit(1)).alias("count")],
+                )
+            })
+            .and_then(|d| {
+                d.sort(vec![
+                    col("count").sort(false, false),
+                    col("value").sort(true, false),
+                ])
+            })
+            .and_then(|d| d.limit(0, Some(top)))
+            .map_err(df_error)?;
+        Ok(self
+            .rows(df)
+            .await?
+            .into_iter()
+            .map(|r| Count {
+                count: int(&r, "count"),
+                value: r["value"].as_str().unwrap_or_default().to_owned(),
+            })
+            .collect())
+    }
+
+    /// Facets of a window (reference §5.2).
+    pub async fn facets(&self, since_minutes: u32) -> Result<Facets, Error> {
+        let window = Filters {
+            since_minutes,
+            ..Filters::default()
+        };
+        window.validate()?;
+        let p = window.predicate();
+        let (users, tools, sources, event_types) = tokio::join!(
+            self.top(p.clone(), "username", 50),
+            self.top(p.clone(), "tool_name", 50),
+            self.top(p.clone(), "source", 20),
+            self.top(p, "event_type", 20),
+        );
+        Ok(Facets {
+            window_minutes: since_minutes,
+            users: users?,
+            tools: tools?,
+            sources: sources?,
+            event_types: event_types?,
+        })
+    }
+
+    /// Headline numbers under the filters (reference §5.3).
+    pub async fn kpis(&self, filters: &Filters) -> Result<Kpis, Error> {
+        filters.validate()?;
+        let df = self
+            .frame()
+            .await?
+            .filter(filters.predicate())
+            .and_then(|d| {
+                d.aggregate(
+                    vec![],
+                    vec![
+                        count(lit(1)).alias("events_total"),
+                        count_distinct(col("username")).alias("distinct_users"),
+                        count_distinct(col("tool_name")).alias("distinct_tools"),
+                        errors().alias("errors"),
+                    ],
+                )
+            })
+            .map_err(df_error)?;
+        let row = self.rows(df).await?.pop().unwrap_or_default();
+        let (events, errors) = (int(&row, "events_total"), int(&row, "errors"));
+        Ok(Kpis {
+            window_minutes: filters.since_minutes,
+            events_total: events,
+            distinct_users: int(&row, "distinct_users"),
+            distinct_tools: int(&row, "distinct_tools"),
+            errors,
+            error_rate: rate(errors, events),
+        })
+    }
+
+    /// A page of grouped buckets or raw events (reference §5.4). `sort` is
+    /// `<column>:<asc|desc>`; an unknown column falls back to the default, never an error.
+    pub async fn query(
+        &self,
+        filters: &Filters,
+        group_by: Option<GroupBy>,
+        sort: Option<&str>,
+        limit: usize,
+        offset: usize,
+    ) -> Result<Page, Error> {
+        filters.validate()?;
+        if !(1..=500).contains(&limit) {
+            return Err(Error::invalid("limit must be between 1 and 500"));
+        }
+        if offset > 50_000 {
+            return Err(Error::invalid("offset must be between 0 and 50000"));
+        }
+        let (column, ascending) = match sort.and_then(|s| s.split_once(':')) {
+            Some((c, dir)) => (c, dir == "asc"),
+            None => (sort.unwrap_or(""), false),
+        };
+        let base = self
+            .frame()
+            .await?
+            .filter(filters.predicate())
+            .map_err(df_error)?;
+        let (df, total, order) = match group_by {
+            Some(g) => {
+                let grouped = base
+                    .aggregate(
+                        vec![cast(g.bucket(), DataType::Utf8).alias("bucket")],
+                        vec![
+                            count(lit(1)).alias("invocations"),
+                            count_distinct(col("username")).alias("distinct_users"),
+                            count_distinct(col("session_id")).alias("distinct_sessions"),
+                            errors().alias("errors"),
+                        ],
+                    )
+                    .map_err(df_error)?;
+                let total = grouped.clone().count().await.map_err(df_error)?;
+                let by = match column {
+                    "bucket" | "invocations" | "distinct_users" | "distinct_sessions"
+                    | "errors" => column,
+                    _ => "invocations",
+                };
+                let mut order: Vec<SortExpr> = vec![col(by).sort(ascending, false)];
+                if by != "bucket" {
+                    order.push(col("bucket").sort(true, false));
+                }
+                (grouped, total, order)
+            }
+            None => {
+                let raw = base
+                    .select_columns(&[
+                        "id",
+                        "occurred_at",
+                        "username",
+                        "source",
+                        "ref_id",
+                        "event_type",
+                        "tool_name",
+                        "skill_name",
+                        "subagent_type",
+                        "command_name",
+                        "is_error",
+                        "session_id",
+                        "model",
+                    ])
+                    .map_err(df_error)?;
+                let total = raw.clone().count().await.map_err(df_error)?;
+                // The only sortable column is the time; ties broken by id.
+                let order = vec![
+                    col("occurred_at").sort(ascending, false),
+                    col("id").sort(true, false),
+                ];
+                (raw, total, order)
+            }
+        };
+        let page = df
+            .sort(order)
+            .and_then(|d| d.limit(offset, Some(limit)))
+            .map_err(df_error)?;
+        let rows = self.rows(page).await?;
+        let total = total as i64;
+        let next = offset + limit;
+        Ok(Page {
+            group_by,
+            rows,
+            total,
+            limit,
+            offset,
+            next_offset: ((next as i64) < total).then_some(next),
+        })
+    }
+
+    /// The summary of a window (reference §5.5, quirks fixed).
+    pub async fn summary(&self, window: Window) -> Result<Summary, Error> {
+        let since = window.since();
+        let in_window = col("occurred_at").gt_eq(lit(since.clone()));
+        let tools = self
+            .frame()
+            .await?
+            .filter(in_window.clone().and(col("tool_name").is_not_null()))
+            .and_then(|d| {
+                d.aggregate(
+                    vec![col("tool_name"), col("source")],
+                    vec![count(lit(1)).alias("invocations"), errors().alias("errors")],
+                )
+            })
+            .map_err(df_error)?;
+        let top_tools = tools
+            .clone()
+            .sort(vec![
+                col("invocations").sort(false, false),
+                col("tool_name").sort(true, false),
+                col("source").sort(true, false),
+            ])
+            .and_then(|d| d.limit(0, Some(10)))
+            .and_then(|d| d.select_columns(&["tool_name", "source", "invocations"]))
+            .map_err(df_error)?;
+        let by_tool = self
+            .frame()
+            .await?
+            .filter(in_window.clone().and(col("tool_name").is_not_null()))
+            .and_then(|d| {
+                d.aggregate(
+                    vec![col("tool_name")],
+                    vec![count(lit(1)).alias("invocations"), errors().alias("errors")],
+                )
+            })
+            .and_then(|d| {
+                d.sort(vec![
+                    col("invocations").sort(false, false),
+                    col("tool_name").sort(true, false),
+                ])
+            })
+            .and_then(|d| d.limit(0, Some(10)))
+            .map_err(df_error)?;
+        let top_users = self
+            .frame()
+            .await?
+            .filter(in_window)
+            .and_then(|d| {
+                d.aggregate(
+                    vec![col("username")],
+                    vec![count(lit(1)).alias("tool_calls")],
+                )
+            })
+            .and_then(|d| {
+                d.sort(vec![
+                    col("tool_calls").sort(false, false),
+                    col("username").sort(true, false),
+                ])
+            })
+            .and_then(|d| d.limit(0, Some(10)))
+            .map_err(df_error)?;
+        let error_rate = self
+            .rows(by_tool)
+            .await?
+            .into_iter()
+            .map(|mut r| {
+                let rate = rate(int(&r, "errors"), int(&r, "invocations"));
+                r["rate"] = rate.into();
+                r
+            })
+            .collect();
+        let (dau_series, dau_avg) = self.dau().await?;
+        let slow_actions = self
+            .store
+            .slow_actions(&since, 5, 10)
+            .await
+            .map_err(Error::from)?;
+        Ok(Summary {
+            window,
+            top_tools: self.rows(top_tools).await?,
+            top_users: self.rows(top_users).await?,
+            error_rate,
+            dau_series,
+            dau_avg,
+            slow_actions,
+        })
+    }
+
+    /// Active users per day for the 30 days ending today, and their mean.
+    async fn dau(&self) -> Result<(Vec<DayActive>, f64), Error> {
+        let today = Utc::now().date_naive();
+        let first = today - Duration::days(29);
+        let df = self
+            .frame()
+            .await?
+            .filter(col("occurred_at").gt_eq(lit(first.format("%Y-%m-%d").to_string())))
+            .and_then(|d| {
+                d.aggregate(
+                    vec![day().alias("day")],
+                    vec![count_distinct(col("username")).alias("active_users")],
+                )
+            })
+            .map_err(df_error)?;
+        let active: HashMap<String, i64> = self
+            .rows(df)
+            .await?
+            .into_iter()
+            .map(|r| {
+                let day = r["day"].as_str().unwrap_or_default().to_owned();
+                (day, int(&r, "active_users"))
+            })
+            .collect();
+        let series: Vec<DayActive> = first
+            .iter_days()
+            .take_while(|d| *d <= today)
+            .map(|d: NaiveDate| {
+                let day = d.format("%Y-%m-%d").to_string();
+                DayActive {
+                    active_users: active.get(&day).copied().unwrap_or(0),
+                    day,
+                }
+            })
+            .collect();
+        let total: i64 = series.iter().map(|d| d.active_users).sum();
+        let avg = (total as f64 / series.len() as f64 * 10.0).round() / 10.0;
+        Ok((series, avg))
+    }
+}
+
+fn rate(part: i64, whole: i64) -> f64 {
+    if whole == 0 {
+        return 0.0;
+    }
+    (part as f64 / whole as f64 * 10_000.0).round() / 10_000.0
+}

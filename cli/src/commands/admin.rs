@@ -1,5 +1,5 @@
-//! `svc admin`: tables, users, groups and grants (the server checks the caller is an
-//! administrator).
+//! `svc admin`: tables, users, groups, grants and telemetry (the server checks the caller
+//! is an administrator).
 
 use std::path::{Path, PathBuf};
 
@@ -7,7 +7,7 @@ use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use super::{seg, Ctx};
+use super::{seg, telemetry, Ctx};
 use crate::client::Client;
 use crate::exit::{CliError, Exit, Result};
 use crate::progress;
@@ -63,6 +63,12 @@ pub enum Command {
     /// Resource grants of groups.
     #[command(subcommand)]
     Grant(GrantCommand),
+    /// Agents' tool usage: facets, KPIs, event pages and the summary.
+    #[command(subcommand)]
+    Telemetry(telemetry::Command),
+    /// Deprecated name of `telemetry`.
+    #[command(subcommand, hide = true)]
+    Usage(telemetry::Command),
     /// Removed: admins are the members of the Admin group.
     #[command(hide = true)]
     SetRole {
@@ -397,6 +403,11 @@ pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
         Command::User(u) => user(&client, u)?,
         Command::Group(g) => group(&client, g)?,
         Command::Grant(g) => grant(&client, g)?,
+        Command::Telemetry(t) => telemetry::run(&client, t)?,
+        Command::Usage(t) => {
+            eprintln!("warning: `svc admin usage` is deprecated; use `svc admin telemetry`");
+            telemetry::run(&client, t)?
+        }
         Command::SetRole { .. } => unreachable!("answered above"),
     }
     Ok(())

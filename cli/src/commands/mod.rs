@@ -9,6 +9,7 @@ pub mod pull;
 pub mod query;
 pub mod sessions;
 pub mod snapshot;
+pub mod telemetry;
 
 use std::time::Duration;
 

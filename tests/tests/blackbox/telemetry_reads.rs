@@ -5,7 +5,8 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{backends, Server};
+use crate::support::{backends, Server, TempDir};
+use crate::svc_cli::{code, stderr, stdout, svc};
 use crate::telemetry::{rows, run, server, upload_raw, LABELLED};
 
 /// A year: the fixture's events are from 2026-11.
@@ -218,5 +219,63 @@ fn administrators_read_facets_kpis_pages_and_the_summary() {
         );
         let followed = get(&s, &admin, &format!("/api/admin/usage/kpis?{YEAR}"));
         assert_eq!(followed["events_total"], 16);
+
+        // The client: the same numbers, a readable table, and the old name still works.
+        let config = TempDir::new();
+        let cli = |token: &str, args: &[&str]| {
+            let mut all = vec!["--server", s.base.as_str(), "--token", token];
+            all.extend_from_slice(args);
+            svc(&config.0, &all)
+        };
+        let out = cli(
+            &admin,
+            &["admin", "telemetry", "kpis", "--since", "365d", "--json"],
+        );
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let doc: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(doc["events_total"], 16);
+        let out = cli(
+            &admin,
+            &[
+                "admin",
+                "telemetry",
+                "query",
+                "--since",
+                "365d",
+                "--group-by",
+                "tool_name",
+                "--limit",
+                "2",
+            ],
+        );
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(stdout(&out).contains("INVOCATIONS"), "{}", stdout(&out));
+        assert!(
+            stderr(&out).contains("Next page: --offset 2"),
+            "{}",
+            stderr(&out)
+        );
+        let out = cli(
+            &admin,
+            &["admin", "usage", "facets", "--since", "365d", "--json"],
+        );
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("svc admin telemetry"),
+            "{}",
+            stderr(&out)
+        );
+        let doc: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(pairs(&doc["tools"]), sql_tools);
+        let out = cli(
+            &admin,
+            &["admin", "telemetry", "summary", "--window", "all"],
+        );
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(stdout(&out).contains("Top tools"), "{}", stdout(&out));
+        let out = cli(&admin, &["admin", "telemetry", "kpis", "--since", "soon"]);
+        assert_eq!(code(&out), 2, "a bad duration is a usage error");
+        let out = cli(&ana, &["admin", "telemetry", "kpis"]);
+        assert_eq!(code(&out), 8, "forbidden: {}", stderr(&out));
     }
 }

@@ -1,4 +1,5 @@
-//! The three read-only `svc_*` tables, served from the state store and filtered per caller.
+//! The three read-only `svc_*` tables, served from the state store (and, for events, the
+//! segments it lists) and filtered per caller.
 //!
 //! Registered with the host under `source_type = "internal"`. An administrator sees every
 //! row; anyone else sees only rows whose filter column equals their own identity. The

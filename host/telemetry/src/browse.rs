@@ -333,12 +333,10 @@ impl Browser {
         to_json(&df.collect().await.map_err(df_error)?)
     }
 
-    /// The `top` most frequent non-null values of `column` under `predicate`, most first.
-    async fn top(&self, predicate: Expr, column: &str, top: usize) -> Result<Vec<Count>, Error> {
-        let df = self
-            .frame()
-            .await?
-            .filter(predicate.and(col(column).is_not_null()))
+    /// The `top` most frequent non-null values of `column` among `events`, most first.
+    async fn top(&self, events: DataFrame, column: &str, top: usize) -> Result<Vec<Count>, Error> {
+        let df = events
+            .filter(col(column).is_not_null())
             .and_then(|d| {
                 d.aggregate(
                     vec![col(column).alias("value")],
@@ -371,12 +369,16 @@ impl Browser {
             ..Filters::default()
         };
         window.validate()?;
-        let p = window.predicate();
+        let events = self
+            .frame()
+            .await?
+            .filter(window.predicate())
+            .map_err(df_error)?;
         let (users, tools, sources, event_types) = tokio::join!(
-            self.top(p.clone(), "username", 50),
-            self.top(p.clone(), "tool_name", 50),
-            self.top(p.clone(), "source", 20),
-            self.top(p, "event_type", 20),
+            self.top(events.clone(), "username", 50),
+            self.top(events.clone(), "tool_name", 50),
+            self.top(events.clone(), "source", 20),
+            self.top(events, "event_type", 20),
         );
         Ok(Facets {
             window_minutes: since_minutes,
@@ -516,38 +518,36 @@ impl Browser {
     /// The summary of a window (reference §5.5, quirks fixed).
     pub async fn summary(&self, window: Window) -> Result<Summary, Error> {
         let since = window.since();
-        let in_window = col("occurred_at").gt_eq(lit(since.clone()));
-        let tools = self
-            .frame()
-            .await?
-            .filter(in_window.clone().and(col("tool_name").is_not_null()))
-            .and_then(|d| {
-                d.aggregate(
-                    vec![col("tool_name"), col("source")],
-                    vec![count(lit(1)).alias("invocations"), errors().alias("errors")],
-                )
-            })
-            .map_err(df_error)?;
-        let top_tools = tools
+        // One listing of the segments serves every part of the summary.
+        let all = self.frame().await?;
+        let events = all
             .clone()
-            .sort(vec![
-                col("invocations").sort(false, false),
-                col("tool_name").sort(true, false),
-                col("source").sort(true, false),
-            ])
-            .and_then(|d| d.limit(0, Some(10)))
-            .and_then(|d| d.select_columns(&["tool_name", "source", "invocations"]))
+            .filter(col("occurred_at").gt_eq(lit(since.clone())))
             .map_err(df_error)?;
-        let by_tool = self
-            .frame()
-            .await?
-            .filter(in_window.clone().and(col("tool_name").is_not_null()))
+        let calls = events
+            .clone()
+            .filter(col("tool_name").is_not_null())
+            .map_err(df_error)?;
+        let top_tools = calls
+            .clone()
+            .aggregate(
+                vec![col("tool_name"), col("source")],
+                vec![count(lit(1)).alias("invocations")],
+            )
             .and_then(|d| {
-                d.aggregate(
-                    vec![col("tool_name")],
-                    vec![count(lit(1)).alias("invocations"), errors().alias("errors")],
-                )
+                d.sort(vec![
+                    col("invocations").sort(false, false),
+                    col("tool_name").sort(true, false),
+                    col("source").sort(true, false),
+                ])
             })
+            .and_then(|d| d.limit(0, Some(10)))
+            .map_err(df_error)?;
+        let by_tool = calls
+            .aggregate(
+                vec![col("tool_name")],
+                vec![count(lit(1)).alias("invocations"), errors().alias("errors")],
+            )
             .and_then(|d| {
                 d.sort(vec![
                     col("invocations").sort(false, false),
@@ -556,16 +556,11 @@ impl Browser {
             })
             .and_then(|d| d.limit(0, Some(10)))
             .map_err(df_error)?;
-        let top_users = self
-            .frame()
-            .await?
-            .filter(in_window)
-            .and_then(|d| {
-                d.aggregate(
-                    vec![col("username")],
-                    vec![count(lit(1)).alias("tool_calls")],
-                )
-            })
+        let top_users = events
+            .aggregate(
+                vec![col("username")],
+                vec![count(lit(1)).alias("tool_calls")],
+            )
             .and_then(|d| {
                 d.sort(vec![
                     col("tool_calls").sort(false, false),
@@ -584,7 +579,7 @@ impl Browser {
                 r
             })
             .collect();
-        let (dau_series, dau_avg) = self.dau().await?;
+        let (dau_series, dau_avg) = self.dau(all).await?;
         let slow_actions = self
             .store
             .slow_actions(&since, 5, 10)
@@ -601,13 +596,11 @@ impl Browser {
         })
     }
 
-    /// Active users per day for the 30 days ending today, and their mean.
-    async fn dau(&self) -> Result<(Vec<DayActive>, f64), Error> {
+    /// Active users per day among `events` for the 30 days ending today, and their mean.
+    async fn dau(&self, events: DataFrame) -> Result<(Vec<DayActive>, f64), Error> {
         let today = Utc::now().date_naive();
         let first = today - Duration::days(29);
-        let df = self
-            .frame()
-            .await?
+        let df = events
             .filter(col("occurred_at").gt_eq(lit(first.format("%Y-%m-%d").to_string())))
             .and_then(|d| {
                 d.aggregate(

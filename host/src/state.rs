@@ -20,6 +20,7 @@ use svc_store::audit::AuditWriter;
 use svc_store::Store;
 use svc_telemetry::browse::Browser;
 use svc_telemetry::files::SessionFiles;
+use svc_telemetry::sessions::SessionBrowser;
 use svc_telemetry::{EventSegments, Pipeline};
 
 use crate::discovery::DiscoveryCaches;
@@ -84,6 +85,8 @@ pub struct AppState {
     pub pipeline: Arc<Pipeline>,
     /// Telemetry reads for administrators (facets, KPIs, pages, summary).
     pub telemetry: Browser,
+    /// Session reads (lists, transcripts, downloads) for administrators and owners.
+    pub sessions: SessionBrowser,
     /// Request-path settings.
     pub config: RuntimeConfig,
 }
@@ -128,10 +131,12 @@ impl AppState {
             EventSegments::new(&config.data_dir),
         );
         let telemetry = Browser::new(store.clone(), &config.data_dir);
+        let sessions = SessionBrowser::new(store.clone(), SessionFiles::new(&config.data_dir));
         Arc::new(Self {
             engine,
             pipeline,
             telemetry,
+            sessions,
             auth,
             audit,
             admin,

@@ -2,6 +2,7 @@
 //! error envelope), bearer authentication, and the OpenAPI document.
 
 mod admin_groups;
+mod admin_sessions;
 mod admin_users;
 mod auth;
 pub(crate) mod discovery;
@@ -157,75 +158,92 @@ async fn check_admin(req: &Request, bearer: Bearer) -> poem::Result<svc_auth::Ca
     }
 }
 
+/// Grouped because poem-openapi implements `OpenApi` for tuples of at most 16.
 type Apis = (
-    health::HealthApi,
-    auth::AuthApi,
-    me::MeApi,
-    admin_users::UsersApi,
-    admin_groups::AccessApi,
-    registry::RegistryApi,
-    discovery::DiscoveryApi,
-    query::QueryApi,
-    scan::ScanApi,
-    metadata::MetadataApi,
-    sync::SyncApi,
-    scheduler::SchedulerApi,
-    scripts::ScriptsApi,
-    upload::UploadApi,
-    sessions::SessionsApi,
-    telemetry::TelemetryApi,
+    (
+        health::HealthApi,
+        auth::AuthApi,
+        me::MeApi,
+        admin_users::UsersApi,
+        admin_groups::AccessApi,
+    ),
+    (
+        registry::RegistryApi,
+        discovery::DiscoveryApi,
+        query::QueryApi,
+        scan::ScanApi,
+        metadata::MetadataApi,
+        sync::SyncApi,
+        scheduler::SchedulerApi,
+        scripts::ScriptsApi,
+        upload::UploadApi,
+    ),
+    (
+        sessions::SessionsApi,
+        admin_sessions::AdminSessionsApi,
+        telemetry::TelemetryApi,
+    ),
 );
 
 fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
     let apis = (
-        health::HealthApi {
-            state: state.clone(),
-        },
-        auth::AuthApi {
-            state: state.clone(),
-        },
-        me::MeApi {
-            state: state.clone(),
-        },
-        admin_users::UsersApi {
-            state: state.clone(),
-        },
-        admin_groups::AccessApi {
-            state: state.clone(),
-        },
-        registry::RegistryApi {
-            state: state.clone(),
-        },
-        discovery::DiscoveryApi {
-            state: state.clone(),
-        },
-        query::QueryApi {
-            state: state.clone(),
-        },
-        scan::ScanApi {
-            state: state.clone(),
-        },
-        metadata::MetadataApi {
-            state: state.clone(),
-        },
-        sync::SyncApi {
-            state: state.clone(),
-        },
-        scheduler::SchedulerApi {
-            state: state.clone(),
-        },
-        scripts::ScriptsApi {
-            state: state.clone(),
-        },
-        upload::UploadApi {
-            state: state.clone(),
-        },
-        sessions::SessionsApi {
-            state: state.clone(),
-        },
-        telemetry::TelemetryApi {
-            state: state.clone(),
-        },
+        (
+            health::HealthApi {
+                state: state.clone(),
+            },
+            auth::AuthApi {
+                state: state.clone(),
+            },
+            me::MeApi {
+                state: state.clone(),
+            },
+            admin_users::UsersApi {
+                state: state.clone(),
+            },
+            admin_groups::AccessApi {
+                state: state.clone(),
+            },
+        ),
+        (
+            registry::RegistryApi {
+                state: state.clone(),
+            },
+            discovery::DiscoveryApi {
+                state: state.clone(),
+            },
+            query::QueryApi {
+                state: state.clone(),
+            },
+            scan::ScanApi {
+                state: state.clone(),
+            },
+            metadata::MetadataApi {
+                state: state.clone(),
+            },
+            sync::SyncApi {
+                state: state.clone(),
+            },
+            scheduler::SchedulerApi {
+                state: state.clone(),
+            },
+            scripts::ScriptsApi {
+                state: state.clone(),
+            },
+            upload::UploadApi {
+                state: state.clone(),
+            },
+        ),
+        (
+            sessions::SessionsApi {
+                state: state.clone(),
+            },
+            admin_sessions::AdminSessionsApi {
+                state: state.clone(),
+            },
+            telemetry::TelemetryApi {
+                state: state.clone(),
+            },
+        ),
     );
     OpenApiService::new(apis, "svc", VERSION)
         .description("Data access and observability for analysts and their AI agents.")

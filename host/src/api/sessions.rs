@@ -9,14 +9,17 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use poem::{Body, Request};
-use poem_openapi::param::Query;
+use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::{Binary, Json};
 use poem_openapi::{Object, OpenApi};
-use svc_core::Error;
+use serde_json::Value;
+use svc_core::clock::format_ts;
+use svc_core::{Error, ErrorKind};
 use svc_store::audit::Event;
 use svc_telemetry::files::{Encoding, StoredFile, StoredOutcome};
 use svc_telemetry::names::{SessionName, UserDir};
 
+use super::admin_sessions::{download, json, SessionDownload};
 use super::upload::{check_declared, receive};
 use super::{ApiResult, BearerAuth, Tag};
 use crate::state::AppState;
@@ -190,5 +193,91 @@ impl SessionsApi {
             bytes: s.bytes,
             content_hash: s.content_hash,
         }))
+    }
+
+    /// The caller's own session files, processed or not, newest first (the same rows as
+    /// the admin per-user list).
+    #[oai(
+        path = "/api/me/sessions",
+        method = "get",
+        operation_id = "list_my_sessions"
+    )]
+    async fn my_sessions(
+        &self,
+        auth: BearerAuth,
+        /// Rows per page, 1..200 (default 50).
+        limit: Query<Option<usize>>,
+        /// Rows to skip, 0..50000.
+        offset: Query<Option<usize>>,
+    ) -> ApiResult<Json<Value>> {
+        json(
+            self.state
+                .sessions
+                .user_sessions(
+                    &auth.0.user.id,
+                    limit.0.unwrap_or(50),
+                    offset.0.unwrap_or(0),
+                )
+                .await?,
+        )
+    }
+
+    /// One of the caller's own session files (JSONL), streamed. Any name that is not one of
+    /// the caller's files is 404, never 403. Audited as `session.download`.
+    #[oai(
+        path = "/api/me/sessions/:file",
+        method = "get",
+        operation_id = "download_my_session"
+    )]
+    async fn my_download(
+        &self,
+        auth: BearerAuth,
+        file: Path<String>,
+    ) -> ApiResult<SessionDownload> {
+        let started = Instant::now();
+        let opened = self
+            .state
+            .sessions
+            .open(&auth.0.user.id, &file.0)
+            .await
+            .map_err(|e| match e.kind() {
+                ErrorKind::Internal => e,
+                _ => Error::not_found(format!("no session file of yours is named {:?}", file.0)),
+            });
+        download(
+            &self.state.audit,
+            &auth.0.actor,
+            format!("{}/{}", auth.0.user.id, file.0),
+            started,
+            opened,
+        )
+        .await
+    }
+
+    /// The caller's token use over the last `days` days (sessions by start day): per day,
+    /// per primary model, the ten largest sessions and the totals.
+    #[oai(
+        path = "/api/me/stats/tokens",
+        method = "get",
+        operation_id = "get_my_token_stats"
+    )]
+    async fn my_tokens(
+        &self,
+        auth: BearerAuth,
+        /// Days, 1..365 (default 30).
+        days: Query<Option<u32>>,
+    ) -> ApiResult<Json<Value>> {
+        let days = days.0.unwrap_or(30);
+        if !(1..=365).contains(&days) {
+            return Err(Error::invalid("days must be between 1 and 365").into());
+        }
+        let since = format_ts(chrono::Utc::now() - chrono::Duration::days(i64::from(days)));
+        json(
+            self.state
+                .store
+                .token_stats(&auth.0.user.id, &since, days)
+                .await
+                .map_err(Error::from)?,
+        )
     }
 }

@@ -286,7 +286,7 @@ impl TelemetryApi {
 
     /// The window's top tools and users, the busiest tools' error rates, daily active
     /// users for the 30 days ending today, and the slowest audited actions (p50/p95/p99).
-    /// Audited as `usage.summary`.
+    /// Audited as `usage.summary` (once a minute per admin and window).
     #[oai(
         path = "/summary",
         method = "get",
@@ -305,18 +305,12 @@ impl TelemetryApi {
             self.state.telemetry.summary(w).await
         }
         .await;
-        self.state
-            .audit
-            .write_outcome(
-                &auth.0.actor,
-                Event::new("usage.summary")
-                    .resource("telemetry")
-                    .param("window", name.as_str()),
-                started,
-                &result,
-                |event, _| event,
-            )
-            .await;
+        let event = Event::new("usage.summary")
+            .resource("telemetry")
+            .param("window", name.as_str())
+            .outcome(&result, |event, _| event)
+            .timed(started);
+        self.state.audit.write_read(&auth.0.actor, event).await;
         json(result?)
     }
 

@@ -20,6 +20,7 @@ mod migrate;
 pub mod registry;
 mod schema;
 pub mod scripts;
+pub mod sessions;
 pub mod sync;
 pub mod tokens;
 pub mod usage;

@@ -305,6 +305,25 @@ impl Store {
         .await
     }
 
+    /// The states of one owner's files (keys under `<user dir>/`; see
+    /// [`Store::sessions_of_dir`] for the range).
+    pub async fn session_file_states_of(
+        &self,
+        user_dir: &str,
+    ) -> Result<Vec<FileState>, StoreError> {
+        crate::fetch_vec(
+            self,
+            sqlx::query(
+                "SELECT * FROM session_file_state WHERE session_file > $1 AND session_file < $2 \
+                 ORDER BY session_file",
+            )
+            .bind(format!("{user_dir}/"))
+            .bind(format!("{user_dir}0")),
+            state_of,
+        )
+        .await
+    }
+
     /// Stores processed files in one transaction: each file's state (naming its new
     /// segment), summary and daily counts replace the previous ones. Returns the days whose
     /// counts changed (before or after), for the rollups, and the segments no longer named

@@ -253,32 +253,123 @@ impl SessionFiles {
             if !user.file_type()?.is_dir() {
                 continue;
             }
-            for entry in std::fs::read_dir(user.path())? {
-                let entry = entry?;
-                let Some(name) = entry.file_name().to_str().and_then(SessionName::existing) else {
-                    continue;
-                };
-                let meta = entry.metadata()?;
-                if !meta.is_file() {
-                    continue;
-                }
-                let mtime_ns = meta
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                    .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-                found.push(FoundFile {
-                    path: entry.path(),
-                    dir: dir.clone(),
-                    name,
-                    size: meta.len(),
-                    mtime_ns,
-                });
-            }
+            found.extend(self.scan_dir(&dir)?);
         }
         found.sort_by(|a, b| (&a.dir, &a.name).cmp(&(&b.dir, &b.name)));
         Ok(found)
     }
+
+    /// One user's session files (blocking), in no order; none when the directory does not
+    /// exist. Only regular files whose names pass the rules are listed: a symlink is never
+    /// followed, so nothing placed there can point a reader outside the root.
+    pub fn scan_dir(&self, dir: &UserDir) -> std::io::Result<Vec<FoundFile>> {
+        let entries = match std::fs::read_dir(self.root.join(dir.as_str())) {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut found = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            let Some(name) = entry.file_name().to_str().and_then(SessionName::existing) else {
+                continue;
+            };
+            let meta = entry.metadata()?;
+            if !meta.is_file() {
+                continue;
+            }
+            found.push(FoundFile {
+                path: entry.path(),
+                dir: dir.clone(),
+                name,
+                size: meta.len(),
+                mtime_ns: mtime_ns(&meta),
+            });
+        }
+        Ok(found)
+    }
+
+    /// A stored session file, opened for reading after the path guards (reference §6.1,
+    /// with symlinks refused rather than resolved): `dir` and `name` must pass the path
+    /// rules (400 naming which failed), the file must exist (404) and be a regular file,
+    /// not a link (400), whose real path lies under the root (400).
+    pub fn open(&self, dir: &str, name: &str) -> Result<OpenFile, Error> {
+        let dir = UserDir::existing(dir).ok_or_else(|| {
+            Error::bad_request(format!(
+                "invalid username (session directory): {:?}",
+                truncate(dir)
+            ))
+        })?;
+        let name = SessionName::existing(name).ok_or_else(|| {
+            Error::bad_request(format!("invalid session file name: {:?}", truncate(name)))
+        })?;
+        let path = self.path(&dir, &name);
+        let not_found = || Error::not_found(format!("session not found: {dir}/{name}"));
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
+            Err(e) => return Err(Error::internal(format!("stat {}: {e}", path.display()))),
+        };
+        if meta.file_type().is_symlink() {
+            return Err(Error::bad_request(
+                "path escape rejected: the session file is a link",
+            ));
+        }
+        if !meta.is_file() {
+            return Err(not_found());
+        }
+        let real = std::fs::canonicalize(&path).map_err(|_| not_found())?;
+        let root = std::fs::canonicalize(&self.root).map_err(|_| not_found())?;
+        if !real.starts_with(&root) {
+            return Err(Error::bad_request("path escape rejected"));
+        }
+        let file = File::open(&real).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => not_found(),
+            _ => Error::internal(format!("open {}: {e}", real.display())),
+        })?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::internal(format!("stat {}: {e}", real.display())))?;
+        Ok(OpenFile {
+            key: session_key(&dir, &name),
+            dir,
+            name,
+            path: real,
+            size: meta.len(),
+            mtime_ns: mtime_ns(&meta),
+            file,
+        })
+    }
+}
+
+/// A session file opened by [`SessionFiles::open`].
+#[derive(Debug)]
+pub struct OpenFile {
+    /// `<user dir>/<file name>`.
+    pub key: String,
+    /// The owner's directory.
+    pub dir: UserDir,
+    /// The file name.
+    pub name: SessionName,
+    /// Its real path.
+    pub path: PathBuf,
+    /// Size when opened.
+    pub size: u64,
+    /// Modification time when opened (ns since the epoch).
+    pub mtime_ns: i64,
+    /// The open file (reads see this file even if it is replaced meanwhile).
+    pub file: File,
+}
+
+fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(80).collect()
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 //! - Owns the session file root and its path rules ([`files`], [`names`]), the JSONL
 //!   extractor ([`extract`], over [`transcript`] shapes read by [`lines`]), plugin
 //!   attribution ([`attribution`]) and the pipeline runs ([`runner`]).
+//! - Reads for people: the telemetry browser ([`browse`]), sessions and their transcripts
+//!   ([`sessions`], [`transcript_view`]) and ZIP streams of a user's files ([`archive`]).
 //! - Principal type: [`Pipeline`], holding only the store and the session root.
 //! - Must never import poem or any svc crate above it (catalog, query, the host); it stands
 //!   on `svc-store` and `svc-core`, and writes event segments in the format the internal
@@ -12,6 +14,7 @@
 //! [`extract`]). Each file's events become one parquet segment (`svc_telemetry`'s rows);
 //! the store keeps its summary (`svc_sessions`), daily counts and the rollups.
 
+pub mod archive;
 pub mod attribution;
 pub mod browse;
 pub mod corpus;
@@ -21,7 +24,9 @@ pub mod files;
 pub mod lines;
 pub mod names;
 pub mod runner;
+pub mod sessions;
 pub mod transcript;
+pub mod transcript_view;
 
 pub use runner::{Pipeline, RunReport, Trigger};
 pub use svc_driver_internal::EventSegments;

@@ -5,9 +5,18 @@
 //! queued rows in batches (group commit), so a request never waits on an audit insert. A
 //! failed insert is logged together with the rows it lost and never changes a response.
 //! [`AuditWriter::flush`] waits until everything queued so far is stored; shutdown calls it.
+//!
+//! Observability reads (an admin paging the activity log, re-opening a transcript) would
+//! otherwise audit themselves on every refresh; [`AuditWriter::write_read`] is the one
+//! suppression mechanism: the same actor, action, resource and filter within
+//! [`READ_SUPPRESSION`] writes one row. The memory of recent reads is bounded and per
+//! process, so behind several replicas each may write one row per window (a spam guard, not
+//! a security control).
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 use svc_core::clock::{new_id, now};
@@ -28,6 +37,10 @@ pub const MAX_ERROR_CHARS: usize = 200;
 const QUEUE_CAPACITY: usize = 100_000;
 /// Most rows stored in one transaction.
 const MAX_BATCH: usize = 5_000;
+/// How long a repeated observability read writes no new row (reference §2.4).
+pub const READ_SUPPRESSION: Duration = Duration::from_secs(60);
+/// Recent reads remembered; past this, expired ones are dropped, then the oldest.
+const MAX_REMEMBERED_READS: usize = 10_000;
 
 /// What kind of client caused an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +189,20 @@ impl Event {
         self
     }
 
+    /// What makes two reads "the same": actor, action, resource and parameters (in key
+    /// order, whatever order they were added in).
+    fn read_key(&self, actor: &Actor) -> u64 {
+        let params: BTreeMap<&String, String> = self
+            .params
+            .iter()
+            .filter(|(k, _)| k.as_str() != "duration_ms")
+            .map(|(k, v)| (k, v.to_string()))
+            .collect();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&actor.user_id, &self.action, &self.resource, params).hash(&mut h);
+        h.finish()
+    }
+
     fn into_record(self, actor: &Actor) -> AuditRecord {
         AuditRecord {
             id: new_id(),
@@ -227,6 +254,7 @@ enum Msg {
 #[derive(Debug, Clone)]
 pub struct AuditWriter {
     tx: mpsc::Sender<Msg>,
+    reads: Arc<Mutex<HashMap<u64, Instant>>>,
 }
 
 impl std::fmt::Debug for Msg {
@@ -240,7 +268,39 @@ impl AuditWriter {
     pub fn start(store: Store) -> Arc<Self> {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         tokio::spawn(run(store, rx));
-        Arc::new(Self { tx })
+        Arc::new(Self {
+            tx,
+            reads: Arc::default(),
+        })
+    }
+
+    /// Audits an observability read unless the same actor made the same read (action,
+    /// resource and parameters; leave paging out of the parameters) within
+    /// [`READ_SUPPRESSION`]. Returns whether a row was queued. The read is remembered
+    /// before the row is queued, so a failed insert is not retried by the next refresh.
+    pub async fn write_read(&self, actor: &Actor, event: Event) -> bool {
+        let key = event.read_key(actor);
+        let now = Instant::now();
+        {
+            let mut reads = self.reads.lock().expect("audit read memory");
+            if reads
+                .get(&key)
+                .is_some_and(|at| now.duration_since(*at) < READ_SUPPRESSION)
+            {
+                return false;
+            }
+            if reads.len() >= MAX_REMEMBERED_READS {
+                reads.retain(|_, at| now.duration_since(*at) < READ_SUPPRESSION);
+                if reads.len() >= MAX_REMEMBERED_READS {
+                    if let Some(oldest) = reads.iter().min_by_key(|(_, at)| **at).map(|(k, _)| *k) {
+                        reads.remove(&oldest);
+                    }
+                }
+            }
+            reads.insert(key, now);
+        }
+        self.write(actor, event).await;
+        true
     }
 
     /// Queues an event. Returns at once unless the queue is full, in which case it waits for
@@ -355,6 +415,42 @@ mod tests {
         assert_eq!(failed.correlation_id.as_deref(), Some("req-1"));
         let msg = failed.params.as_ref().unwrap()["error"].as_str().unwrap();
         assert_eq!(msg.chars().count(), MAX_ERROR_CHARS);
+    }
+
+    #[tokio::test]
+    async fn a_repeated_read_is_audited_once_per_window_and_a_different_one_again() {
+        let (store, _dir) = testing::sqlite().await;
+        let writer = AuditWriter::start(store.clone());
+        let (alice, bob) = (
+            Actor::anonymous(None, None),
+            Actor {
+                user_id: Some("bob".into()),
+                ..Actor::anonymous(None, None)
+            },
+        );
+        let read = |window: &str| {
+            Event::new("usage.summary")
+                .resource("telemetry")
+                .param("window", window)
+                .param("a", 1)
+        };
+        assert!(writer.write_read(&alice, read("7d")).await);
+        assert!(!writer.write_read(&alice, read("7d")).await);
+        // The same parameters added in another order are the same read.
+        let reordered = Event::new("usage.summary")
+            .resource("telemetry")
+            .param("a", 1)
+            .param("window", "7d");
+        assert!(!writer.write_read(&alice, reordered).await);
+        assert!(writer.write_read(&alice, read("30d")).await);
+        assert!(writer.write_read(&bob, read("7d")).await);
+        writer.flush().await;
+        let n: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM audit_log WHERE action = 'usage.summary'")
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+        assert_eq!(n, 3);
     }
 
     #[tokio::test]

@@ -15,7 +15,7 @@ mod workspace;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use commands::{admin, auth, discovery, pull, query, sessions, snapshot, Ctx};
+use commands::{admin, auth, discovery, me, pull, query, sessions, snapshot, Ctx};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -109,6 +109,9 @@ enum Command {
     /// Upload agent session transcripts (they become your telemetry).
     #[command(subcommand)]
     Sessions(sessions::Command),
+    /// Your own usage: token counts of your agent sessions.
+    #[command(subcommand)]
+    Me(me::Command),
     /// Administration (admins only).
     #[command(subcommand)]
     Admin(admin::Command),
@@ -143,6 +146,7 @@ fn run(cli: Cli) -> exit::Result<()> {
         Command::Snapshot(c) => snapshot::run(&ctx, &root, c),
         Command::Pull { json } => pull::run(&ctx, &root, json),
         Command::Sessions(c) => sessions::run(&ctx, c),
+        Command::Me(c) => me::run(&ctx, c),
         Command::Admin(c) => admin::run(&ctx, c),
         Command::SetRole { args } => Err(admin::set_role_removed(&args)),
         Command::Completions { shell } => {

@@ -7,7 +7,7 @@ use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use super::{seg, telemetry, Ctx};
+use super::{admin_sessions, seg, telemetry, Ctx};
 use crate::client::Client;
 use crate::exit::{CliError, Exit, Result};
 use crate::progress;
@@ -69,6 +69,20 @@ pub enum Command {
     /// Deprecated name of `telemetry`.
     #[command(subcommand, hide = true)]
     Usage(telemetry::Command),
+    /// Agents' sessions: list, KPIs, facets, transcripts, downloads.
+    #[command(subcommand)]
+    Sessions(admin_sessions::Command),
+    /// One user's session files, or all of them as a ZIP (`--zip FILE`).
+    UserSessions {
+        /// User id or e-mail.
+        user: String,
+        /// Save every file of the user as one ZIP archive here.
+        #[arg(long)]
+        zip: Option<PathBuf>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Removed: admins are the members of the Admin group.
     #[command(hide = true)]
     SetRole {
@@ -407,6 +421,11 @@ pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
         Command::Usage(t) => {
             eprintln!("warning: `svc admin usage` is deprecated; use `svc admin telemetry`");
             telemetry::run(&client, t)?
+        }
+        Command::Sessions(c) => admin_sessions::run(&client, c)?,
+        Command::UserSessions { user, zip, json } => {
+            let id = user_id(&client, &user)?;
+            admin_sessions::user_sessions(&client, &id, zip, json)?
         }
         Command::SetRole { .. } => unreachable!("answered above"),
     }

@@ -2,9 +2,11 @@
 //! file here plus one variant in `main.rs`'s `Command`.
 
 pub mod admin;
+pub mod admin_sessions;
 pub mod auth;
 pub mod discovery;
 pub mod local;
+pub mod me;
 pub mod pull;
 pub mod query;
 pub mod sessions;

@@ -86,7 +86,7 @@ pub struct FilterArgs {
 }
 
 /// Minutes from `90`, `90m`, `12h` or `7d`.
-fn minutes(since: &str) -> Result<u64> {
+pub(super) fn minutes(since: &str) -> Result<u64> {
     let s = since.trim();
     let (digits, unit) = match s.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_lowercase()),
@@ -108,7 +108,7 @@ fn minutes(since: &str) -> Result<u64> {
 }
 
 /// `?k=v&…` of the given pairs, values percent-encoded, absent ones left out.
-fn query_string(pairs: &[(&str, Option<String>)]) -> String {
+pub(super) fn query_string(pairs: &[(&str, Option<String>)]) -> String {
     let parts: Vec<String> = pairs
         .iter()
         .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", seg(v))))
@@ -141,7 +141,7 @@ impl FilterArgs {
     }
 }
 
-fn counts(title: &str, list: &Value) {
+pub(super) fn counts(title: &str, list: &Value) {
     println!("{title}");
     let rows: Vec<Vec<String>> = list
         .as_array()

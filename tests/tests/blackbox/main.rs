@@ -15,6 +15,7 @@ mod query;
 mod registry;
 mod scan;
 mod sdk;
+mod sessions;
 mod store;
 mod support;
 mod svc_cli;

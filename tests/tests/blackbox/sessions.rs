@@ -46,9 +46,12 @@ fn bytes(s: &Server, token: &str, path: &str) -> (u16, Vec<u8>, String) {
 fn raw_status(s: &Server, token: &str, path: &str) -> (u16, String) {
     let addr = s.base.trim_start_matches("http://").to_owned();
     let mut sock = std::net::TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    // HTTP/1.0: the server closes the connection after its answer, which ends the read.
     write!(
         sock,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.0\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();
@@ -356,31 +359,62 @@ fn administrators_browse_read_and_download_sessions() {
             all.extend_from_slice(args);
             svc(&config.0, &all)
         };
-        let out = cli(&admin, &["admin", "sessions", "list", "--since", "365d", "--json"]);
+        let out = cli(
+            &admin,
+            &["admin", "sessions", "list", "--since", "365d", "--json"],
+        );
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         let doc: Value = serde_json::from_str(&stdout(&out)).unwrap();
         assert_eq!(session_files(&doc), files);
-        let out = cli(&admin, &["admin", "sessions", "list", "--since", "365d", "--limit", "1"]);
+        let out = cli(
+            &admin,
+            &[
+                "admin", "sessions", "list", "--since", "365d", "--limit", "1",
+            ],
+        );
         assert!(stdout(&out).contains("ERRORS"), "{}", stdout(&out));
-        assert!(stderr(&out).contains("Next page: --offset 1"), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("Next page: --offset 1"),
+            "{}",
+            stderr(&out)
+        );
         let session = format!("{ana_id}/a.jsonl");
-        let out = cli(&admin, &["admin", "sessions", "show", &session, "--errors-only"]);
+        let out = cli(
+            &admin,
+            &["admin", "sessions", "show", &session, "--errors-only"],
+        );
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         let shown = stdout(&out);
         assert!(shown.contains("→ Bash {\"command\":\"ls\"}"), "{shown}");
-        assert!(shown.contains("result of Bash") && shown.contains("FAILED"), "{shown}");
+        assert!(
+            shown.contains("result of Bash") && shown.contains("FAILED"),
+            "{shown}"
+        );
         assert!(!shown.contains("Read"), "only failing calls: {shown}");
         let saved = config.0.join("a-copy.jsonl");
         let out = cli(
             &admin,
-            &["admin", "sessions", "download", &session, "-o", saved.to_str().unwrap()],
+            &[
+                "admin",
+                "sessions",
+                "download",
+                &session,
+                "-o",
+                saved.to_str().unwrap(),
+            ],
         );
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         assert_eq!(std::fs::read(&saved).unwrap(), LABELLED);
         let zip_out = config.0.join("ana.zip");
         let out = cli(
             &admin,
-            &["admin", "user-sessions", "ana@example.com", "--zip", zip_out.to_str().unwrap()],
+            &[
+                "admin",
+                "user-sessions",
+                "ana@example.com",
+                "--zip",
+                zip_out.to_str().unwrap(),
+            ],
         );
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         assert_eq!(std::fs::read(&zip_out).unwrap()[..4], *b"PK\x03\x04");

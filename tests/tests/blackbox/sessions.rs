@@ -220,9 +220,9 @@ fn administrators_browse_read_and_download_sessions() {
 
         // Path guards: each refused with a clear status, never a 500.
         for (bad, want) in [
-            (format!("/api/admin/sessions/../a.jsonl/transcript"), 400),
+            ("/api/admin/sessions/../a.jsonl/transcript".to_owned(), 400),
             (
-                format!("/api/admin/sessions/%2e%2e/a.jsonl/transcript"),
+                "/api/admin/sessions/%2e%2e/a.jsonl/transcript".to_owned(),
                 400,
             ),
             (

@@ -13,7 +13,7 @@ use std::time::UNIX_EPOCH;
 use serde::Serialize;
 use svc_core::{Error, ErrorKind};
 
-use crate::names::{session_key, SessionName, UserDir};
+use crate::names::{session_key, truncate, SessionName, UserDir};
 
 /// Name of the directory under the data directory.
 pub const ROOT_DIR: &str = "user_sessions";
@@ -297,11 +297,14 @@ impl SessionFiles {
         let dir = UserDir::existing(dir).ok_or_else(|| {
             Error::bad_request(format!(
                 "invalid username (session directory): {:?}",
-                truncate(dir)
+                truncate(dir, 80)
             ))
         })?;
         let name = SessionName::existing(name).ok_or_else(|| {
-            Error::bad_request(format!("invalid session file name: {:?}", truncate(name)))
+            Error::bad_request(format!(
+                "invalid session file name: {:?}",
+                truncate(name, 80)
+            ))
         })?;
         let path = self.path(&dir, &name);
         let not_found = || Error::not_found(format!("session not found: {dir}/{name}"));
@@ -366,10 +369,6 @@ fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
-
-fn truncate(s: &str) -> String {
-    s.chars().take(80).collect()
 }
 
 #[cfg(test)]

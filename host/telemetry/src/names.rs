@@ -114,7 +114,7 @@ pub fn session_key(dir: &UserDir, name: &SessionName) -> String {
     format!("{dir}/{name}")
 }
 
-fn truncate(s: &str, max: usize) -> String {
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     s.chars().take(max).collect()
 }
 

@@ -22,10 +22,7 @@ use crate::files::{OpenFile, SessionFiles};
 use crate::names::UserDir;
 use crate::transcript_view::{TranscriptIndex, TranscriptPage, MAX_PAGE_EVENTS};
 
-/// The longest sessions window (365 days), in minutes.
-pub const MAX_WINDOW_MINUTES: u32 = 525_600;
-/// The default sessions window (7 days), in minutes.
-pub const DEFAULT_WINDOW_MINUTES: u32 = 10_080;
+pub use crate::browse::{DEFAULT_WINDOW_MINUTES, MAX_WINDOW_MINUTES};
 /// The most rows a list page holds.
 pub const MAX_PAGE_ROWS: usize = 200;
 /// The deepest offset a list accepts.

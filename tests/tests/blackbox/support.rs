@@ -297,6 +297,19 @@ impl Server {
             .map(|kib| kib << 10)
     }
 
+    /// CPU time the server process has used so far (user + system), in seconds.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let pid = self.child.as_ref()?.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces) start at field 3.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // Linux reports in clock ticks of 1/100 s (USER_HZ) on every supported platform.
+        Some(ticks as f64 / 100.0)
+    }
+
     /// Kills the server with SIGKILL (no shutdown work at all) and waits for it.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

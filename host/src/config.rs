@@ -2,8 +2,10 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context as _;
+use svc_ask::LlmConfig;
 use svc_catalog::settings::{DriverSettings, RawSettings};
 use svc_store as store;
 
@@ -22,16 +24,77 @@ pub struct StoreArgs {
 }
 
 /// The instance config file: a `[data_source.<source_type>]` table per driver that takes
-/// settings. Every key has an environment override (`SVC_<SOURCE_TYPE>_<KEY>`), which wins
-/// over the file; `svc-catalog` resolves both, driver by driver.
+/// settings, and `[llm]` for ask. Every key has an environment override
+/// (`SVC_<SOURCE_TYPE>_<KEY>`, `SVC_LLM_<KEY>`), which wins over the file; `svc-catalog`
+/// resolves the drivers' tables, driver by driver.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct InstanceConfig {
     /// The drivers' tables, as written.
     data_source: RawSettings,
+    /// `[llm]`, as written.
+    llm: LlmSection,
     /// Every driver's settings, resolved (filled by [`InstanceConfig::load`]).
     #[serde(skip)]
     pub drivers: DriverSettings,
+    /// The LLM ask uses, resolved (filled by [`InstanceConfig::load`]).
+    #[serde(skip)]
+    pub ask_llm: LlmConfig,
+}
+
+/// `[llm]`: an OpenAI-compatible chat-completions endpoint for ask.
+#[derive(Clone, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct LlmSection {
+    /// API root, e.g. `http://127.0.0.1:8080/v1`.
+    endpoint: Option<String>,
+    /// Model name.
+    model: Option<String>,
+    /// The key itself (prefer `api_key_env`: a file is easier to leak than the environment).
+    api_key: Option<String>,
+    /// The environment variable holding the key.
+    api_key_env: Option<String>,
+    /// Seconds one LLM call may take.
+    timeout_seconds: Option<u64>,
+}
+
+impl std::fmt::Debug for LlmSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmSection")
+            .field("endpoint", &self.endpoint)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
+            .field("api_key_env", &self.api_key_env)
+            .finish()
+    }
+}
+
+impl LlmSection {
+    /// The settings with `SVC_LLM_*` applied over the file's.
+    fn resolve(self, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<LlmConfig> {
+        let pick = |key: &str, file: Option<String>| env(key).filter(|v| !v.is_empty()).or(file);
+        let key_env = pick("SVC_LLM_API_KEY_ENV", self.api_key_env);
+        let api_key = pick("SVC_LLM_API_KEY", self.api_key)
+            .or_else(|| key_env.as_deref().and_then(env).filter(|v| !v.is_empty()));
+        let timeout = match pick(
+            "SVC_LLM_TIMEOUT_SECONDS",
+            self.timeout_seconds.map(|s| s.to_string()),
+        ) {
+            None => svc_ask::llm::DEFAULT_TIMEOUT,
+            Some(v) => match v.parse::<u64>() {
+                Ok(s) if s > 0 => Duration::from_secs(s),
+                _ => anyhow::bail!(
+                    "llm timeout_seconds must be a positive number of seconds, not '{v}'"
+                ),
+            },
+        };
+        Ok(LlmConfig {
+            endpoint: pick("SVC_LLM_ENDPOINT", self.endpoint),
+            model: pick("SVC_LLM_MODEL", self.model),
+            api_key,
+            timeout,
+        })
+    }
 }
 
 impl InstanceConfig {
@@ -51,6 +114,13 @@ impl InstanceConfig {
                 toml::from_str(&text).with_context(|| format!("config file {}", f.display()))?
             }
         };
+        let where_ = || match &file {
+            Some(f) => format!("config file {}", f.display()),
+            None => "[llm] settings from the environment".to_owned(),
+        };
+        config.ask_llm = std::mem::take(&mut config.llm)
+            .resolve(&|k| std::env::var(k).ok())
+            .with_context(where_)?;
         let raw = std::mem::take(&mut config.data_source);
         config.drivers = DriverSettings::resolve(raw).with_context(|| match &file {
             Some(f) => format!("config file {}", f.display()),
@@ -146,6 +216,28 @@ mod instance_tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("svc.toml"), text).unwrap();
         dir
+    }
+
+    #[test]
+    fn llm_settings_come_from_the_file_with_the_environment_winning() {
+        let section: LlmSection = toml::from_str(
+            "endpoint = \"http://file/v1\"\nmodel = \"m\"\napi_key_env = \"MY_KEY\"\ntimeout_seconds = 5\n",
+        )
+        .unwrap();
+        let env = |k: &str| match k {
+            "SVC_LLM_MODEL" => Some("env-model".to_owned()),
+            "MY_KEY" => Some("sk-1".to_owned()),
+            _ => None,
+        };
+        let c = section.clone().resolve(&env).unwrap();
+        assert_eq!(c.endpoint.as_deref(), Some("http://file/v1"));
+        assert_eq!(c.model.as_deref(), Some("env-model"));
+        assert_eq!(c.api_key.as_deref(), Some("sk-1"));
+        assert_eq!(c.timeout, Duration::from_secs(5));
+        assert!(!format!("{section:?}{c:?}").contains("sk-1"));
+        let bad = |k: &str| (k == "SVC_LLM_TIMEOUT_SECONDS").then(|| "soon".to_owned());
+        let e = LlmSection::default().resolve(&bad).unwrap_err();
+        assert!(e.to_string().contains("soon"), "{e}");
     }
 
     #[test]

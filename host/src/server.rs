@@ -128,6 +128,7 @@ pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
         query: svc_query::QueryLimits::default(),
         drivers: Default::default(),
         metadata_refresh_concurrency: svc_catalog::warmup::DEFAULT_REFRESH_CONCURRENCY,
+        ask_llm: Default::default(),
     }
 }
 
@@ -168,6 +169,7 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         crate::config::InstanceConfig::load(store_args.config.as_deref(), &store_args.data_dir)?;
     let config = RuntimeConfig {
         drivers: instance.drivers,
+        ask_llm: instance.ask_llm,
         metadata_refresh_concurrency: args.metadata_refresh_concurrency,
         data_dir: store_args.data_dir.clone(),
         max_body_bytes: args.max_body_bytes,

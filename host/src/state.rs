@@ -48,6 +48,8 @@ pub struct RuntimeConfig {
     pub drivers: DriverSettings,
     /// Remote tables refreshed at once by a full metadata refresh.
     pub metadata_refresh_concurrency: usize,
+    /// The LLM behind ask (`[llm]`, `SVC_LLM_*`); unconfigured by default.
+    pub ask_llm: svc_ask::LlmConfig,
 }
 
 /// Everything the endpoints share.
@@ -87,6 +89,8 @@ pub struct AppState {
     pub telemetry: Browser,
     /// Session reads (lists, transcripts, downloads) for administrators and owners.
     pub sessions: SessionBrowser,
+    /// Questions about the telemetry, answered by an LLM's SQL on the engine.
+    pub ask: svc_ask::Asker,
     /// Request-path settings.
     pub config: RuntimeConfig,
 }
@@ -132,7 +136,9 @@ impl AppState {
         );
         let telemetry = Browser::new(store.clone(), &config.data_dir);
         let sessions = SessionBrowser::new(store.clone(), SessionFiles::new(&config.data_dir));
+        let ask = svc_ask::Asker::new(engine.clone(), config.ask_llm.clone());
         Arc::new(Self {
+            ask,
             engine,
             pipeline,
             telemetry,

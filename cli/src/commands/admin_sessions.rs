@@ -309,13 +309,17 @@ pub fn run(client: &Client, cmd: Command) -> Result<()> {
     Ok(())
 }
 
-/// Streams a download to `path` atomically, with a progress bar on a terminal.
-fn save(client: &Client, url: &str, path: &std::path::Path) -> Result<()> {
+/// Streams a download to `path` atomically, with a progress bar on a terminal (a byte
+/// counter when the server streams without a length).
+pub(super) fn save(client: &Client, url: &str, path: &std::path::Path) -> Result<()> {
     let resp = client
         .download(url, None)?
         .ok_or_else(|| CliError::usage("Error: the server sent no body"))?;
-    let total = resp.content_length().unwrap_or(0);
-    let bar = progress::bytes(total, &path.display().to_string());
+    let what = path.display().to_string();
+    let bar = match resp.content_length() {
+        Some(total) => progress::bytes(total, &what),
+        None => progress::counter("bytes", &what),
+    };
     let mut reading = progress::Reading::new(resp, bar.clone());
     let n = output::write_atomically(path, &mut reading)?;
     bar.finish_and_clear();

@@ -1,8 +1,11 @@
 //! `svc admin telemetry`: facets, KPIs, event pages and the summary of agents' tool usage
 //! (`svc admin usage` is the deprecated name).
 
+use std::io::Write;
+use std::path::PathBuf;
+
 use clap::{Args, Subcommand};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::seg;
 use crate::client::Client;
@@ -48,6 +51,57 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Every event under the filters as a CSV, NDJSON or parquet file, streamed.
+    Export {
+        #[command(flatten)]
+        filters: FilterArgs,
+        /// `csv`, `ndjson` or `parquet`.
+        #[arg(long, value_enum, default_value_t = ExportFormat::Csv)]
+        format: ExportFormat,
+        /// Events before this date or date-time (`--since` takes one too, or a window
+        /// such as `7d`; default: all events).
+        #[arg(long)]
+        until: Option<String>,
+        /// Exact owner id.
+        #[arg(long)]
+        user_id: Option<String>,
+        /// Write here (atomically, with progress); default: standard output.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Asks a question about the telemetry: the server's LLM writes SQL over the telemetry
+    /// tables and the server runs it. Exits 9 when the SQL was rejected or failed.
+    Ask {
+        /// The question (1 to 1,000 characters).
+        question: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reads session files again (all, one user's, or one file) and prints the run.
+    Reprocess {
+        /// One user's files (their id).
+        #[arg(long, conflicts_with = "session_file")]
+        user_id: Option<String>,
+        /// One file, `<user id>/<file name>`.
+        #[arg(long)]
+        session_file: Option<String>,
+        /// Rebuild every day's rollups, not only the affected days.
+        #[arg(long)]
+        full_rollup: bool,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deletes telemetry older than the retention (session files stay).
+    Prune {
+        /// Keep this many days (default: the server's retention).
+        #[arg(long)]
+        retention_days: Option<u32>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Top tools and users, error rates, daily active users, slowest actions.
     Summary {
         /// `7d`, `30d` or `all`.
@@ -59,8 +113,19 @@ pub enum Command {
     },
 }
 
+/// The file format of an export.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// CSV with a header line.
+    Csv,
+    /// One JSON object per line.
+    Ndjson,
+    /// A parquet file.
+    Parquet,
+}
+
 /// The filters the server shares across reads.
-#[derive(Args, Debug, Default)]
+#[derive(Args, Debug, Default, Clone)]
 pub struct FilterArgs {
     /// Window: minutes, or `30m`, `12h`, `7d` (default 7d).
     #[arg(long)]
@@ -247,6 +312,142 @@ pub fn run(client: &Client, cmd: Command) -> Result<()> {
                 Some(next) => eprintln!("  Next page: --offset {next}"),
                 None => eprintln!(),
             }
+        }
+        Command::Export {
+            filters,
+            format,
+            until,
+            user_id,
+            output,
+        } => {
+            // `--since` is a window (`7d`) or, for an export, also a date or date-time.
+            let mut pairs = FilterArgs {
+                since: None,
+                ..filters.clone()
+            }
+            .pairs()?;
+            match filters.since.as_deref().map(|s| (s, minutes(s))) {
+                Some((_, Ok(m))) => pairs.push(("since_minutes", Some(m.to_string()))),
+                Some((s, Err(_))) => pairs.push(("since", Some(s.to_owned()))),
+                None => {}
+            }
+            let name = match format {
+                ExportFormat::Csv => "csv",
+                ExportFormat::Ndjson => "ndjson",
+                ExportFormat::Parquet => "parquet",
+            };
+            pairs.extend([
+                ("format", Some(name.to_owned())),
+                ("until", until),
+                ("user_id", user_id),
+            ]);
+            let url = format!("{BASE}/export{}", query_string(&pairs));
+            match output {
+                Some(path) => super::admin_sessions::save(client, &url, &path)?,
+                None => {
+                    let mut resp = client
+                        .download(&url, None)?
+                        .ok_or_else(|| CliError::usage("Error: the server sent no body"))?;
+                    let mut out = std::io::stdout().lock();
+                    std::io::copy(&mut resp, &mut out)?;
+                    out.flush()?;
+                }
+            }
+        }
+        Command::Ask { question, json } => {
+            let doc: Value = client
+                .post_long(&format!("{BASE}/ask"), &json!({ "question": question }))?
+                .json()
+                .map_err(|e| {
+                    CliError::usage(format!("Error: the server's answer is not JSON: {e}"))
+                })?;
+            if json {
+                render::print_json(&doc);
+            } else {
+                println!("Question:  {}", cell(&doc["question"]));
+                println!("Rationale: {}", cell(&doc["rationale"]));
+                println!("SQL:       {}", cell(&doc["sql"]));
+                if doc["outcome"] == "answered" {
+                    let keys: Vec<&str> = doc["columns"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .collect();
+                    if doc["row_count"].as_u64() == Some(0) {
+                        println!("(no rows)");
+                    } else {
+                        objects(&doc["rows"], &keys);
+                    }
+                    if doc["truncated"] == true {
+                        eprintln!(
+                            "(only the first {} rows are shown)",
+                            cell(&doc["row_count"])
+                        );
+                    }
+                    eprintln!(
+                        "(rows={}, llm={}ms, exec={}ms)",
+                        cell(&doc["row_count"]),
+                        cell(&doc["llm_ms"]),
+                        cell(&doc["exec_ms"])
+                    );
+                }
+            }
+            if doc["outcome"] != "answered" {
+                return Err(CliError::new(
+                    crate::exit::Exit::Other,
+                    format!(
+                        "Error: the SQL was {}: {}",
+                        cell(&doc["outcome"]),
+                        cell(&doc["error"])
+                    ),
+                ));
+            }
+        }
+        Command::Reprocess {
+            user_id,
+            session_file,
+            full_rollup,
+            json,
+        } => {
+            // A reprocess reads files for as long as they take: the long timeout.
+            let doc: Value = client
+                .post_long(
+                    &format!("{BASE}/reprocess"),
+                    &json!({"user_id": user_id, "session_file": session_file, "full_rollup": full_rollup}),
+                )?
+                .json()
+                .map_err(|e| CliError::usage(format!("Error: the server's answer is not JSON: {e}")))?;
+            if json {
+                render::print_json(&doc);
+                return Ok(());
+            }
+            println!(
+                "Reprocessed: {} files read, {} failed, {} events.",
+                cell(&doc["processed"]),
+                cell(&doc["failed"]),
+                cell(&doc["events"])
+            );
+        }
+        Command::Prune {
+            retention_days,
+            json,
+        } => {
+            let doc = client.json(
+                reqwest::Method::POST,
+                &format!("{BASE}/prune"),
+                Some(&json!({ "retention_days": retention_days })),
+            )?;
+            if json {
+                render::print_json(&doc);
+                return Ok(());
+            }
+            println!(
+                "Pruned {} events and {} session summaries older than {} days.",
+                cell(&doc["events"]),
+                cell(&doc["sessions"]),
+                cell(&doc["retention_days"])
+            );
         }
         Command::Summary { window, json } => {
             let doc = client.get(&format!(

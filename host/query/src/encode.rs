@@ -279,6 +279,40 @@ pub fn write_json_rows(batch: &RecordBatch, out: &mut Vec<u8>, first: &mut bool)
     }
 }
 
+/// Each field's `"name":` as JSON, for [`write_json_objects`].
+pub fn object_keys(schema: &svc_plugin_api::arrow::datatypes::SchemaRef) -> Vec<Vec<u8>> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let mut key = serde_json::to_vec(f.name()).expect("strings encode");
+            key.push(b':');
+            key
+        })
+        .collect()
+}
+
+/// Appends a batch's rows to `out` as JSON objects, one per line (NDJSON), with the keys of
+/// [`object_keys`]; cells as [`write_json_rows`] writes them, nulls kept.
+pub fn write_json_objects(batch: &RecordBatch, keys: &[Vec<u8>], out: &mut Vec<u8>) {
+    let writers: Vec<CellWriter<'_>> = batch
+        .columns()
+        .iter()
+        .map(|c| cell_writer(c.as_ref()))
+        .collect();
+    for row in 0..batch.num_rows() {
+        out.push(b'{');
+        for (c, (write, key)) in writers.iter().zip(keys).enumerate() {
+            if c > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(key);
+            write(out, row);
+        }
+        out.extend_from_slice(b"}\n");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -503,5 +537,36 @@ mod tests {
             serde_json::to_string(&expected).unwrap()
         );
         assert!(!first);
+    }
+
+    #[test]
+    fn ndjson_rows_are_objects_one_per_line_with_escaped_keys_and_nulls_kept() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("n\"ame", DataType::Utf8, true),
+            Field::new("i", DataType::Int32, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec![Some("a\nb\"c"), None])),
+                Arc::new(Int32Array::from(vec![None, Some(7)])),
+            ],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        write_json_objects(&batch, &object_keys(&schema), &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let rows: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                serde_json::json!({"n\"ame": "a\nb\"c", "i": null}),
+                serde_json::json!({"n\"ame": null, "i": 7}),
+            ]
+        );
+        assert!(text.ends_with('\n'));
     }
 }

@@ -42,6 +42,8 @@ pub enum Format {
     Csv,
     /// A parquet file.
     Parquet,
+    /// One JSON object per line, keyed by column name (exports).
+    Ndjson,
 }
 
 impl Format {
@@ -52,6 +54,7 @@ impl Format {
             Self::Arrow => "arrow",
             Self::Csv => "csv",
             Self::Parquet => "parquet",
+            Self::Ndjson => "ndjson",
         }
     }
 
@@ -62,6 +65,7 @@ impl Format {
             Self::Arrow => "application/vnd.apache.arrow.stream",
             Self::Csv => "text/csv; charset=utf-8",
             Self::Parquet => "application/vnd.apache.parquet",
+            Self::Ndjson => "application/x-ndjson",
         }
     }
 
@@ -91,6 +95,9 @@ impl Format {
         let sink = Sink::default();
         let inner = match self {
             Self::Json => Inner::Json { first_row: true },
+            Self::Ndjson => Inner::Ndjson {
+                keys: crate::encode::object_keys(schema),
+            },
             Self::Arrow => {
                 let plain = plain_schema(schema);
                 Inner::Arrow(StreamWriter::try_new(sink.clone(), &plain)?, plain)
@@ -145,6 +152,10 @@ impl Write for Sink {
 enum Inner {
     Json {
         first_row: bool,
+    },
+    /// Each column's `"name":`, encoded once.
+    Ndjson {
+        keys: Vec<Vec<u8>>,
     },
     /// The writer and the schema it announced (view types as their plain forms).
     Arrow(StreamWriter<Sink>, SchemaRef),
@@ -208,6 +219,11 @@ impl Encoder {
                 crate::encode::write_json_rows(batch, &mut out, first_row);
                 Ok(Bytes::from(out))
             }
+            Inner::Ndjson { keys } => {
+                let mut out = Vec::with_capacity(batch.num_rows() * 128);
+                crate::encode::write_json_objects(batch, keys, &mut out);
+                Ok(Bytes::from(out))
+            }
             // An empty batch is left out: only the truncation marker may be empty.
             Inner::Arrow(_, _) if batch.num_rows() == 0 => Ok(Bytes::new()),
             Inner::Arrow(w, plain) => {
@@ -248,6 +264,7 @@ impl Encoder {
                 drop(w.take());
                 Ok(self.sink.take())
             }
+            Inner::Ndjson { .. } => Ok(Bytes::new()),
             Inner::Parquet(w) => {
                 if let Some(mut w) = w.take() {
                     w.append_key_value_metadata(KeyValue::new(

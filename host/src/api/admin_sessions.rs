@@ -14,7 +14,7 @@ use poem_openapi::payload::{Binary, Json};
 use poem_openapi::{ApiResponse, OpenApi};
 use serde_json::Value;
 use svc_core::Error;
-use svc_store::audit::{Actor, AuditWriter, Event};
+use svc_store::audit::{Actor, AuditCursor, AuditFilter, AuditWriter, Event};
 use svc_store::sessions::{SessionFilter, SessionOrder};
 use svc_telemetry::files::OpenFile;
 use svc_telemetry::names::UserDir;
@@ -296,6 +296,57 @@ impl AdminSessionsApi {
             opened,
         )
         .await
+    }
+
+    /// One user's audit rows, newest first, a page at a time: each row with the user's
+    /// `user_email` and `user_name`; pass `next_cursor` back as `cursor` for the next page
+    /// (null on the last). Audited as `admin.user_activity_read` (once a minute per admin
+    /// and user, however many pages).
+    #[oai(
+        path = "/api/admin/users/:id/activity",
+        method = "get",
+        operation_id = "get_user_activity"
+    )]
+    async fn user_activity(
+        &self,
+        auth: AdminAuth,
+        id: Path<String>,
+        /// Rows per page, 1..200 (default 50).
+        limit: Query<Option<u32>>,
+        /// The `next_cursor` of the previous page.
+        cursor: Query<Option<String>>,
+    ) -> ApiResult<Json<Value>> {
+        let started = Instant::now();
+        let limit = limit.0.unwrap_or(50);
+        let result = async {
+            self.known_user(&id.0).await?;
+            if !(1..=200).contains(&limit) {
+                return Err(Error::invalid("limit must be between 1 and 200"));
+            }
+            let cursor = match cursor.0.as_deref() {
+                None | Some("") => None,
+                Some(token) => Some(AuditCursor::parse(token).ok_or_else(|| {
+                    Error::invalid("cursor: not a next_cursor this server returned")
+                })?),
+            };
+            let filter = AuditFilter {
+                user_id: Some(id.0.clone()),
+            };
+            Ok(self
+                .state
+                .store
+                .audit_page(&filter, cursor.as_ref(), limit)
+                .await?)
+        }
+        .await;
+        // Paging stays out of the parameters: paging through one user's activity is one read.
+        let event = Event::new("admin.user_activity_read")
+            .resource(format!("users/{}/activity", id.0))
+            .param("target_user_id", id.0.as_str())
+            .outcome(&result, |e, _| e)
+            .timed(started);
+        self.state.audit.write_read(&auth.0.actor, event).await;
+        json(result?)
     }
 
     /// One user's session files, processed or not, newest first: each with `processed`

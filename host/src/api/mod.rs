@@ -4,10 +4,12 @@
 mod admin_groups;
 mod admin_sessions;
 mod admin_users;
+mod ask;
 mod auth;
 pub(crate) mod discovery;
 pub mod encoded;
 pub mod error;
+mod export;
 mod health;
 mod me;
 mod metadata;
@@ -182,6 +184,7 @@ type Apis = (
         sessions::SessionsApi,
         admin_sessions::AdminSessionsApi,
         telemetry::TelemetryApi,
+        ask::AskApi,
     ),
 );
 
@@ -241,6 +244,9 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
                 state: state.clone(),
             },
             telemetry::TelemetryApi {
+                state: state.clone(),
+            },
+            ask::AskApi {
                 state: state.clone(),
             },
         ),

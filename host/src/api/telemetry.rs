@@ -11,9 +11,10 @@ use serde_json::Value;
 use svc_core::Error;
 use svc_store::audit::Event;
 use svc_store::usage::FileScope;
-use svc_telemetry::browse::{Filters, GroupBy, Window, DEFAULT_WINDOW_MINUTES};
+use svc_telemetry::browse::{Filters, GroupBy, TimeRange, Window, DEFAULT_WINDOW_MINUTES};
 use svc_telemetry::{RunReport, Trigger};
 
+use super::export::{self, ExportAudit, ExportBody, ExportFormat};
 use super::{AdminAuth, ApiResult, Tag};
 use crate::state::AppState;
 
@@ -168,6 +169,7 @@ fn filters(
         event_type,
         only_errors: only_errors.unwrap_or(false),
         q,
+        ..Filters::default()
     }
 }
 
@@ -312,6 +314,105 @@ impl TelemetryApi {
             .timed(started);
         self.state.audit.write_read(&auth.0.actor, event).await;
         json(result?)
+    }
+
+    /// Every event under the filters as a file, streamed in constant memory: `csv`
+    /// (default), `ndjson` or `parquet`. The time range is `since`/`until` (a date or ISO
+    /// 8601 date-time; `until` exclusive) or `since_minutes`, not both; without either, all
+    /// events. Rows come session file by session file, unsorted. Audited as `usage.export`
+    /// with the filters, `row_count` and `bytes` when the stream ends.
+    #[allow(clippy::too_many_arguments)]
+    #[oai(path = "/export", method = "get", operation_id = "export_telemetry")]
+    async fn export(
+        &self,
+        auth: AdminAuth,
+        /// `csv` (default), `ndjson` or `parquet`.
+        format: Query<Option<ExportFormat>>,
+        /// Events at or after this date or date-time.
+        since: Query<Option<String>>,
+        /// Events before this date or date-time.
+        until: Query<Option<String>>,
+        /// Instead of `since`/`until`: events of the last this many minutes, 1..525600.
+        since_minutes: Query<Option<u32>>,
+        /// Exact owner id.
+        user_id: Query<Option<String>>,
+        /// Exact owner (e-mail, or directory name when no user matched).
+        username: Query<Option<String>>,
+        /// Exact tool name.
+        tool_name: Query<Option<String>>,
+        /// Exact source: `curated`, `flea` or `builtin`.
+        source: Query<Option<String>>,
+        /// Exact event type: `tool_use`, `mcp_call`, `subagent`, `slash_command`.
+        event_type: Query<Option<String>>,
+        /// Only failed calls.
+        only_errors: Query<Option<bool>>,
+        /// Text in the tool, skill, sub-agent or command name (case-sensitive, literal).
+        q: Query<Option<String>>,
+    ) -> ApiResult<ExportBody> {
+        let started = Instant::now();
+        let format = format.0.unwrap_or_default();
+        let range = match since_minutes.0 {
+            Some(_) if since.0.is_some() || until.0.is_some() => {
+                return Err(Error::invalid("Give since/until or since_minutes, not both").into())
+            }
+            Some(_) => None,
+            None => Some(TimeRange::parse(since.0.as_deref(), until.0.as_deref())?),
+        };
+        let mut f = filters(
+            since_minutes.0,
+            username.0,
+            tool_name.0,
+            source.0,
+            event_type.0,
+            only_errors.0,
+            q.0,
+        );
+        f.user_id = user_id.0;
+        f.range = range;
+        let mut event = Event::new("usage.export")
+            .resource("telemetry")
+            .param("format", format!("{format:?}").to_lowercase());
+        for (key, value) in [
+            ("since", f.range.as_ref().and_then(|r| r.since.as_deref())),
+            ("until", f.range.as_ref().and_then(|r| r.until.as_deref())),
+            ("user_id", f.user_id.as_deref()),
+            ("username", f.username.as_deref()),
+            ("tool_name", f.tool_name.as_deref()),
+            ("source", f.source.as_deref()),
+            ("event_type", f.event_type.as_deref()),
+            ("q", f.q.as_deref()),
+        ] {
+            if let Some(v) = value {
+                event = event.param(key, v);
+            }
+        }
+        if let Some(m) = since_minutes.0 {
+            event = event.param("since_minutes", m);
+        }
+        if f.only_errors {
+            event = event.param("only_errors", true);
+        }
+        let planned = self.state.telemetry.export_plan(&f).await;
+        let (plan, context) = match planned {
+            Ok(p) => p,
+            Err(e) => {
+                let failed = event.failed(e.status(), &e.to_string()).timed(started);
+                self.state.audit.write(&auth.0.actor, failed).await;
+                return Err(e.into());
+            }
+        };
+        Ok(export::stream(
+            plan,
+            context,
+            format,
+            "telemetry-events",
+            ExportAudit {
+                writer: self.state.audit.clone(),
+                actor: auth.0.actor.clone(),
+                event,
+                started,
+            },
+        )?)
     }
 
     /// Reads new and changed session files now (the scheduler and uploads do it too) and

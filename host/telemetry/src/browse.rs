@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use chrono::{Duration, NaiveDate, Utc};
 use serde::Serialize;
@@ -17,9 +18,11 @@ use svc_core::Error;
 use svc_driver_internal::InternalDriver;
 use svc_plugin_api::arrow::datatypes::DataType;
 use svc_plugin_api::arrow::json::writer::{JsonArray, WriterBuilder};
+use svc_plugin_api::datafusion::execution::TaskContext;
 use svc_plugin_api::datafusion::functions::expr_fn::substring;
 use svc_plugin_api::datafusion::functions_aggregate::expr_fn::{count, count_distinct, sum};
 use svc_plugin_api::datafusion::logical_expr::{cast, Like, SortExpr};
+use svc_plugin_api::datafusion::physical_plan::ExecutionPlan;
 use svc_plugin_api::datafusion::prelude::{col, lit, DataFrame, Expr, SessionContext};
 use svc_plugin_api::RecordBatch;
 use svc_store::{Backend, Store};
@@ -46,6 +49,52 @@ pub struct Filters {
     pub only_errors: bool,
     /// Substring (case-sensitive) of the tool, skill, sub-agent or command name.
     pub q: Option<String>,
+    /// Exact owner id.
+    pub user_id: Option<String>,
+    /// An absolute time range that replaces `since_minutes` (exports).
+    pub range: Option<TimeRange>,
+}
+
+/// `since <= occurred_at < until`, either end open; both in the store's timestamp form.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TimeRange {
+    /// Inclusive start.
+    pub since: Option<String>,
+    /// Exclusive end.
+    pub until: Option<String>,
+}
+
+impl TimeRange {
+    /// Parses the ends as given in a request: an RFC 3339 date-time, a date-time without a
+    /// zone (UTC), or a date (its midnight, UTC); `field` names the one that fails.
+    pub fn parse(since: Option<&str>, until: Option<&str>) -> Result<Self, Error> {
+        let one = |field: &str, v: Option<&str>| -> Result<Option<String>, Error> {
+            let Some(v) = v.map(str::trim).filter(|v| !v.is_empty()) else {
+                return Ok(None);
+            };
+            let at = NaiveDate::parse_from_str(v, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .map(|n| n.and_utc())
+                .or_else(|| svc_core::clock::parse_ts(v))
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "{field}: '{v}' is not a date (YYYY-MM-DD) or an ISO 8601 date-time"
+                    ))
+                })?;
+            Ok(Some(format_ts(at)))
+        };
+        let range = Self {
+            since: one("since", since)?,
+            until: one("until", until)?,
+        };
+        if let (Some(a), Some(b)) = (&range.since, &range.until) {
+            if a >= b {
+                return Err(Error::invalid("until must be later than since"));
+            }
+        }
+        Ok(range)
+    }
 }
 
 /// How `query` buckets events.
@@ -254,7 +303,7 @@ fn errors() -> Expr {
 impl Filters {
     /// Refuses values out of range, naming the field.
     pub fn validate(&self) -> Result<(), Error> {
-        if !(1..=MAX_WINDOW_MINUTES).contains(&self.since_minutes) {
+        if self.range.is_none() && !(1..=MAX_WINDOW_MINUTES).contains(&self.since_minutes) {
             return Err(Error::invalid(format!(
                 "since_minutes must be between 1 and {MAX_WINDOW_MINUTES}"
             )));
@@ -263,9 +312,25 @@ impl Filters {
     }
 
     fn predicate(&self) -> Expr {
-        let since = format_ts(Utc::now() - Duration::minutes(i64::from(self.since_minutes)));
-        let mut p = col("occurred_at").gt_eq(lit(since));
+        let mut p = match &self.range {
+            None => {
+                let since =
+                    format_ts(Utc::now() - Duration::minutes(i64::from(self.since_minutes)));
+                col("occurred_at").gt_eq(lit(since))
+            }
+            Some(range) => {
+                let mut p = lit(true);
+                if let Some(since) = &range.since {
+                    p = p.and(col("occurred_at").gt_eq(lit(since.clone())));
+                }
+                if let Some(until) = &range.until {
+                    p = p.and(col("occurred_at").lt(lit(until.clone())));
+                }
+                p
+            }
+        };
         for (column, value) in [
+            ("user_id", &self.user_id),
             ("username", &self.username),
             ("tool_name", &self.tool_name),
             ("source", &self.source),
@@ -513,6 +578,24 @@ impl Browser {
             offset,
             next_offset: ((next as i64) < total).then_some(next),
         })
+    }
+
+    /// The plan of an export: every column of the events the filters select. Rows come
+    /// segment by segment, not sorted: a global sort of ten million events would hold them
+    /// all (or spill them) before the first byte, where this streams in constant memory.
+    pub async fn export_plan(
+        &self,
+        filters: &Filters,
+    ) -> Result<(Arc<dyn ExecutionPlan>, Arc<TaskContext>), Error> {
+        filters.validate()?;
+        let df = self
+            .frame()
+            .await?
+            .filter(filters.predicate())
+            .map_err(df_error)?;
+        let context = Arc::new(df.task_ctx());
+        let plan = df.create_physical_plan().await.map_err(df_error)?;
+        Ok((plan, context))
     }
 
     /// The summary of a window (reference §5.5, quirks fixed).

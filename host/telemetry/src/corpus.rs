@@ -106,12 +106,33 @@ pub fn file(
     Ok(g)
 }
 
-/// Writes one session of about `turns` lines to `out`.
+/// Writes one session of about `turns` lines to `out`, two hours after the previous index's.
 pub fn session(
     out: &mut impl Write,
     rng: &mut Rng,
     index: u64,
     turns: u64,
+) -> std::io::Result<Generated> {
+    write_session(out, rng, index, turns, None)
+}
+
+/// Writes one session of about `turns` lines to `out`, starting at `start` (Unix seconds).
+pub fn session_at(
+    out: &mut impl Write,
+    rng: &mut Rng,
+    index: u64,
+    turns: u64,
+    start: i64,
+) -> std::io::Result<Generated> {
+    write_session(out, rng, index, turns, Some(start))
+}
+
+fn write_session(
+    out: &mut impl Write,
+    rng: &mut Rng,
+    index: u64,
+    turns: u64,
+    start: Option<i64>,
 ) -> std::io::Result<Generated> {
     let session_id = format!(
         "{:08x}-{:04x}-4000-8000-{:012x}",
@@ -120,7 +141,8 @@ pub fn session(
         rng.next_u64() >> 16
     );
     let mut g = Generated::default();
-    let mut t = 1_760_000_000 + index as i64 * 7_200 + rng.below(3_600) as i64;
+    let mut t =
+        start.unwrap_or_else(|| 1_760_000_000 + index as i64 * 7_200 + rng.below(3_600) as i64);
     let mut parent = String::new();
     let line =
         |out: &mut dyn Write, v: &serde_json::Value, g: &mut Generated| -> std::io::Result<()> {

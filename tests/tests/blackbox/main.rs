@@ -20,6 +20,7 @@ mod store;
 mod support;
 mod svc_cli;
 mod telemetry;
+mod telemetry_export_ask;
 mod telemetry_reads;
 mod upload;
 mod warehouse;

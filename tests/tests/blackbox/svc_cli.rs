@@ -67,7 +67,7 @@ pub(crate) fn stderr(o: &Output) -> String {
 }
 
 /// Rows in a parquet file.
-fn parquet_rows(path: &Path) -> usize {
+pub(crate) fn parquet_rows(path: &Path) -> usize {
     svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
         std::fs::File::open(path).unwrap(),
     )

@@ -25,8 +25,10 @@ use tokio::sync::{mpsc, oneshot};
 use crate::Store;
 
 mod rows;
+mod timeline;
 mod timings;
 pub use rows::AuditRecord;
+pub use timeline::{AuditCursor, AuditFilter, AuditPage, AuditRow};
 pub use timings::ActionTiming;
 
 /// Longest `resource` kept (spec "Limits").

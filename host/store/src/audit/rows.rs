@@ -35,7 +35,8 @@ pub struct AuditRecord {
     pub duration_ms: Option<i64>,
 }
 
-const COLUMNS: &str =
+/// The stored columns, in [`AuditRecord`]'s order.
+pub(super) const COLUMNS: &str =
     "id, timestamp, user_id, action, resource, params, params_before, client_ip, \
      client_kind, correlation_id, result, duration_ms";
 
@@ -110,26 +111,28 @@ impl Store {
         .bind(limit)
         .fetch_all(self.pool())
         .await?;
-        let parse = |s: Option<String>| s.and_then(|s| serde_json::from_str(&s).ok());
-        rows.iter()
-            .map(|r| {
-                Ok(AuditRecord {
-                    id: r.try_get("id")?,
-                    timestamp: r.try_get("timestamp")?,
-                    user_id: r.try_get("user_id")?,
-                    action: r.try_get("action")?,
-                    resource: r.try_get("resource")?,
-                    params: parse(r.try_get("params")?),
-                    params_before: parse(r.try_get("params_before")?),
-                    client_ip: r.try_get("client_ip")?,
-                    client_kind: r.try_get("client_kind")?,
-                    correlation_id: r.try_get("correlation_id")?,
-                    result: r
-                        .try_get::<Option<String>, _>("result")?
-                        .unwrap_or_default(),
-                    duration_ms: r.try_get("duration_ms")?,
-                })
-            })
-            .collect()
+        Ok(rows.iter().map(record).collect::<Result<_, _>>()?)
     }
+}
+
+/// An audit row as read back; `params` and `params_before` parsed (a value that is not
+/// JSON reads as null rather than failing the page).
+pub(super) fn record(r: &sqlx::any::AnyRow) -> Result<AuditRecord, sqlx::Error> {
+    let parse = |s: Option<String>| s.and_then(|s| serde_json::from_str(&s).ok());
+    Ok(AuditRecord {
+        id: r.try_get("id")?,
+        timestamp: r.try_get("timestamp")?,
+        user_id: r.try_get("user_id")?,
+        action: r.try_get("action")?,
+        resource: r.try_get("resource")?,
+        params: parse(r.try_get("params")?),
+        params_before: parse(r.try_get("params_before")?),
+        client_ip: r.try_get("client_ip")?,
+        client_kind: r.try_get("client_kind")?,
+        correlation_id: r.try_get("correlation_id")?,
+        result: r
+            .try_get::<Option<String>, _>("result")?
+            .unwrap_or_default(),
+        duration_ms: r.try_get("duration_ms")?,
+    })
 }

@@ -24,12 +24,20 @@ use std::sync::{Arc, OnceLock};
 
 use svc_driver_parquet::AtomicParquet;
 use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use svc_plugin_api::datafusion::datasource::file_format::parquet::ParquetFormat;
-use svc_plugin_api::datafusion::datasource::listing::{
-    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+use svc_plugin_api::datafusion::catalog::Session;
+use svc_plugin_api::datafusion::common::{DFSchema, Result as DfResult};
+use svc_plugin_api::datafusion::datasource::listing::PartitionedFile;
+use svc_plugin_api::datafusion::datasource::physical_plan::{
+    FileGroup, FileScanConfigBuilder, ParquetSource,
 };
+use svc_plugin_api::datafusion::datasource::source::DataSourceExec;
 use svc_plugin_api::datafusion::datasource::MemTable;
+use svc_plugin_api::datafusion::datasource::TableType;
+use svc_plugin_api::datafusion::execution::object_store::ObjectStoreUrl;
+use svc_plugin_api::datafusion::logical_expr::utils::conjunction;
+use svc_plugin_api::datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use svc_plugin_api::datafusion::physical_plan::ExecutionPlan;
 use svc_plugin_api::{DriverError, RecordBatch, Result, TableProvider};
 
 /// Where the segments live, under the data directory.
@@ -147,22 +155,76 @@ impl EventSegments {
                 .map_err(|e| DriverError::internal(e.to_string()))?;
             return Ok(Arc::new(empty));
         }
-        let urls = names
-            .iter()
-            .map(|n| {
-                let path = self.path(n)?;
-                ListingTableUrl::parse(path.to_string_lossy())
-                    .map_err(|e| io_error("cannot address", &path, e))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let options =
-            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-        let config = ListingTableConfig::new_with_multi_paths(urls)
-            .with_listing_options(options)
-            .with_schema(schema());
-        let table =
-            ListingTable::try_new(config).map_err(|e| DriverError::internal(e.to_string()))?;
-        Ok(Arc::new(table))
+        let mut files = Vec::with_capacity(names.len());
+        for name in names {
+            let path = self.path(name)?;
+            let size = std::fs::metadata(&path)
+                .map_err(|e| io_error("cannot read the size of", &path, e))?
+                .len();
+            files.push(PartitionedFile::new(path.to_string_lossy(), size));
+        }
+        Ok(Arc::new(SegmentScan { files }))
+    }
+}
+
+/// The named segments as one table.
+///
+/// Not a `ListingTable` over one URL per segment: that asks the object store about every
+/// URL at once, and each answer holds its file open until the listing is collected, so a
+/// few thousand segments ran out of file descriptors (EMFILE) and every telemetry read
+/// failed. Here the files and sizes are known up front and are opened only as the scan
+/// reaches them; filters still prune row groups by their statistics.
+#[derive(Debug)]
+struct SegmentScan {
+    files: Vec<PartitionedFile>,
+}
+
+#[async_trait::async_trait]
+impl TableProvider for SegmentScan {
+    fn schema(&self) -> SchemaRef {
+        schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Row groups are pruned by them; rows are filtered again above the scan.
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let mut source = ParquetSource::new(schema());
+        if let Some(predicate) = conjunction(filters.iter().cloned()) {
+            let columns = DFSchema::try_from(schema())?;
+            source = source.with_predicate(state.create_physical_expr(predicate, &columns)?);
+        }
+        // Files dealt round-robin, so each partition gets a share of every owner and day.
+        let partitions = state
+            .config()
+            .target_partitions()
+            .clamp(1, self.files.len().max(1));
+        let mut groups = vec![Vec::new(); partitions];
+        for (i, file) in self.files.iter().enumerate() {
+            groups[i % partitions].push(file.clone());
+        }
+        let config =
+            FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
+                .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
+                .with_projection_indices(projection.cloned())?
+                .with_limit(limit)
+                .build();
+        Ok(DataSourceExec::from_data_source(config))
     }
 }
 

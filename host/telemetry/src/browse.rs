@@ -66,7 +66,7 @@ pub struct TimeRange {
 
 impl TimeRange {
     /// Parses the ends as given in a request: an RFC 3339 date-time, a date-time without a
-    /// zone (UTC), or a date (its midnight, UTC); `field` names the one that fails.
+    /// zone (UTC), or a date (its midnight, UTC). An error names the end it is about.
     pub fn parse(since: Option<&str>, until: Option<&str>) -> Result<Self, Error> {
         let one = |field: &str, v: Option<&str>| -> Result<Option<String>, Error> {
             let Some(v) = v.map(str::trim).filter(|v| !v.is_empty()) else {

@@ -206,6 +206,32 @@ fn exports_stream_every_format_under_the_filters_and_are_audited() {
         assert_eq!(stdout(&out).lines().count(), 8);
         let out = cli(&["admin", "telemetry", "export", "--format", "xml"]);
         assert_eq!(code(&out), 2, "a bad format is a usage error");
+
+        // Reprocess and prune from the client.
+        let out = cli(&[
+            "admin",
+            "telemetry",
+            "reprocess",
+            "--user-id",
+            &ana_id,
+            "--json",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(report["processed"], 1, "{report}");
+        assert_eq!(
+            rows(&s, &admin, "SELECT count(*) FROM svc_telemetry")[0][0],
+            16
+        );
+        let out = cli(&["admin", "telemetry", "prune", "--retention-days", "36500"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(
+            stdout(&out).starts_with("Pruned 0 events"),
+            "{}",
+            stdout(&out)
+        );
+        let out = cli(&["admin", "telemetry", "prune", "--retention-days", "0"]);
+        assert_eq!(code(&out), 9, "{}", stderr(&out));
     }
 }
 
@@ -525,6 +551,22 @@ fn a_users_activity_pages_by_keyset_and_its_reads_are_audited_once_a_minute() {
         sorted.sort_by(|a, b| b.cmp(a));
         sorted.dedup();
         assert_eq!(sorted, seen, "newest first, no repeats");
+
+        // A file deleted after it was listed: 404 on download, and the list says so.
+        let listed = s
+            .get_json(&format!("/api/admin/users/{ana_id}/sessions"), &admin)
+            .1;
+        assert_eq!(listed["rows"][0]["name"], "a.jsonl", "{listed}");
+        std::fs::remove_file(s.dir.0.join("user_sessions").join(&ana_id).join("a.jsonl")).unwrap();
+        let (status, body) = s.get_json(
+            &format!("/api/admin/users/{ana_id}/sessions/a.jsonl/download"),
+            &admin,
+        );
+        assert_eq!(status, 404, "{body}");
+        let listed = s
+            .get_json(&format!("/api/admin/users/{ana_id}/sessions"), &admin)
+            .1;
+        assert_eq!(listed["rows"][0]["on_disk"], false, "{listed}");
 
         // Paging through is one audited read within the minute.
         let reads = s.audit_rows("admin.user_activity_read", 1);

@@ -9,8 +9,10 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use poem::Body;
-use poem_openapi::payload::Binary;
+use poem::{Body, IntoResponse, Response};
+use poem_openapi::registry::{
+    MetaHeader, MetaMediaType, MetaResponse, MetaResponses, MetaSchema, MetaSchemaRef, Registry,
+};
 use poem_openapi::ApiResponse;
 use svc_core::Error;
 use svc_plugin_api::datafusion::execution::TaskContext;
@@ -53,18 +55,58 @@ impl ExportFormat {
     }
 }
 
-/// An export, streamed.
-#[derive(ApiResponse)]
-pub enum ExportBody {
-    /// CSV with a header line.
-    #[oai(status = 200, content_type = "text/csv; charset=utf-8")]
-    Csv(Binary<Body>, #[oai(header = "Content-Disposition")] String),
-    /// One JSON object per line.
-    #[oai(status = 200, content_type = "application/x-ndjson")]
-    Ndjson(Binary<Body>, #[oai(header = "Content-Disposition")] String),
-    /// A parquet file.
-    #[oai(status = 200, content_type = "application/vnd.apache.parquet")]
-    Parquet(Binary<Body>, #[oai(header = "Content-Disposition")] String),
+/// An export, streamed: one 200 response whose `Content-Type` says which format came.
+pub struct ExportBody {
+    format: Format,
+    disposition: String,
+    body: Body,
+}
+
+impl IntoResponse for ExportBody {
+    fn into_response(self) -> Response {
+        Response::builder()
+            .content_type(self.format.content_type())
+            .header("Content-Disposition", self.disposition)
+            .body(self.body)
+    }
+}
+
+impl ApiResponse for ExportBody {
+    fn meta() -> MetaResponses {
+        let binary =
+            || MetaSchemaRef::Inline(Box::new(MetaSchema::new_with_format("string", "binary")));
+        // Raw bytes first, as for query results: generators that take one media type per
+        // response then hand back the body's bytes whatever the format.
+        let content = [
+            "application/octet-stream",
+            Format::Csv.content_type(),
+            Format::Ndjson.content_type(),
+            Format::Parquet.content_type(),
+        ]
+        .into_iter()
+        .map(|content_type| MetaMediaType {
+            content_type,
+            schema: binary(),
+        })
+        .collect();
+        MetaResponses {
+            responses: vec![MetaResponse {
+                description: "The events, streamed in the requested format",
+                status: Some(200),
+                status_range: None,
+                content,
+                headers: vec![MetaHeader {
+                    name: "Content-Disposition".to_string(),
+                    description: Some("`attachment` with the file name".to_string()),
+                    required: true,
+                    deprecated: false,
+                    schema: MetaSchemaRef::Inline(Box::new(MetaSchema::new("string"))),
+                }],
+            }],
+        }
+    }
+
+    fn register(_registry: &mut Registry) {}
 }
 
 /// How an export's stream ended.
@@ -144,13 +186,10 @@ pub fn stream(
             .write(&audit.actor, event.timed(audit.started))
             .await;
     });
-    let body = Binary(Body::from_bytes_stream(futures::stream::poll_fn(
-        move |cx| rx.poll_recv(cx),
-    )));
-    let name = format.file_name(stem);
-    Ok(match format {
-        ExportFormat::Csv => ExportBody::Csv(body, name),
-        ExportFormat::Ndjson => ExportBody::Ndjson(body, name),
-        ExportFormat::Parquet => ExportBody::Parquet(body, name),
+    let body = Body::from_bytes_stream(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    Ok(ExportBody {
+        format: encoding,
+        disposition: format.file_name(stem),
+        body,
     })
 }

@@ -81,6 +81,9 @@ pub enum Outcome {
 pub struct Asker {
     engine: Engine,
     llm: LlmConfig,
+    /// The system prompt: the allowed tables' columns never change while the process
+    /// runs, so they are read once, not on every question.
+    system: std::sync::Arc<tokio::sync::OnceCell<String>>,
 }
 
 fn ms(since: Instant) -> u64 {
@@ -91,7 +94,11 @@ impl Asker {
     /// An asker over `engine`, asking the LLM `llm` describes (which may be unconfigured:
     /// then every question answers `not_configured`).
     pub fn new(engine: Engine, llm: LlmConfig) -> Self {
-        Self { engine, llm }
+        Self {
+            engine,
+            llm,
+            system: std::sync::Arc::default(),
+        }
     }
 
     /// The question trimmed, or the error for an empty or overlong one.
@@ -113,9 +120,12 @@ impl Asker {
     pub async fn ask(&self, caller: &Caller, question: &str) -> Result<Outcome, Error> {
         let question = Self::question(question)?.to_owned();
         let llm = Llm::new(&self.llm)?;
-        let system = self.system_prompt(caller).await?;
+        let system = self
+            .system
+            .get_or_try_init(|| self.system_prompt(caller))
+            .await?;
         let asked = Instant::now();
-        let proposal = llm.propose(&system, &question).await?;
+        let proposal = llm.propose(system, &question).await?;
         let llm_ms = ms(asked);
         let sql = match check(&proposal.sql) {
             Ok(sql) => sql,

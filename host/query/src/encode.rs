@@ -254,16 +254,21 @@ fn cell_writer(array: &dyn Array) -> CellWriter<'_> {
     }
 }
 
+/// One cell writer per column of `batch`.
+fn cell_writers(batch: &RecordBatch) -> Vec<CellWriter<'_>> {
+    batch
+        .columns()
+        .iter()
+        .map(|c| cell_writer(c.as_ref()))
+        .collect()
+}
+
 /// Appends a batch's rows to `out` as JSON arrays in column order, comma-separated; `first`
 /// says whether nothing precedes them yet and is cleared once a row is written. Cells come
 /// out as [`column_values`] would render them, without a `Value` per cell (the query
 /// endpoint's hot path).
 pub fn write_json_rows(batch: &RecordBatch, out: &mut Vec<u8>, first: &mut bool) {
-    let writers: Vec<CellWriter<'_>> = batch
-        .columns()
-        .iter()
-        .map(|c| cell_writer(c.as_ref()))
-        .collect();
+    let writers = cell_writers(batch);
     for row in 0..batch.num_rows() {
         if !std::mem::take(first) {
             out.push(b',');
@@ -295,11 +300,7 @@ pub fn object_keys(schema: &svc_plugin_api::arrow::datatypes::SchemaRef) -> Vec<
 /// Appends a batch's rows to `out` as JSON objects, one per line (NDJSON), with the keys of
 /// [`object_keys`]; cells as [`write_json_rows`] writes them, nulls kept.
 pub fn write_json_objects(batch: &RecordBatch, keys: &[Vec<u8>], out: &mut Vec<u8>) {
-    let writers: Vec<CellWriter<'_>> = batch
-        .columns()
-        .iter()
-        .map(|c| cell_writer(c.as_ref()))
-        .collect();
+    let writers = cell_writers(batch);
     for row in 0..batch.num_rows() {
         out.push(b'{');
         for (c, (write, key)) in writers.iter().zip(keys).enumerate() {

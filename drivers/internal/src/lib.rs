@@ -141,28 +141,39 @@ impl InternalDriver {
         }
     }
 
-    /// Usage events over DataFusion: every committed segment, or with `owner` (a user id)
-    /// only the segments whose owner that user is (see [`events`]). This is the row filter
-    /// of `svc_telemetry`, and the administrators' view of all events.
+    /// Usage events over DataFusion. With `owner` (a user id): only the segments whose owner
+    /// that user is (see [`events`]) — the row filter of `svc_telemetry`. Without: every
+    /// event once, for administrators — each pack, plus the segment of each file in no pack,
+    /// listed in one statement so a compaction or a commit cannot fall between the two.
     pub async fn event_provider(&self, owner: Option<&str>) -> Result<Arc<dyn TableProvider>> {
-        let mut sql = "SELECT segment FROM session_file_state WHERE segment IS NOT NULL".to_owned();
-        if owner.is_some() {
-            sql.push_str(" AND user_id = $1");
-        }
-        sql.push_str(" ORDER BY session_file");
-        let mut query = sqlx::query(&sql);
-        if let Some(owner) = owner {
-            query = query.bind(owner.to_owned());
-        }
-        let names = query
+        let query = match owner {
+            Some(owner) => sqlx::query(
+                "SELECT segment AS name, first_at, last_at FROM session_file_state \
+                 WHERE segment IS NOT NULL AND user_id = $1 ORDER BY session_file",
+            )
+            .bind(owner.to_owned()),
+            None => sqlx::query(
+                "SELECT name, first_at, last_at FROM usage_event_packs \
+                 UNION ALL \
+                 SELECT segment AS name, first_at, last_at FROM session_file_state \
+                 WHERE segment IS NOT NULL AND pack IS NULL",
+            ),
+        };
+        let files = query
             .fetch_all(&self.pool)
             .await
             .map_err(store_error)?
             .iter()
-            .map(|r| r.try_get::<String, _>("segment"))
-            .collect::<std::result::Result<Vec<_>, _>>()
+            .map(|r| {
+                Ok(events::EventFile {
+                    name: r.try_get("name")?,
+                    first_at: r.try_get("first_at")?,
+                    last_at: r.try_get("last_at")?,
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
             .map_err(store_error)?;
-        self.segments.provider(&names)
+        self.segments.provider(&files)
     }
 
     fn entry(table: &TableRef) -> Result<&'static InternalTable> {

@@ -17,6 +17,7 @@ mod bulk;
 pub mod groups;
 pub mod metadata;
 mod migrate;
+pub mod packs;
 pub mod registry;
 mod schema;
 pub mod scripts;

@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 49;
+pub const CURRENT_SCHEMA_VERSION: i64 = 50;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -66,6 +66,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 49,
         name: "usage events move to per-file parquet segments; per-file daily counts",
+    },
+    Step {
+        version: 50,
+        name: "event packs; the session list's errors-first index",
     },
 ];
 
@@ -160,6 +164,17 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             ] {
                 exec(tx, &format!("DELETE FROM {table}")).await?;
             }
+        }
+        50 => {
+            ensure_table(tx, b, &schema::USAGE_EVENT_PACKS).await?;
+            ensure_columns(
+                tx,
+                b,
+                "session_file_state",
+                schema::SESSION_FILE_STATE_V50_COLUMNS,
+            )
+            .await?;
+            ensure_indices(tx, schema::USAGE_V50_INDICES).await?;
         }
         other => anyhow::bail!("no migration step {other}"),
     }

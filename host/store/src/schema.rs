@@ -651,3 +651,44 @@ pub(super) const USAGE_V49_INDICES: &[Index] = &[
         columns: &["user_id"],
     },
 ];
+
+/// Event packs (v50): many session files' events in one parquet file sorted by time, so an
+/// administrator's read opens a few large files instead of one small segment per file.
+/// A pack is derived from its members' segments (which stay the source of truth); a file's
+/// `pack` names the pack holding its current segment's events.
+pub(super) const USAGE_EVENT_PACKS: Table = Table {
+    name: "usage_event_packs",
+    columns: &[
+        req("name", Text),
+        req("day", Text),
+        req("first_at", Text),
+        req("last_at", Text),
+        with_default("events", Int, Default::Int(0)),
+        with_default("bytes", Int, Default::Int(0)),
+        req("created_at", Text),
+    ],
+    primary_key: &["name"],
+    unique: &[],
+};
+
+pub(super) const SESSION_FILE_STATE_V50_COLUMNS: &[Column] = &[col("pack", Text)];
+
+pub(super) const USAGE_V50_INDICES: &[Index] = &[
+    Index {
+        name: "idx_session_file_state_pack",
+        table: "session_file_state",
+        columns: &["pack"],
+    },
+    // The session list's default order (errors first, newest first), so a page is an index
+    // walk instead of a sort of every summary.
+    Index {
+        name: "idx_usage_summary_errors_first",
+        table: "usage_session_summary",
+        columns: &[
+            "(tool_errors > 0) DESC",
+            "(started_at IS NULL)",
+            "started_at DESC",
+            "session_file",
+        ],
+    },
+];

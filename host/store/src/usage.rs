@@ -325,9 +325,10 @@ impl Store {
     }
 
     /// Stores processed files in one transaction: each file's state (naming its new
-    /// segment), summary and daily counts replace the previous ones. Returns the days whose
-    /// counts changed (before or after), for the rollups, and the segments no longer named
-    /// (for the pipeline to remove once no reader can be using them).
+    /// segment), summary and daily counts replace the previous ones, and the packs that held
+    /// their old events are dissolved ([`crate::packs`]). Returns the days whose counts
+    /// changed (before or after), for the rollups, and the segments and packs no longer
+    /// named (for the pipeline to remove once no reader can be using them).
     pub async fn store_processed_files(
         &self,
         files: &[ProcessedFile],
@@ -342,11 +343,12 @@ impl Store {
         let mut tx = self.pool().begin().await?;
         let mut days = None;
         let mut replaced = Vec::new();
+        let mut packs = std::collections::BTreeSet::new();
         // Bound parameters per statement stay well under both backends' limits.
         for chunk in keys.chunks(500) {
             let list = placeholders(1, chunk.len());
             let sql = format!(
-                "SELECT first_at, last_at, segment FROM session_file_state WHERE session_file IN ({list})"
+                "SELECT first_at, last_at, segment, pack FROM session_file_state WHERE session_file IN ({list})"
             );
             let mut q = sqlx::query(&sql);
             for k in chunk {
@@ -358,6 +360,7 @@ impl Store {
                     day_range(row.try_get("first_at")?, row.try_get("last_at")?),
                 );
                 replaced.extend(row.try_get::<Option<String>, _>("segment")?);
+                packs.extend(row.try_get::<Option<String>, _>("pack")?);
             }
             for table in [
                 "usage_file_daily",
@@ -372,6 +375,8 @@ impl Store {
                 q.execute(&mut *tx).await?;
             }
         }
+        let packs: Vec<String> = packs.into_iter().collect();
+        let dissolved = crate::packs::dissolve(&mut tx, &packs).await?;
         for f in files {
             days = DayRange::union(
                 days,
@@ -406,13 +411,22 @@ impl Store {
             .filter_map(|f| f.state.segment.as_deref())
             .collect();
         replaced.retain(|s| !kept.contains(s.as_str()));
+        replaced.extend(dissolved);
         Ok((days, replaced))
     }
 
-    /// Records a file that could not be processed, keeping its events and summary as they
-    /// were. `state.failures` and `state.parked` are the caller's decision.
+    /// Records a file that could not be processed, keeping its events, summary and pack
+    /// as they were. `state.failures` and `state.parked` are the caller's decision.
     pub async fn record_file_failure(&self, state: &FileState) -> Result<(), StoreError> {
         let mut tx = self.pool().begin().await?;
+        let pack: Option<String> =
+            sqlx::query("SELECT pack FROM session_file_state WHERE session_file = $1")
+                .bind(&state.session_file)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| r.try_get::<Option<String>, _>("pack"))
+                .transpose()?
+                .flatten();
         sqlx::query("DELETE FROM session_file_state WHERE session_file = $1")
             .bind(&state.session_file)
             .execute(&mut *tx)
@@ -423,6 +437,13 @@ impl Store {
             &[state],
         )
         .await?;
+        if pack.is_some() {
+            sqlx::query("UPDATE session_file_state SET pack = $1 WHERE session_file = $2")
+                .bind(&pack)
+                .bind(&state.session_file)
+                .execute(&mut *tx)
+                .await?;
+        }
         Ok(tx.commit().await?)
     }
 
@@ -490,14 +511,24 @@ impl Store {
     /// Deletes telemetry before the day `before` (`YYYY-MM-DD`): the summaries of sessions
     /// that ended before it, every file's daily counts and rollups of earlier days, and
     /// records `rewritten` — the states of files whose segments the pipeline has already
-    /// rewritten without those days' events. Returns the summaries deleted.
+    /// rewritten without those days' events — dissolving the packs that held their old
+    /// events. Returns the summaries deleted and the packs dissolved.
     pub async fn prune_usage(
         &self,
         before: &str,
         rewritten: &[FileState],
-    ) -> Result<u64, StoreError> {
+    ) -> Result<(u64, Vec<String>), StoreError> {
         let mut tx = self.pool().begin().await?;
+        let mut packs = std::collections::BTreeSet::new();
         for state in rewritten {
+            let pack = sqlx::query("SELECT pack FROM session_file_state WHERE session_file = $1")
+                .bind(&state.session_file)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| r.try_get::<Option<String>, _>("pack"))
+                .transpose()?
+                .flatten();
+            packs.extend(pack);
             sqlx::query(
                 "UPDATE session_file_state SET segment = $1, events = $2, first_at = $3, last_at = $4 \
                  WHERE session_file = $5",
@@ -523,8 +554,10 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
+        let packs: Vec<String> = packs.into_iter().collect();
+        let dissolved = crate::packs::dissolve(&mut tx, &packs).await?;
         tx.commit().await?;
-        Ok(summaries)
+        Ok((summaries, dissolved))
     }
 
     /// The attribution tables, curated before flea, each name's rows in a stable order.
@@ -846,7 +879,7 @@ mod tests {
             let mut emptied = states[0].clone();
             emptied.segment = None;
             emptied.events = 0;
-            let sessions = store.prune_usage("2026-01-03", &[emptied]).await.unwrap();
+            let (sessions, _) = store.prune_usage("2026-01-03", &[emptied]).await.unwrap();
             assert_eq!(sessions, 1);
             assert_eq!(
                 count(&store, "SELECT COUNT(*) FROM usage_file_daily").await,

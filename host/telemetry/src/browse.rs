@@ -21,7 +21,7 @@ use svc_plugin_api::arrow::json::writer::{JsonArray, WriterBuilder};
 use svc_plugin_api::datafusion::execution::TaskContext;
 use svc_plugin_api::datafusion::functions::expr_fn::substring;
 use svc_plugin_api::datafusion::functions_aggregate::expr_fn::{count, count_distinct, sum};
-use svc_plugin_api::datafusion::logical_expr::{cast, Like, SortExpr};
+use svc_plugin_api::datafusion::logical_expr::{cast, GroupingSet, Like, SortExpr};
 use svc_plugin_api::datafusion::physical_plan::ExecutionPlan;
 use svc_plugin_api::datafusion::prelude::{col, lit, DataFrame, Expr, SessionContext};
 use svc_plugin_api::RecordBatch;
@@ -260,12 +260,22 @@ pub struct DayActive {
     pub active_users: i64,
 }
 
-/// Reads the telemetry for administrators; holds the store (for the audit timings) and
-/// the internal driver (for the event segments).
-#[derive(Debug, Clone)]
+/// Reads the telemetry for administrators; holds the store (for the audit timings), the
+/// internal driver (for the event files) and one DataFusion context, whose runtime caches
+/// the event files' parquet footers between reads (packs and segments are immutable).
+#[derive(Clone)]
 pub struct Browser {
     store: Store,
     events: InternalDriver,
+    context: SessionContext,
+}
+
+impl std::fmt::Debug for Browser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Browser")
+            .field("events", &self.events)
+            .finish()
+    }
 }
 
 fn df_error(e: impl std::fmt::Display) -> Error {
@@ -382,7 +392,11 @@ impl Browser {
     pub fn new(store: Store, data_dir: &Path) -> Self {
         let postgres = store.backend() == Backend::Postgres;
         let events = InternalDriver::new(store.pool().clone(), postgres, data_dir);
-        Self { store, events }
+        Self {
+            store,
+            events,
+            context: SessionContext::new(),
+        }
     }
 
     async fn frame(&self) -> Result<DataFrame, Error> {
@@ -391,66 +405,65 @@ impl Browser {
             .event_provider(None)
             .await
             .map_err(|e| Error::internal(e.message))?;
-        SessionContext::new().read_table(provider).map_err(df_error)
+        self.context.read_table(provider).map_err(df_error)
     }
 
     async fn rows(&self, df: DataFrame) -> Result<Vec<Value>, Error> {
         to_json(&df.collect().await.map_err(df_error)?)
     }
 
-    /// The `top` most frequent non-null values of `column` among `events`, most first.
-    async fn top(&self, events: DataFrame, column: &str, top: usize) -> Result<Vec<Count>, Error> {
-        let df = events
-            .filter(col(column).is_not_null())
-            .and_then(|d| {
-                d.aggregate(
-                    vec![col(column).alias("value")],
-                    vec![count(lit(1)).alias("count")],
-                )
-            })
-            .and_then(|d| {
-                d.sort(vec![
-                    col("count").sort(false, false),
-                    col("value").sort(true, false),
-                ])
-            })
-            .and_then(|d| d.limit(0, Some(top)))
-            .map_err(df_error)?;
-        Ok(self
-            .rows(df)
-            .await?
-            .into_iter()
-            .map(|r| Count {
-                count: int(&r, "count"),
-                value: r["value"].as_str().unwrap_or_default().to_owned(),
-            })
-            .collect())
-    }
-
-    /// Facets of a window (reference §5.2).
+    /// Facets of a window (reference §5.2): the most frequent owners, tools, sources and
+    /// event types, counted in one scan (a grouping set per facet).
     pub async fn facets(&self, since_minutes: u32) -> Result<Facets, Error> {
+        const FACETS: [(&str, usize); 4] = [
+            ("username", 50),
+            ("tool_name", 50),
+            ("source", 20),
+            ("event_type", 20),
+        ];
         let window = Filters {
             since_minutes,
             ..Filters::default()
         };
         window.validate()?;
-        let events = self
+        let sets = FACETS.iter().map(|(c, _)| vec![col(*c)]).collect();
+        let df = self
             .frame()
             .await?
             .filter(window.predicate())
+            .and_then(|d| {
+                d.aggregate(
+                    vec![Expr::GroupingSet(GroupingSet::GroupingSets(sets))],
+                    vec![count(lit(1)).alias("count")],
+                )
+            })
             .map_err(df_error)?;
-        let (users, tools, sources, event_types) = tokio::join!(
-            self.top(events.clone(), "username", 50),
-            self.top(events.clone(), "tool_name", 50),
-            self.top(events.clone(), "source", 20),
-            self.top(events, "event_type", 20),
-        );
+        // Each row belongs to one set: the facet whose column is set (a NULL value of a
+        // facet has every column NULL and counts in none).
+        let mut lists: Vec<Vec<Count>> = vec![Vec::new(); FACETS.len()];
+        for row in self.rows(df).await? {
+            for (i, (column, _)) in FACETS.iter().enumerate() {
+                if let Some(value) = row.get(*column).and_then(Value::as_str) {
+                    lists[i].push(Count {
+                        value: value.to_owned(),
+                        count: int(&row, "count"),
+                    });
+                    break;
+                }
+            }
+        }
+        for (list, (_, top)) in lists.iter_mut().zip(FACETS) {
+            list.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.value.cmp(&b.value)));
+            list.truncate(top);
+        }
+        let [users, tools, sources, event_types] =
+            <[Vec<Count>; 4]>::try_from(lists).expect("four facets");
         Ok(Facets {
             window_minutes: since_minutes,
-            users: users?,
-            tools: tools?,
-            sources: sources?,
-            event_types: event_types?,
+            users,
+            tools,
+            sources,
+            event_types,
         })
     }
 
@@ -524,7 +537,11 @@ impl Browser {
                         ],
                     )
                     .map_err(df_error)?;
-                let total = grouped.clone().count().await.map_err(df_error)?;
+                // Buckets are few (days, owners, tools): computed once, then counted, sorted
+                // and paged in memory instead of aggregating every event twice.
+                let buckets = grouped.collect().await.map_err(df_error)?;
+                let total = buckets.iter().map(RecordBatch::num_rows).sum::<usize>();
+                let grouped = self.context.read_batches(buckets).map_err(df_error)?;
                 let by = match column {
                     "bucket" | "invocations" | "distinct_users" | "distinct_sessions"
                     | "errors" => column,

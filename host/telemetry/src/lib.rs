@@ -12,11 +12,13 @@
 //!
 //! Extraction follows reference/observability.md §4 with its quirks fixed (see
 //! [`extract`]). Each file's events become one parquet segment (`svc_telemetry`'s rows);
-//! the store keeps its summary (`svc_sessions`), daily counts and the rollups.
+//! the store keeps its summary (`svc_sessions`), daily counts and the rollups. After each
+//! run the loose segments are packed ([`compact`]) for administrators' reads.
 
 pub mod archive;
 pub mod attribution;
 pub mod browse;
+pub mod compact;
 pub mod corpus;
 pub mod events;
 pub mod extract;

@@ -17,11 +17,13 @@ use serde::Serialize;
 use svc_core::clock::{format_ts, new_id, now};
 use svc_core::Error;
 use svc_driver_internal::EventSegments;
+use svc_store::packs::EventPack;
 use svc_store::usage::{DayRange, FileScope, FileState, ProcessedFile};
 use svc_store::Store;
 use tokio::sync::{mpsc, Notify};
 
 use crate::attribution::Attribution;
+use crate::compact::{self, CompactReport};
 use crate::events;
 use crate::extract::{extract, Context, Extracted, Owner, Problem};
 use crate::files::{FoundFile, SessionFiles};
@@ -126,6 +128,11 @@ pub struct RunReport {
     pub rollup_ms: u64,
     /// The rollup days rebuilt (`all` for a full rebuild).
     pub rollup_days: Option<String>,
+    /// The loose segments packed at the end of the run.
+    pub compaction: CompactReport,
+    /// Why packing failed, if it did (the run's events are stored either way; reads are
+    /// slower until a later run packs them).
+    pub compaction_error: Option<String>,
     /// Files that failed, with their errors.
     pub failures: Vec<FileFailure>,
     /// Files with unusable lines.
@@ -138,8 +145,8 @@ pub struct Pipeline {
     store: Store,
     files: SessionFiles,
     segments: EventSegments,
-    /// Segments no longer named by the store, removed at the next run (not at once: a
-    /// query that listed them a moment ago may still be reading them).
+    /// Segments and packs no longer named by the store, removed at the next run (not at
+    /// once: a query that listed them a moment ago may still be reading them).
     retired: Mutex<Vec<String>>,
     /// Whether this process has swept segments no state names (a crash's leftovers).
     swept: AtomicBool,
@@ -256,20 +263,24 @@ impl Pipeline {
                 rewritten.push(state);
             }
             let stored = self.store.prune_usage(&cutoff, &rewritten).await;
-            // The old segments once the new ones are named; the new ones if they never were.
+            // The old segments and dissolved packs once the new segments are named; the new
+            // segments if they never were.
             self.retired
                 .lock()
                 .expect("retired segments")
                 .extend(match &stored {
-                    Ok(_) => old,
-                    Err(_) => rewritten.into_iter().filter_map(|s| s.segment).collect(),
+                    Ok((_, dissolved)) => old.into_iter().chain(dissolved.iter().cloned()).collect(),
+                    Err(_) => rewritten.into_iter().filter_map(|s| s.segment).collect::<Vec<_>>(),
                 });
-            let summaries = stored?;
+            let (summaries, _) = stored?;
             let days = DayRange {
                 first: String::new(),
                 last: cutoff,
             };
             self.store.rebuild_usage_rollups(Some(&days)).await?;
+            if let Err(e) = self.pack().await {
+                tracing::warn!(error = %e, "could not pack the pruned events; reads stay slower until a run packs them");
+            }
             Ok((deleted, summaries))
         })
         .await
@@ -346,7 +357,8 @@ impl Pipeline {
             .into_iter()
             .map(|s| (s.session_file.clone(), s))
             .collect();
-        self.remove_retired(&states);
+        let packs = self.store.event_packs().await?;
+        self.remove_retired(&states, &packs);
         let mut owners: HashMap<String, Owner> = HashMap::new();
         let mut jobs = Vec::new();
         for file in found {
@@ -396,12 +408,30 @@ impl Pipeline {
             report.rollup_days = Some(format!("{}..{}", d.first, d.last));
         }
         report.rollup_ms = clock.elapsed().as_millis() as u64;
+        match self.pack().await {
+            Ok(packed) => report.compaction = packed,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not pack event segments");
+                report.compaction_error = Some(e.to_string());
+            }
+        }
         Ok(())
     }
 
-    /// Removes the segments retired by earlier runs and, once per process, any segment no
-    /// state names (left by a crash between writing a segment and committing its state).
-    fn remove_retired(&self, states: &HashMap<String, FileState>) {
+    /// Packs the loose segments; the packs it merged are removed at the next run.
+    async fn pack(&self) -> Result<CompactReport, Error> {
+        let packed = compact::compact(&self.store, &self.segments).await?;
+        self.retired
+            .lock()
+            .expect("retired segments")
+            .extend(packed.retired.iter().cloned());
+        Ok(packed)
+    }
+
+    /// Removes the segments and packs retired by earlier runs and, once per process, any
+    /// file that neither a state nor a pack names (left by a crash between writing a file
+    /// and committing the row naming it).
+    fn remove_retired(&self, states: &HashMap<String, FileState>, packs: &[EventPack]) {
         let retired = std::mem::take(&mut *self.retired.lock().expect("retired segments"));
         if self.swept.swap(true, Ordering::Relaxed) {
             for name in retired {
@@ -410,7 +440,11 @@ impl Pipeline {
                 }
             }
         } else {
-            let keep: HashSet<String> = states.values().filter_map(|s| s.segment.clone()).collect();
+            let keep: HashSet<String> = states
+                .values()
+                .filter_map(|s| s.segment.clone())
+                .chain(packs.iter().map(|p| p.name.clone()))
+                .collect();
             let removed = self.segments.remove_unlisted(&keep);
             if removed > 0 {
                 tracing::info!(removed, "removed event segments no session file names");

@@ -8,7 +8,7 @@ use crate::support::{
     backends, exec_store, fresh_postgres_url, query_store, server_bin, sqlite_url, Backend, TempDir,
 };
 
-const CURRENT: i64 = 49;
+const CURRENT: i64 = 50;
 
 fn store_url(backend: Backend, dir: &TempDir) -> String {
     match backend {
@@ -110,6 +110,7 @@ fn assert_current_schema(url: &str) {
         "usage_session_summary",
         "usage_file_daily",
         "session_file_state",
+        "usage_event_packs",
         "usage_tool_daily",
         "usage_plugin_daily",
         "usage_attribution_skills",
@@ -142,13 +143,15 @@ fn assert_current_schema(url: &str) {
         "idx_audit_user_time",
         "idx_audit_action_time",
         "idx_obs_views_user",
+        "idx_session_file_state_pack",
+        "idx_usage_summary_errors_first",
     ] {
         assert!(idx.contains(&i.to_string()), "missing index {i}: {idx:?}");
     }
     // v49: events live in per-file parquet segments, not in a store table.
     assert!(!t.contains(&"usage_events".to_string()), "{t:?}");
     let state = columns(url, "session_file_state");
-    for c in ["segment", "user_id", "first_at", "last_at"] {
+    for c in ["segment", "user_id", "first_at", "last_at", "pack"] {
         assert!(
             state.contains(&c.to_string()),
             "session_file_state lacks {c}"

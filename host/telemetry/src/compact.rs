@@ -1,0 +1,251 @@
+//! Compaction: loose event segments into packs, the administrators' columnar copy.
+//!
+//! A pack is one parquet file holding the events of the files whose sessions began on one
+//! UTC day, sorted by time, so a window's read opens a few large files whose row groups
+//! the time filter prunes, instead of one small segment per session (the store's `packs`
+//! module states the invariant; the internal driver reads packs and loose segments).
+//!
+//! Runs at the end of a pipeline run (or prune), under the pipeline's lease. A day with
+//! loose files gets a new pack holding its previous pack's events and theirs, as long as
+//! that stays under [`PACK_MAX_EVENTS`] (beyond it the loose files get a pack of their
+//! own), so a day that keeps receiving sessions ends with one pack, rewritten in bounded
+//! memory. Segments stay: they are the truth a pack is rebuilt from when it is dissolved.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use serde::Serialize;
+use svc_core::clock::new_id;
+use svc_core::Error;
+use svc_driver_internal::events::schema;
+use svc_driver_internal::EventSegments;
+use svc_plugin_api::arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
+use svc_plugin_api::RecordBatch;
+use svc_store::packs::{EventPack, LooseFile};
+use svc_store::Store;
+
+/// The most events one pack is built with: the build holds them in memory (about half a
+/// kilobyte each), and a larger pack would be rewritten in full for each new file.
+pub const PACK_MAX_EVENTS: i64 = 250_000;
+
+/// What a compaction did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CompactReport {
+    /// Packs written and committed.
+    pub packs: u64,
+    /// Loose files now in a pack.
+    pub files: u64,
+    /// Events in the packs written (previous packs' events included).
+    pub events: u64,
+    /// Packs built from inputs that changed meanwhile, and so thrown away.
+    pub discarded: u64,
+    /// Wall time.
+    pub ms: u64,
+    /// Files no longer referenced (merged packs), for the caller to remove later.
+    #[serde(skip)]
+    pub retired: Vec<String>,
+}
+
+/// One pack to build: earlier packs of the day to merge, and loose files.
+struct Plan {
+    day: String,
+    merged: Vec<EventPack>,
+    loose: Vec<LooseFile>,
+}
+
+/// Packs every loose file.
+pub async fn compact(store: &Store, segments: &EventSegments) -> Result<CompactReport, Error> {
+    let clock = Instant::now();
+    let mut report = CompactReport::default();
+    let loose = store.loose_event_files().await?;
+    if loose.is_empty() {
+        return Ok(report);
+    }
+    let mut by_day: HashMap<String, Vec<EventPack>> = HashMap::new();
+    for pack in store.event_packs().await? {
+        by_day.entry(pack.day.clone()).or_default().push(pack);
+    }
+    for plan in plans(loose, by_day) {
+        let (name, segments_) = (new_pack_name(&plan.day), segments.clone());
+        let (built, plan) =
+            tokio::task::spawn_blocking(move || build(&segments_, &name, &plan).map(|b| (b, plan)))
+                .await
+                .map_err(Error::internal)??;
+        let merged: Vec<String> = plan.merged.iter().map(|p| p.name.clone()).collect();
+        if store
+            .commit_event_pack(&built, &merged, &plan.loose)
+            .await?
+        {
+            report.packs += 1;
+            report.files += plan.loose.len() as u64;
+            report.events += built.events as u64;
+            report.retired.extend(merged);
+        } else {
+            report.discarded += 1;
+            if let Ok(path) = segments.path(&built.name) {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+    report.ms = clock.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+fn new_pack_name(day: &str) -> String {
+    let digits: String = day.chars().filter(char::is_ascii_digit).collect();
+    format!("pack-{digits}-{}.parquet", new_id())
+}
+
+/// Groups the loose files by the day their sessions began, each day's with its packs when
+/// the sum stays under the cap, in chunks under the cap otherwise.
+fn plans(loose: Vec<LooseFile>, mut packs: HashMap<String, Vec<EventPack>>) -> Vec<Plan> {
+    let mut days: BTreeMap<String, Vec<LooseFile>> = BTreeMap::new();
+    for file in loose {
+        let day = file.first_at.get(..10).unwrap_or(&file.first_at).to_owned();
+        days.entry(day).or_default().push(file);
+    }
+    let mut out = Vec::new();
+    for (day, files) in days {
+        let mut merged = packs.remove(&day).unwrap_or_default();
+        // The smallest packs first, as many as fit beside the loose files.
+        merged.sort_by_key(|p| p.events);
+        let mut total: i64 = files.iter().map(|f| f.events).sum();
+        merged.retain(|p| {
+            let fits = total + p.events <= PACK_MAX_EVENTS;
+            if fits {
+                total += p.events;
+            }
+            fits
+        });
+        let mut chunk = Plan {
+            day: day.clone(),
+            merged,
+            loose: Vec::new(),
+        };
+        let mut events: i64 = chunk.merged.iter().map(|p| p.events).sum();
+        for file in files {
+            if !chunk.loose.is_empty() && events + file.events > PACK_MAX_EVENTS {
+                out.push(std::mem::replace(
+                    &mut chunk,
+                    Plan {
+                        day: day.clone(),
+                        merged: Vec::new(),
+                        loose: Vec::new(),
+                    },
+                ));
+                events = 0;
+            }
+            events += file.events;
+            chunk.loose.push(file);
+        }
+        out.push(chunk);
+    }
+    out
+}
+
+/// Reads a plan's inputs, sorts their events by time and writes them as the pack `name`.
+fn build(segments: &EventSegments, name: &str, plan: &Plan) -> Result<EventPack, Error> {
+    let mut batches: Vec<RecordBatch> = Vec::new();
+    let inputs = plan
+        .merged
+        .iter()
+        .map(|p| &p.name)
+        .chain(plan.loose.iter().map(|f| &f.segment));
+    for input in inputs {
+        batches.extend(segments.read(input).map_err(driver_error)?);
+    }
+    let all = concat_batches(&schema(), &batches).map_err(Error::internal)?;
+    drop(batches);
+    let time = all
+        .column_by_name("occurred_at")
+        .expect("events have occurred_at");
+    let order = sort_to_indices(time, None, None).map_err(Error::internal)?;
+    let sorted = take_record_batch(&all, &order).map_err(Error::internal)?;
+    drop(all);
+    let bytes = segments.write(name, &sorted).map_err(driver_error)?;
+    let times = plan
+        .merged
+        .iter()
+        .map(|p| (&p.first_at, &p.last_at))
+        .chain(plan.loose.iter().map(|f| (&f.first_at, &f.last_at)));
+    let first_at = times
+        .clone()
+        .map(|t| t.0)
+        .min()
+        .cloned()
+        .unwrap_or_default();
+    let last_at = times.map(|t| t.1).max().cloned().unwrap_or_default();
+    Ok(EventPack {
+        name: name.to_owned(),
+        day: plan.day.clone(),
+        first_at,
+        last_at,
+        events: sorted.num_rows() as i64,
+        bytes: bytes as i64,
+    })
+}
+
+fn driver_error(e: svc_plugin_api::DriverError) -> Error {
+    Error::internal(e.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loose(key: &str, day: &str, events: i64) -> LooseFile {
+        LooseFile {
+            session_file: key.into(),
+            segment: format!("{key}.parquet"),
+            first_at: format!("{day}T10:00:00.000000Z"),
+            last_at: format!("{day}T11:00:00.000000Z"),
+            events,
+        }
+    }
+
+    fn pack(name: &str, day: &str, events: i64) -> EventPack {
+        EventPack {
+            name: name.into(),
+            day: day.into(),
+            first_at: format!("{day}T00:00:00.000000Z"),
+            last_at: format!("{day}T23:00:00.000000Z"),
+            events,
+            bytes: 1,
+        }
+    }
+
+    #[test]
+    fn a_day_is_one_pack_under_the_cap_and_chunks_over_it() {
+        let packs = HashMap::from([(
+            "2026-01-01".to_owned(),
+            vec![
+                pack("big", "2026-01-01", PACK_MAX_EVENTS - 5),
+                pack("small", "2026-01-01", 5),
+            ],
+        )]);
+        let files = vec![
+            loose("a", "2026-01-01", 3),
+            loose("b", "2026-01-02", PACK_MAX_EVENTS - 1),
+            loose("c", "2026-01-02", 2),
+        ];
+        let plans = plans(files, packs);
+        let shape: Vec<(&str, Vec<&str>, Vec<&str>)> = plans
+            .iter()
+            .map(|p| {
+                (
+                    p.day.as_str(),
+                    p.merged.iter().map(|m| m.name.as_str()).collect(),
+                    p.loose.iter().map(|f| f.session_file.as_str()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                ("2026-01-01", vec!["small"], vec!["a"]),
+                ("2026-01-02", vec![], vec!["b"]),
+                ("2026-01-02", vec![], vec!["c"]),
+            ]
+        );
+    }
+}

@@ -7,7 +7,7 @@ use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use super::{admin_sessions, seg, telemetry, Ctx};
+use super::{activity, admin_sessions, seg, telemetry, Ctx};
 use crate::client::Client;
 use crate::exit::{CliError, Exit, Result};
 use crate::progress;
@@ -63,6 +63,8 @@ pub enum Command {
     /// Resource grants of groups.
     #[command(subcommand)]
     Grant(GrantCommand),
+    /// The audit timeline, newest first (`--follow` to keep printing new rows).
+    Activity(activity::Args),
     /// Agents' tool usage: facets, KPIs, event pages and the summary.
     #[command(subcommand)]
     Telemetry(telemetry::Command),
@@ -417,6 +419,7 @@ pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
         Command::User(u) => user(&client, u)?,
         Command::Group(g) => group(&client, g)?,
         Command::Grant(g) => grant(&client, g)?,
+        Command::Activity(a) => activity::run(&client, a)?,
         Command::Telemetry(t) => telemetry::run(&client, t)?,
         Command::Usage(t) => {
             eprintln!("warning: `svc admin usage` is deprecated; use `svc admin telemetry`");
@@ -441,7 +444,7 @@ fn rows(list: &Value, keys: &[&str]) -> Vec<Vec<String>> {
 }
 
 /// A user's id from an id or an e-mail.
-fn user_id(client: &Client, user: &str) -> Result<String> {
+pub(super) fn user_id(client: &Client, user: &str) -> Result<String> {
     let users = client.get("/api/admin/users")?;
     users
         .as_array()

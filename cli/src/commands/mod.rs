@@ -1,6 +1,7 @@
 //! One module per command area. A new area (activity, telemetry, sessions, …) is one new
 //! file here plus one variant in `main.rs`'s `Command`.
 
+pub mod activity;
 pub mod admin;
 pub mod admin_sessions;
 pub mod auth;

@@ -30,3 +30,45 @@ pub fn parse_ts(s: &str) -> Option<DateTime<Utc>> {
 pub fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
+
+/// `since <= time < until`, either end open; both in the store's timestamp form.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TimeRange {
+    /// Inclusive start.
+    pub since: Option<String>,
+    /// Exclusive end.
+    pub until: Option<String>,
+}
+
+impl TimeRange {
+    /// Parses the ends as given in a request: an RFC 3339 date-time, a date-time without a
+    /// zone (UTC), or a date (its midnight, UTC). An error names the end it is about.
+    pub fn parse(since: Option<&str>, until: Option<&str>) -> Result<Self, crate::Error> {
+        let one = |field: &str, v: Option<&str>| -> Result<Option<String>, crate::Error> {
+            let Some(v) = v.map(str::trim).filter(|v| !v.is_empty()) else {
+                return Ok(None);
+            };
+            let at = chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .map(|n| n.and_utc())
+                .or_else(|| parse_ts(v))
+                .ok_or_else(|| {
+                    crate::Error::invalid(format!(
+                        "{field}: '{v}' is not a date (YYYY-MM-DD) or an ISO 8601 date-time"
+                    ))
+                })?;
+            Ok(Some(format_ts(at)))
+        };
+        let range = Self {
+            since: one("since", since)?,
+            until: one("until", until)?,
+        };
+        if let (Some(a), Some(b)) = (&range.since, &range.until) {
+            if a >= b {
+                return Err(crate::Error::invalid("until must be later than since"));
+            }
+        }
+        Ok(range)
+    }
+}

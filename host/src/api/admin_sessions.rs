@@ -331,6 +331,7 @@ impl AdminSessionsApi {
             };
             let filter = AuditFilter {
                 user_id: Some(id.0.clone()),
+                ..AuditFilter::default()
             };
             Ok(self
                 .state

@@ -1,6 +1,7 @@
 //! The HTTP surface: routes, the request pipeline (request id, client address, body limit,
 //! error envelope), bearer authentication, and the OpenAPI document.
 
+mod activity;
 mod admin_groups;
 mod admin_sessions;
 mod admin_users;
@@ -64,6 +65,8 @@ enum Tag {
     Operations,
     /// Agent session uploads and the telemetry pipeline.
     Telemetry,
+    /// The audit timeline (admin).
+    Activity,
 }
 
 /// An empty success.
@@ -185,6 +188,7 @@ type Apis = (
         admin_sessions::AdminSessionsApi,
         telemetry::TelemetryApi,
         ask::AskApi,
+        activity::ActivityApi,
     ),
 );
 
@@ -247,6 +251,9 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
                 state: state.clone(),
             },
             ask::AskApi {
+                state: state.clone(),
+            },
+            activity::ActivityApi {
                 state: state.clone(),
             },
         ),

@@ -14,6 +14,7 @@
 
 pub mod audit;
 mod bulk;
+mod clause;
 pub mod groups;
 pub mod metadata;
 mod migrate;

@@ -9,6 +9,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use crate::clause::{like_literal, Where};
 use crate::usage::SessionSummary;
 use crate::{Store, StoreError};
 
@@ -222,63 +223,29 @@ pub struct TokenStats {
     pub totals: TokenCounts,
 }
 
-/// A WHERE clause and its bound values, built from a filter.
-struct Where {
-    sql: String,
-    binds: Vec<String>,
-}
-
-impl Where {
-    fn of(f: &SessionFilter) -> Self {
-        let mut w = Self {
-            sql: String::from(" WHERE 1 = 1"),
-            binds: Vec::new(),
-        };
-        if let Some(since) = &f.since {
-            w.push("started_at >= ", since.clone());
+/// The WHERE clause of a session filter.
+fn where_of(f: &SessionFilter) -> Where {
+    let mut w = Where::new();
+    for (condition, value) in [
+        ("started_at >= $?", &f.since),
+        ("username = $?", &f.username),
+        ("user_id = $?", &f.user_id),
+        ("primary_model = $?", &f.model),
+    ] {
+        if let Some(v) = value {
+            w.push(condition, v.clone());
         }
-        if let Some(u) = &f.username {
-            w.push("username = ", u.clone());
-        }
-        if let Some(u) = &f.user_id {
-            w.push("user_id = ", u.clone());
-        }
-        if let Some(m) = &f.model {
-            w.push("primary_model = ", m.clone());
-        }
-        if f.only_errors {
-            w.sql.push_str(" AND tool_errors > 0");
-        }
-        if let Some(q) = f.q.as_deref().filter(|q| !q.is_empty()) {
-            let pattern = like_pattern(q);
-            let n = w.binds.len() + 1;
-            w.sql.push_str(&format!(
-                " AND (session_id LIKE ${n} ESCAPE '\\' OR session_file LIKE ${n} ESCAPE '\\')"
-            ));
-            w.binds.push(pattern);
-        }
-        w
     }
-
-    fn push(&mut self, condition: &str, value: String) {
-        self.binds.push(value);
-        self.sql
-            .push_str(&format!(" AND {condition}${}", self.binds.len()));
+    if f.only_errors {
+        w.push_fixed("tool_errors > 0");
     }
-}
-
-/// `%needle%` with `%`, `_` and `\` escaped.
-fn like_pattern(needle: &str) -> String {
-    let mut p = String::with_capacity(needle.len() + 2);
-    p.push('%');
-    for c in needle.chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            p.push('\\');
-        }
-        p.push(c);
+    if let Some(q) = f.q.as_deref().filter(|q| !q.is_empty()) {
+        w.push(
+            "(session_id LIKE $? ESCAPE '\\' OR session_file LIKE $? ESCAPE '\\')",
+            format!("%{}%", like_literal(q)),
+        );
     }
-    p.push('%');
-    p
+    w
 }
 
 fn summary_of(r: &AnyRow) -> Result<SessionSummary, StoreError> {
@@ -331,7 +298,7 @@ impl Store {
         limit: usize,
         offset: usize,
     ) -> Result<(Vec<SessionSummary>, i64), StoreError> {
-        let w = Where::of(filter);
+        let w = where_of(filter);
         let sql = format!(
             "SELECT * FROM usage_session_summary{} ORDER BY {} LIMIT {} OFFSET {}",
             w.sql,
@@ -360,7 +327,7 @@ impl Store {
 
     /// Headline numbers of the sessions under a filter.
     pub async fn session_kpis(&self, filter: &SessionFilter) -> Result<SessionKpis, StoreError> {
-        let w = Where::of(filter);
+        let w = where_of(filter);
         let sql = format!(
             "SELECT COUNT(*) AS sessions, COUNT(DISTINCT username) AS users, \
              CAST(COALESCE(SUM(CASE WHEN tool_errors > 0 THEN 1 ELSE 0 END), 0) AS BIGINT) AS error_sessions, \
@@ -542,10 +509,5 @@ mod tests {
         ] {
             assert!(order.sql().ends_with("session_file"), "{}", order.sql());
         }
-    }
-
-    #[test]
-    fn like_patterns_match_literally() {
-        assert_eq!(like_pattern("a%b_c\\"), "%a\\%b\\_c\\\\%");
     }
 }

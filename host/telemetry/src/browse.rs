@@ -55,47 +55,7 @@ pub struct Filters {
     pub range: Option<TimeRange>,
 }
 
-/// `since <= occurred_at < until`, either end open; both in the store's timestamp form.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TimeRange {
-    /// Inclusive start.
-    pub since: Option<String>,
-    /// Exclusive end.
-    pub until: Option<String>,
-}
-
-impl TimeRange {
-    /// Parses the ends as given in a request: an RFC 3339 date-time, a date-time without a
-    /// zone (UTC), or a date (its midnight, UTC). An error names the end it is about.
-    pub fn parse(since: Option<&str>, until: Option<&str>) -> Result<Self, Error> {
-        let one = |field: &str, v: Option<&str>| -> Result<Option<String>, Error> {
-            let Some(v) = v.map(str::trim).filter(|v| !v.is_empty()) else {
-                return Ok(None);
-            };
-            let at = NaiveDate::parse_from_str(v, "%Y-%m-%d")
-                .ok()
-                .and_then(|d| d.and_hms_opt(0, 0, 0))
-                .map(|n| n.and_utc())
-                .or_else(|| svc_core::clock::parse_ts(v))
-                .ok_or_else(|| {
-                    Error::invalid(format!(
-                        "{field}: '{v}' is not a date (YYYY-MM-DD) or an ISO 8601 date-time"
-                    ))
-                })?;
-            Ok(Some(format_ts(at)))
-        };
-        let range = Self {
-            since: one("since", since)?,
-            until: one("until", until)?,
-        };
-        if let (Some(a), Some(b)) = (&range.since, &range.until) {
-            if a >= b {
-                return Err(Error::invalid("until must be later than since"));
-            }
-        }
-        Ok(range)
-    }
-}
+pub use svc_core::clock::TimeRange;
 
 /// How `query` buckets events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

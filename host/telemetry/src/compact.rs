@@ -39,6 +39,10 @@ pub struct CompactReport {
     pub events: u64,
     /// Packs built from inputs that changed meanwhile, and so thrown away.
     pub discarded: u64,
+    /// Packs that could not be built (their files stay loose until a later run).
+    pub failed: u64,
+    /// The first such failure.
+    pub error: Option<String>,
     /// Wall time.
     pub ms: u64,
     /// Files no longer referenced (merged packs), for the caller to remove later.
@@ -67,10 +71,21 @@ pub async fn compact(store: &Store, segments: &EventSegments) -> Result<CompactR
     }
     for plan in plans(loose, by_day) {
         let (name, segments_) = (new_pack_name(&plan.day), segments.clone());
-        let (built, plan) =
-            tokio::task::spawn_blocking(move || build(&segments_, &name, &plan).map(|b| (b, plan)))
-                .await
-                .map_err(Error::internal)??;
+        let (built, plan) = match tokio::task::spawn_blocking(move || {
+            build(&segments_, &name, &plan).map(|b| (b, plan))
+        })
+        .await
+        .map_err(Error::internal)?
+        {
+            Ok(done) => done,
+            // One unreadable input leaves its day loose (read from segments), not the rest.
+            Err(e) => {
+                tracing::warn!(error = %e, "could not build an event pack; its files stay loose");
+                report.failed += 1;
+                report.error.get_or_insert_with(|| e.to_string());
+                continue;
+            }
+        };
         let merged: Vec<String> = plan.merged.iter().map(|p| p.name.clone()).collect();
         if store
             .commit_event_pack(&built, &merged, &plan.loose)

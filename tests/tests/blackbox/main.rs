@@ -3,6 +3,7 @@
 //! database), then speaks HTTP to it like a client would.
 
 mod access;
+mod activity;
 mod auth;
 mod cli;
 mod discovery;

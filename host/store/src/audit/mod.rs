@@ -28,7 +28,7 @@ mod rows;
 mod timeline;
 mod timings;
 pub use rows::AuditRecord;
-pub use timeline::{AuditCursor, AuditFilter, AuditPage, AuditRow};
+pub use timeline::{AuditCursor, AuditFilter, AuditPage, AuditRow, ResultFilter, SYSTEM_SOURCE};
 pub use timings::ActionTiming;
 
 /// Longest `resource` kept (spec "Limits").

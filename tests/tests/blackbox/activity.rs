@@ -1,0 +1,395 @@
+//! The audit timeline (`GET /api/admin/activity`) through the real server and the `svc`
+//! client: every filter narrows to exactly the rows it names (prefixes taken literally),
+//! rows carry parameters as objects and a user label even when the user is gone, the keyset
+//! walk neither skips nor repeats while rows are written, reads are audited once a minute,
+//! and bad input is a 422 naming the field.
+
+use chrono::{Duration, SecondsFormat, Utc};
+use serde_json::Value;
+
+use crate::support::{backends, exec_store, Server, TempDir};
+use crate::svc_cli::{code, stderr, stdout, svc};
+
+fn ts(minutes_ago: i64) -> String {
+    (Utc::now() - Duration::minutes(minutes_ago)).to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// Writes audit rows straight into the store: (id, minutes ago, user, action, resource,
+/// params, client kind, result).
+#[allow(clippy::type_complexity)]
+fn insert(
+    s: &Server,
+    rows: &[(
+        &str,
+        i64,
+        Option<&str>,
+        &str,
+        &str,
+        &str,
+        Option<&str>,
+        &str,
+    )],
+) {
+    let statements: Vec<String> = rows
+        .iter()
+        .map(|(id, ago, user, action, resource, params, kind, result)| {
+            let text = |v: Option<&str>| v.map_or("NULL".to_owned(), |v| format!("'{v}'"));
+            let params = params.replace('\'', "''");
+            format!(
+                "INSERT INTO audit_log (id, timestamp, user_id, action, resource, params, client_kind, correlation_id, result, duration_ms) \
+                 VALUES ('{id}', '{}', {}, '{action}', '{resource}', '{params}', {}, 'req-{id}', '{result}', 5)",
+                ts(*ago),
+                text(*user),
+                text(*kind),
+            )
+        })
+        .collect();
+    let refs: Vec<&str> = statements.iter().map(String::as_str).collect();
+    exec_store(&s.store_url(), &refs);
+}
+
+fn ids(s: &Server, token: &str, query: &str) -> Vec<String> {
+    let (status, page) = s.get_json(&format!("/api/admin/activity?{query}"), token);
+    assert_eq!(status, 200, "{query}: {page}");
+    page["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .filter(|id| id.starts_with("t-"))
+        .collect()
+}
+
+#[test]
+fn the_timeline_filters_pages_and_refuses_bad_input() {
+    for backend in backends() {
+        let s = Server::start_with(backend, &[]);
+        let admin = s.admin_token();
+        let ana = s.user_token("ana@example.com", false);
+        let ana_id = s.query("SELECT id FROM users WHERE email = 'ana@example.com'")[0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let a = Some(ana_id.as_str());
+        insert(
+            &s,
+            &[
+                (
+                    "t-1",
+                    10,
+                    a,
+                    "catalog.list",
+                    "catalog",
+                    r#"{"q":"it's \"quoted\" 50%"}"#,
+                    Some("cli"),
+                    "success",
+                ),
+                (
+                    "t-2",
+                    20,
+                    a,
+                    "query.run",
+                    "table:orders",
+                    r#"{"sql":"SELECT 1"}"#,
+                    Some("web"),
+                    "error.400",
+                ),
+                (
+                    "t-3",
+                    30,
+                    None,
+                    "query_x.run",
+                    "table:orders",
+                    "{}",
+                    None,
+                    "success",
+                ),
+                (
+                    "t-4",
+                    40,
+                    Some("gone-user"),
+                    "catalog.schema",
+                    "table:orders",
+                    "{}",
+                    Some("scheduler"),
+                    "error.403",
+                ),
+                (
+                    "t-5",
+                    60 * 30,
+                    a,
+                    "catalog.list",
+                    "catalog",
+                    "{}",
+                    Some("cli"),
+                    "success",
+                ),
+                (
+                    "t-6",
+                    60 * 24 * 40,
+                    a,
+                    "catalog.list",
+                    "catalog",
+                    "{}",
+                    Some("cli"),
+                    "success",
+                ),
+            ],
+        );
+
+        // The default window is a day; since_minutes and since/until move it.
+        assert_eq!(ids(&s, &admin, "limit=200"), ["t-1", "t-2", "t-3", "t-4"]);
+        assert_eq!(
+            ids(&s, &admin, "since_minutes=43200&limit=200"),
+            ["t-1", "t-2", "t-3", "t-4", "t-5"]
+        );
+        let since = ts(60 * 24 * 41);
+        let until = ts(60 * 24 * 39);
+        assert_eq!(
+            ids(
+                &s,
+                &admin,
+                &format!("since={}&until={}", enc(&since), enc(&until))
+            ),
+            ["t-6"]
+        );
+
+        // Each filter alone.
+        for (query, expected) in [
+            (format!("user_id={ana_id}"), vec!["t-1", "t-2"]),
+            ("action_prefix=catalog.".into(), vec!["t-1", "t-4"]),
+            // `_` is a character, not a wildcard: "query_" does not match "query.run".
+            ("action_prefix=query_".into(), vec!["t-3"]),
+            ("action_prefix=%25".into(), vec![]),
+            (
+                "action_in=query.run,catalog.schema".into(),
+                vec!["t-2", "t-4"],
+            ),
+            ("resource=table:orders".into(), vec!["t-2", "t-3", "t-4"]),
+            ("result=success".into(), vec!["t-1", "t-3"]),
+            ("result=error".into(), vec!["t-2", "t-4"]),
+            ("result=error.403".into(), vec!["t-4"]),
+            ("client_kind=cli".into(), vec!["t-1"]),
+            ("source=system".into(), vec!["t-3"]),
+            ("source=scheduler".into(), vec!["t-4"]),
+            ("correlation_id=req-t-2".into(), vec!["t-2"]),
+            ("q=SELECT".into(), vec!["t-2"]),
+            // As typed, or as the JSON text has it.
+            (format!("q={}", enc(r#"it's "quoted" 50%"#)), vec!["t-1"]),
+            (format!("q={}", enc(r#"\"quoted\""#)), vec!["t-1"]),
+            ("q=50_".into(), vec![]),
+            (format!("q={}", "x".repeat(10_240)), vec![]),
+            (format!("user_id={ana_id}&result=error"), vec!["t-2"]),
+        ] {
+            assert_eq!(
+                ids(&s, &admin, &query),
+                expected,
+                "{}",
+                &query[..query.len().min(80)]
+            );
+        }
+
+        // Rows: parameters as objects, a source, and a user label even for a gone user.
+        let (_, page) = s.get_json("/api/admin/activity?limit=200", &admin);
+        let row = |id: &str| -> Value {
+            page["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["id"] == id)
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(row("t-2")["params"]["sql"], "SELECT 1");
+        assert_eq!(row("t-1")["user_email"], "ana@example.com");
+        assert_eq!(row("t-4")["user_email"], "gone-user");
+        assert_eq!(row("t-4")["user_name"], "gone-user");
+        assert_eq!(row("t-3")["source"], "system");
+        assert!(row("t-3")["user_email"].is_null());
+        assert_eq!(row("t-4")["source"], "scheduler");
+        assert_eq!(page["filter"]["since_minutes"], 1440);
+
+        // Keyset: walking two at a time while rows are written sees each older row once.
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut written = 0;
+        loop {
+            let mut path = "/api/admin/activity?since_minutes=43200&limit=2".to_owned();
+            if let Some(c) = &cursor {
+                path.push_str(&format!("&cursor={}", enc(c)));
+            }
+            let (status, page) = s.get_json(&path, &admin);
+            assert_eq!(status, 200, "{page}");
+            for r in page["rows"].as_array().unwrap() {
+                seen.push(r["id"].as_str().unwrap().to_owned());
+            }
+            // New rows arrive at the head meanwhile; the walk goes on from where it was.
+            written += 1;
+            let id = format!("n-{written}");
+            insert(
+                &s,
+                &[(
+                    &id,
+                    0,
+                    a,
+                    "catalog.list",
+                    "catalog",
+                    "{}",
+                    Some("cli"),
+                    "success",
+                )],
+            );
+            match page["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => break,
+            }
+        }
+        let fixture: Vec<&String> = seen.iter().filter(|id| id.starts_with("t-")).collect();
+        assert_eq!(fixture, ["t-1", "t-2", "t-3", "t-4", "t-5"]);
+        let mut unique = seen.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), seen.len(), "no row twice: {seen:?}");
+        assert!(
+            seen.iter().all(|id| !id.starts_with("n-")),
+            "rows written after the first page are not in the walk"
+        );
+
+        // Reads are audited once a minute per filter; paging is not a new read.
+        let reads = s.query("SELECT params FROM audit_log WHERE action = 'activity.read'");
+        let with = |needle: &str| {
+            reads
+                .iter()
+                .filter(|r| r["params"].as_str().unwrap_or_default().contains(needle))
+                .count()
+        };
+        assert_eq!(
+            with("\"since_minutes\":43200"),
+            1,
+            "the walk repeats an earlier read: {reads:?}"
+        );
+        assert_eq!(
+            with("\"action_prefix\""),
+            3,
+            "three prefixes, three reads: {reads:?}"
+        );
+        assert_eq!(with("\"endpoint\":\"timeline\""), reads.len());
+
+        // Bad input: 422 naming the field; a non-admin: 403.
+        for (query, field) in [
+            ("since_minutes=0", "since_minutes"),
+            ("since_minutes=43201", "since_minutes"),
+            ("limit=0", "limit"),
+            ("limit=201", "limit"),
+            ("cursor=garbage", "cursor"),
+            ("cursor=2026-01-01T00:00:00Z", "cursor"),
+            ("cursor=%7B%22ts%22%3A1%7D", "cursor"),
+            ("since=yesterday", "since"),
+            ("until=2026-13-01", "until"),
+            ("since_minutes=60&since=2026-01-01", "since_minutes"),
+            ("result=failed", "result"),
+            ("source=martian", "source"),
+            ("client_kind=system", "client_kind"),
+        ] {
+            let (status, body) = s.get_json(&format!("/api/admin/activity?{query}"), &admin);
+            assert_eq!(status, 422, "{query}: {body}");
+            assert!(body.to_string().contains(field), "{query}: {body}");
+        }
+        let q = "x".repeat(16_385);
+        assert_eq!(
+            s.get_json(&format!("/api/admin/activity?q={q}"), &admin).0,
+            422
+        );
+        let (status, body) = s.get_json("/api/admin/activity", &ana);
+        assert_eq!(status, 403, "{body}");
+    }
+}
+
+/// The `svc` client prints the timeline as a table, as JSON, and filters as the API does.
+#[test]
+fn svc_admin_activity_lists_and_filters() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    let ana = s.user_token("ana@example.com", false);
+    let ana_id = s.query("SELECT id FROM users WHERE email = 'ana@example.com'")[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    insert(
+        &s,
+        &[
+            (
+                "t-1",
+                5,
+                Some(ana_id.as_str()),
+                "catalog.list",
+                "catalog",
+                "{}",
+                Some("cli"),
+                "success",
+            ),
+            (
+                "t-2",
+                6,
+                Some(ana_id.as_str()),
+                "query.run",
+                "table:x",
+                "{}",
+                Some("cli"),
+                "error.400",
+            ),
+        ],
+    );
+    let config = TempDir::new();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--server", s.base.as_str(), "--token", admin.as_str()];
+        all.extend_from_slice(args);
+        svc(&config.0, &all)
+    };
+    let out = cli(&[
+        "admin",
+        "activity",
+        "--user",
+        "ana@example.com",
+        "--result",
+        "error",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("query.run") && !text.contains("catalog.list"),
+        "{text}"
+    );
+    assert!(
+        text.contains("TIME") && text.contains("error.400"),
+        "{text}"
+    );
+    let out = cli(&[
+        "admin", "activity", "--action", "catalog.", "--since", "1h", "--json",
+    ]);
+    let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let ids: Vec<&str> = json["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["id"].as_str())
+        .filter(|id| id.starts_with("t-"))
+        .collect();
+    assert_eq!(ids, ["t-1"], "{json}");
+    let bad = cli(&["admin", "activity", "--result", "failed"]);
+    assert_ne!(code(&bad), 0);
+    assert!(stderr(&bad).contains("result"), "{}", stderr(&bad));
+    drop(ana);
+}
+
+fn enc(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

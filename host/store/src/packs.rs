@@ -72,7 +72,23 @@ pub(crate) async fn dissolve(tx: &mut Tx<'_>, packs: &[String]) -> Result<Vec<St
     Ok(gone)
 }
 
-fn pack_of(r: &sqlx::any::AnyRow) -> Result<EventPack, StoreError> {
+/// The pack holding `session_file`'s events, if it is packed.
+pub(crate) async fn pack_of(
+    tx: &mut Tx<'_>,
+    session_file: &str,
+) -> Result<Option<String>, StoreError> {
+    Ok(
+        sqlx::query("SELECT pack FROM session_file_state WHERE session_file = $1")
+            .bind(session_file)
+            .fetch_optional(&mut **tx)
+            .await?
+            .map(|r| r.try_get::<Option<String>, _>("pack"))
+            .transpose()?
+            .flatten(),
+    )
+}
+
+fn pack_row(r: &sqlx::any::AnyRow) -> Result<EventPack, StoreError> {
     Ok(EventPack {
         name: r.try_get("name")?,
         day: r.try_get("day")?,
@@ -89,7 +105,7 @@ impl Store {
         crate::fetch_vec(
             self,
             sqlx::query("SELECT * FROM usage_event_packs ORDER BY day, name"),
-            pack_of,
+            pack_row,
         )
         .await
     }

@@ -419,14 +419,7 @@ impl Store {
     /// as they were. `state.failures` and `state.parked` are the caller's decision.
     pub async fn record_file_failure(&self, state: &FileState) -> Result<(), StoreError> {
         let mut tx = self.pool().begin().await?;
-        let pack: Option<String> =
-            sqlx::query("SELECT pack FROM session_file_state WHERE session_file = $1")
-                .bind(&state.session_file)
-                .fetch_optional(&mut *tx)
-                .await?
-                .map(|r| r.try_get::<Option<String>, _>("pack"))
-                .transpose()?
-                .flatten();
+        let pack = crate::packs::pack_of(&mut tx, &state.session_file).await?;
         sqlx::query("DELETE FROM session_file_state WHERE session_file = $1")
             .bind(&state.session_file)
             .execute(&mut *tx)
@@ -521,14 +514,7 @@ impl Store {
         let mut tx = self.pool().begin().await?;
         let mut packs = std::collections::BTreeSet::new();
         for state in rewritten {
-            let pack = sqlx::query("SELECT pack FROM session_file_state WHERE session_file = $1")
-                .bind(&state.session_file)
-                .fetch_optional(&mut *tx)
-                .await?
-                .map(|r| r.try_get::<Option<String>, _>("pack"))
-                .transpose()?
-                .flatten();
-            packs.extend(pack);
+            packs.extend(crate::packs::pack_of(&mut tx, &state.session_file).await?);
             sqlx::query(
                 "UPDATE session_file_state SET segment = $1, events = $2, first_at = $3, last_at = $4 \
                  WHERE session_file = $5",

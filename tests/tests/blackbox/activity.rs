@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::support::{backends, exec_store, Server, TempDir};
 use crate::svc_cli::{code, stderr, stdout, svc};
+use crate::telemetry_export_ask::urlencode;
 
 fn ts(minutes_ago: i64) -> String {
     (Utc::now() - Duration::minutes(minutes_ago)).to_rfc3339_opts(SecondsFormat::Micros, true)
@@ -149,7 +150,7 @@ fn the_timeline_filters_pages_and_refuses_bad_input() {
             ids(
                 &s,
                 &admin,
-                &format!("since={}&until={}", enc(&since), enc(&until))
+                &format!("since={}&until={}", urlencode(&since), urlencode(&until))
             ),
             ["t-6"]
         );
@@ -175,8 +176,11 @@ fn the_timeline_filters_pages_and_refuses_bad_input() {
             ("correlation_id=req-t-2".into(), vec!["t-2"]),
             ("q=SELECT".into(), vec!["t-2"]),
             // As typed, or as the JSON text has it.
-            (format!("q={}", enc(r#"it's "quoted" 50%"#)), vec!["t-1"]),
-            (format!("q={}", enc(r#"\"quoted\""#)), vec!["t-1"]),
+            (
+                format!("q={}", urlencode(r#"it's "quoted" 50%"#)),
+                vec!["t-1"],
+            ),
+            (format!("q={}", urlencode(r#"\"quoted\""#)), vec!["t-1"]),
             ("q=50_".into(), vec![]),
             (format!("q={}", "x".repeat(10_240)), vec![]),
             (format!("user_id={ana_id}&result=error"), vec!["t-2"]),
@@ -216,7 +220,7 @@ fn the_timeline_filters_pages_and_refuses_bad_input() {
         loop {
             let mut path = "/api/admin/activity?since_minutes=43200&limit=2".to_owned();
             if let Some(c) = &cursor {
-                path.push_str(&format!("&cursor={}", enc(c)));
+                path.push_str(&format!("&cursor={}", urlencode(c)));
             }
             let (status, page) = s.get_json(&path, &admin);
             assert_eq!(status, 200, "{page}");
@@ -380,16 +384,4 @@ fn svc_admin_activity_lists_and_filters() {
     assert_ne!(code(&bad), 0);
     assert!(stderr(&bad).contains("result"), "{}", stderr(&bad));
     drop(ana);
-}
-
-fn enc(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }

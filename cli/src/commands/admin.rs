@@ -65,6 +65,9 @@ pub enum Command {
     Grant(GrantCommand),
     /// The audit timeline, newest first (`--follow` to keep printing new rows).
     Activity(activity::Args),
+    /// Your saved views of the observability pages.
+    #[command(subcommand)]
+    Views(activity::ViewsCommand),
     /// Agents' tool usage: facets, KPIs, event pages and the summary.
     #[command(subcommand)]
     Telemetry(telemetry::Command),
@@ -420,6 +423,7 @@ pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
         Command::Group(g) => group(&client, g)?,
         Command::Grant(g) => grant(&client, g)?,
         Command::Activity(a) => activity::run(&client, a)?,
+        Command::Views(v) => activity::views(&client, v)?,
         Command::Telemetry(t) => telemetry::run(&client, t)?,
         Command::Usage(t) => {
             eprintln!("warning: `svc admin usage` is deprecated; use `svc admin telemetry`");

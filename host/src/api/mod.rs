@@ -14,6 +14,7 @@ mod export;
 mod health;
 mod me;
 mod metadata;
+mod observability;
 mod query;
 mod registry;
 mod result_body;
@@ -65,7 +66,7 @@ enum Tag {
     Operations,
     /// Agent session uploads and the telemetry pipeline.
     Telemetry,
-    /// The audit timeline (admin).
+    /// The audit timeline and saved observability views (admin).
     Activity,
 }
 
@@ -189,6 +190,7 @@ type Apis = (
         telemetry::TelemetryApi,
         ask::AskApi,
         activity::ActivityApi,
+        observability::ObservabilityApi,
     ),
 );
 
@@ -254,6 +256,9 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
                 state: state.clone(),
             },
             activity::ActivityApi {
+                state: state.clone(),
+            },
+            observability::ObservabilityApi {
                 state: state.clone(),
             },
         ),

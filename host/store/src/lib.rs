@@ -27,6 +27,7 @@ pub mod sync;
 pub mod tokens;
 pub mod usage;
 pub mod users;
+pub mod views;
 
 use std::path::{Path, PathBuf};
 

@@ -385,3 +385,142 @@ fn svc_admin_activity_lists_and_filters() {
     assert!(stderr(&bad).contains("result"), "{}", stderr(&bad));
     drop(ana);
 }
+
+/// Saved views: each administrator's own, saved again under a name they keep their id, and
+/// every limit is a clear error (422 naming the field, 409 naming the count).
+#[test]
+fn saved_views_are_each_admins_own_and_bounded() {
+    const V: &str = "/api/admin/observability/views";
+    for backend in backends() {
+        let s = Server::start_with(backend, &[]);
+        let admin = s.admin_token();
+        let other = s.user_token("other-admin@example.com", true);
+        let ana = s.user_token("ana@example.com", false);
+        let body = |name: &str, query: Value| serde_json::json!({ "name": name, "query": query });
+
+        let (status, first) = s.post_json(
+            V,
+            &admin,
+            &body(" errors ", serde_json::json!({"result": "error"})),
+        );
+        assert_eq!(status, 200, "{first}");
+        assert_eq!(first["name"], "errors");
+        let id = first["id"].as_str().unwrap().to_owned();
+        let (_, again) = s.post_json(
+            V,
+            &admin,
+            &body("errors", serde_json::json!({"result": "error.500"})),
+        );
+        assert_eq!(
+            again["id"],
+            id.as_str(),
+            "saved again under its name: same view"
+        );
+        assert_eq!(again["query"]["result"], "error.500");
+        assert_eq!(again["created_at"], first["created_at"]);
+        let (_, list) = s.get_json(V, &admin);
+        assert_eq!(list["views"].as_array().unwrap().len(), 1, "{list}");
+
+        // Another administrator sees none of them and can change none.
+        let (_, theirs) = s.get_json(V, &other);
+        assert!(theirs["views"].as_array().unwrap().is_empty(), "{theirs}");
+        let one = format!("{V}/{id}");
+        assert_eq!(
+            s.put_json(&one, &other, &body("x", serde_json::json!({})))
+                .0,
+            404
+        );
+        assert_eq!(s.delete(&one, &other).0, 404);
+
+        // Renaming by id; a name another view has is a conflict.
+        assert_eq!(
+            s.post_json(V, &admin, &body("second", serde_json::json!({})))
+                .0,
+            200
+        );
+        assert_eq!(
+            s.put_json(&one, &admin, &body("second", serde_json::json!({})))
+                .0,
+            409
+        );
+        let (status, renamed) =
+            s.put_json(&one, &admin, &body("renamed", serde_json::json!({"a": 1})));
+        assert_eq!(
+            (status, renamed["name"].as_str()),
+            (200, Some("renamed")),
+            "{renamed}"
+        );
+
+        for (bad, field) in [
+            (body("", serde_json::json!({})), "name"),
+            (body(&"n".repeat(81), serde_json::json!({})), "name"),
+            (
+                body("big", serde_json::json!({ "x": "y".repeat(65_536) })),
+                "query",
+            ),
+            (body("list", serde_json::json!([1, 2])), "query"),
+        ] {
+            let (status, answer) = s.post_json(V, &admin, &bad);
+            assert_eq!(status, 422, "{field}: {answer}");
+            assert!(answer.to_string().contains(field), "{answer}");
+        }
+        assert_eq!(
+            s.post_json(V, &admin, &body(&"n".repeat(80), serde_json::json!({})))
+                .0,
+            200
+        );
+
+        // At 100 views a new name is refused, naming the limit; an existing name still saves.
+        for i in 0..97 {
+            assert_eq!(
+                s.post_json(V, &admin, &body(&format!("v{i}"), serde_json::json!({})))
+                    .0,
+                200
+            );
+        }
+        let (status, answer) = s.post_json(V, &admin, &body("one-more", serde_json::json!({})));
+        assert_eq!(status, 409, "{answer}");
+        assert!(answer.to_string().contains("100"), "{answer}");
+        assert_eq!(
+            s.post_json(V, &admin, &body("second", serde_json::json!({"b": 2})))
+                .0,
+            200
+        );
+
+        let (status, deleted) = s.delete(&one, &admin);
+        assert_eq!(
+            (status, deleted["deleted"].as_str()),
+            (200, Some(id.as_str()))
+        );
+        assert_eq!(s.delete(&one, &admin).0, 404);
+        assert_eq!(s.get_json(V, &ana).0, 403);
+    }
+}
+
+/// `svc admin views` saves, lists and deletes.
+#[test]
+fn svc_admin_views_save_list_delete() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    let config = TempDir::new();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--server", s.base.as_str(), "--token", admin.as_str()];
+        all.extend_from_slice(args);
+        svc(&config.0, &all)
+    };
+    let out = cli(&["admin", "views", "save", "errors", r#"{"result":"error"}"#]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let listed: Value =
+        serde_json::from_str(&stdout(&cli(&["admin", "views", "list", "--json"]))).unwrap();
+    let view = &listed["views"][0];
+    assert_eq!(view["query"]["result"], "error", "{listed}");
+    assert!(stdout(&cli(&["admin", "views", "list"])).contains("errors"));
+    let bad = cli(&["admin", "views", "save", "x", "not json"]);
+    assert_ne!(code(&bad), 0);
+    assert!(stderr(&bad).contains("not JSON"), "{}", stderr(&bad));
+    let id = view["id"].as_str().unwrap();
+    assert_eq!(code(&cli(&["admin", "views", "delete", id])), 0);
+    let listed: Value =
+        serde_json::from_str(&stdout(&cli(&["admin", "views", "list", "--json"]))).unwrap();
+    assert!(listed["views"].as_array().unwrap().is_empty(), "{listed}");
+}

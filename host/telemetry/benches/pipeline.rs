@@ -81,8 +81,8 @@ async fn measure(label: &str, store: Store, data: &Path, bytes: u64) {
         r.processed, mb, r.events, r.malformed_lines, secs, mb / secs, r.events as f64 / secs
     );
     println!(
-        "{label}:   parse {} ms and segments {} ms (summed over workers), store {} ms, rollups {} ms — parse {:.0}% / segments {:.0}% / store {:.0}% of the measured work",
-        r.parse_ms, r.segment_ms, r.store_ms, r.rollup_ms,
+        "{label}:   parse {} ms and segments {} ms (summed over workers), store {} ms, rollups {} ms, packing {} ms ({} packs) — parse {:.0}% / segments {:.0}% / store {:.0}% of the measured work",
+        r.parse_ms, r.segment_ms, r.store_ms, r.rollup_ms, r.compaction.ms, r.compaction.packs,
         100.0 * r.parse_ms as f64 / cpu, 100.0 * r.segment_ms as f64 / cpu,
         100.0 * (r.store_ms + r.rollup_ms) as f64 / cpu
     );

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::telemetry::{minutes, query_string};
+use super::telemetry::{query_string, window_minutes};
 use crate::client::Client;
 use crate::exit::{CliError, Result};
 use crate::render::{self, cell};
@@ -91,14 +91,7 @@ impl Args {
 
     fn window(&self) -> Result<Vec<(&'static str, Option<String>)>> {
         Ok(vec![
-            (
-                "since_minutes",
-                self.since
-                    .as_deref()
-                    .map(minutes)
-                    .transpose()?
-                    .map(|m| m.to_string()),
-            ),
+            ("since_minutes", window_minutes(self.since.as_deref())?),
             ("since", self.from.clone()),
             ("until", self.until.clone()),
         ])

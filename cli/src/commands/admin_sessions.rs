@@ -98,20 +98,16 @@ pub struct Filters {
 impl Filters {
     fn query(&self) -> Result<Vec<(&'static str, Option<String>)>> {
         Ok(vec![
-            ("since_minutes", window(self.since.as_deref())?),
+            (
+                "since_minutes",
+                super::telemetry::window_minutes(self.since.as_deref())?,
+            ),
             ("username", self.user.clone()),
             ("model", self.model.clone()),
             ("only_errors", self.errors.then(|| "true".to_owned())),
             ("q", self.q.clone()),
         ])
     }
-}
-
-fn window(since: Option<&str>) -> Result<Option<String>> {
-    Ok(since
-        .map(super::telemetry::minutes)
-        .transpose()?
-        .map(|m| m.to_string()))
 }
 
 /// `<dir>/<file>` split, refusing anything else before a request is made.
@@ -241,8 +237,10 @@ pub fn run(client: &Client, cmd: Command) -> Result<()> {
             render::table(&["METRIC".into(), "VALUE".into()], &rows);
         }
         Command::Facets { since, json } => {
-            let qs =
-                super::telemetry::query_string(&[("since_minutes", window(since.as_deref())?)]);
+            let qs = super::telemetry::query_string(&[(
+                "since_minutes",
+                super::telemetry::window_minutes(since.as_deref())?,
+            )]);
             let doc = client.get(&format!("{BASE}/facets{qs}"))?;
             if json {
                 render::print_json(&doc);

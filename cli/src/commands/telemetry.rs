@@ -172,6 +172,11 @@ pub(super) fn minutes(since: &str) -> Result<u64> {
     }
 }
 
+/// `--since` (minutes, or `30m`, `12h`, `7d`) as the `since_minutes` value, if given.
+pub(super) fn window_minutes(since: Option<&str>) -> Result<Option<String>> {
+    Ok(since.map(minutes).transpose()?.map(|m| m.to_string()))
+}
+
 /// `?k=v&…` of the given pairs, values percent-encoded, absent ones left out.
 pub(super) fn query_string(pairs: &[(&str, Option<String>)]) -> String {
     let parts: Vec<String> = pairs
@@ -188,14 +193,7 @@ pub(super) fn query_string(pairs: &[(&str, Option<String>)]) -> String {
 impl FilterArgs {
     fn pairs(&self) -> Result<Vec<(&'static str, Option<String>)>> {
         Ok(vec![
-            (
-                "since_minutes",
-                self.since
-                    .as_deref()
-                    .map(minutes)
-                    .transpose()?
-                    .map(|m| m.to_string()),
-            ),
+            ("since_minutes", window_minutes(self.since.as_deref())?),
             ("username", self.user.clone()),
             ("tool_name", self.tool.clone()),
             ("source", self.source.clone()),

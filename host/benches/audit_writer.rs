@@ -20,6 +20,7 @@ fn actor(i: usize) -> Actor {
         client_kind: ClientKind::Cli,
         client_ip: Some("127.0.0.1".into()),
         correlation_id: Some(format!("req-{i}")),
+        started: None,
     }
 }
 

@@ -32,6 +32,9 @@ pub struct ServeArgs {
     /// Days of telemetry kept; the daily prune deletes older events and summaries.
     #[arg(long, env = "SVC_TELEMETRY_RETENTION_DAYS", default_value_t = 365)]
     pub telemetry_retention_days: u32,
+    /// Days of audit rows kept (pruned hourly in small batches); unset keeps every row.
+    #[arg(long, env = "SVC_AUDIT_RETENTION_DAYS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub audit_retention_days: Option<u32>,
     /// Milliseconds of quiet after an upload before the telemetry pipeline runs.
     #[arg(long, env = "SVC_TELEMETRY_DEBOUNCE_MS", default_value_t = 2000)]
     pub telemetry_debounce_ms: u64,
@@ -123,6 +126,7 @@ pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
         upload_max_bytes: 0,
         session_upload_max_bytes: 0,
         telemetry_retention_days: 365,
+        audit_retention_days: None,
         trust_proxy: false,
         driver_dir: None,
         query: svc_query::QueryLimits::default(),
@@ -176,6 +180,7 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         upload_max_bytes: args.upload_max_bytes,
         session_upload_max_bytes: args.session_upload_max_bytes,
         telemetry_retention_days: args.telemetry_retention_days.max(1),
+        audit_retention_days: args.audit_retention_days,
         trust_proxy: args.trust_proxy,
         driver_dir: args.driver_dir.clone(),
         query: svc_query::QueryLimits {

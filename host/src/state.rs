@@ -38,6 +38,8 @@ pub struct RuntimeConfig {
     pub session_upload_max_bytes: u64,
     /// Days of telemetry the prune keeps.
     pub telemetry_retention_days: u32,
+    /// Days of audit rows the retention job keeps; None keeps every row.
+    pub audit_retention_days: Option<u32>,
     /// Whether to take the client address from `X-Forwarded-For`.
     pub trust_proxy: bool,
     /// Where dynamic driver libraries are loaded from, if anywhere.

@@ -1,5 +1,5 @@
-//! `svc admin activity`: the audit timeline, a page at a time or followed as it grows; and
-//! `svc admin views`: saved views of the observability pages.
+//! `svc admin activity`: the audit timeline, a page at a time or followed as it grows, and
+//! its companions `health`, `sync`, `facets` and `kpis`.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -8,15 +8,72 @@ use serde_json::Value;
 
 use super::telemetry::{query_string, window_minutes};
 use crate::client::Client;
-use crate::exit::{CliError, Result};
+use crate::exit::Result;
 use crate::render::{self, cell};
 
 /// How often `--follow` asks for new rows.
 const FOLLOW_EVERY: Duration = Duration::from_secs(2);
 
-/// The timeline's filters and paging.
+/// `svc admin activity [health|sync|facets|kpis]`: the timeline without a subcommand.
 #[derive(clap::Args, Debug)]
-pub struct Args {
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Command {
+    #[command(subcommand)]
+    sub: Option<Sub>,
+    #[command(flatten)]
+    timeline: Args,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Sub {
+    /// The health card: scheduler, syncs in 24 h, active users, telemetry pipeline.
+    Health {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Table syncs, newest first, and each materialized table's current state.
+    Sync {
+        /// Window: minutes, or `30m`, `12h`, `7d` (default 24h, at most 30d).
+        #[arg(long)]
+        since: Option<String>,
+        /// Syncs of this table only.
+        #[arg(long)]
+        table: Option<String>,
+        /// `ok` or `error`.
+        #[arg(long)]
+        status: Option<String>,
+        /// Rows per page, 1..500.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Start after this `next_cursor`.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The commonest users, actions, results, resources and sources under the filters.
+    Facets {
+        #[command(flatten)]
+        filter: Filter,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Events, active users, errors, error rate and p50/p95/p99 duration under the filters.
+    Kpis {
+        #[command(flatten)]
+        filter: Filter,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The timeline's filters, shared by the timeline, facets and KPIs.
+#[derive(clap::Args, Debug)]
+pub struct Filter {
     /// Window: minutes, or `30m`, `12h`, `7d` (default 24h, at most 30d).
     #[arg(long, conflicts_with_all = ["from", "until"])]
     since: Option<String>,
@@ -53,6 +110,13 @@ pub struct Args {
     /// Text in the parameters (literal, case-sensitive).
     #[arg(long)]
     q: Option<String>,
+}
+
+/// The timeline's filters and paging.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    filter: Filter,
     /// Rows per page, 1..200.
     #[arg(long, default_value_t = 50)]
     limit: u32,
@@ -67,7 +131,7 @@ pub struct Args {
     json: bool,
 }
 
-impl Args {
+impl Filter {
     /// The query's pairs, the window given as `window` (relative or absolute).
     fn pairs(
         &self,
@@ -96,6 +160,21 @@ impl Args {
             ("until", self.until.clone()),
         ])
     }
+
+    /// `--user` as an id (an e-mail is looked up).
+    fn user_id(&self, client: &Client) -> Result<Option<String>> {
+        self.user
+            .as_deref()
+            .map(|u| super::admin::user_id(client, u))
+            .transpose()
+    }
+
+    /// The whole query string of these filters.
+    fn query(&self, client: &Client) -> Result<String> {
+        Ok(query_string(
+            &self.pairs(self.user_id(client)?, self.window()?),
+        ))
+    }
 }
 
 fn table(rows: &[Value]) {
@@ -123,13 +202,144 @@ fn table(rows: &[Value]) {
 }
 
 /// Runs `svc admin activity`.
-pub fn run(client: &Client, args: Args) -> Result<()> {
-    let user_id = args
-        .user
-        .as_deref()
-        .map(|u| super::admin::user_id(client, u))
-        .transpose()?;
-    let mut pairs = args.pairs(user_id.clone(), args.window()?);
+pub fn run(client: &Client, cmd: Command) -> Result<()> {
+    match cmd.sub {
+        None => timeline(client, cmd.timeline),
+        Some(Sub::Health { json }) => health(client, json),
+        Some(Sub::Sync {
+            since,
+            table,
+            status,
+            limit,
+            cursor,
+            json,
+        }) => {
+            let pairs = [
+                ("since_minutes", window_minutes(since.as_deref())?),
+                ("table_id", table),
+                ("status", status),
+                ("limit", Some(limit.to_string())),
+                ("cursor", cursor),
+            ];
+            let doc = client.get(&format!("/api/admin/activity/sync{}", query_string(&pairs)))?;
+            sync(&doc, json);
+            Ok(())
+        }
+        Some(Sub::Facets { filter, json }) => {
+            let doc = client.get(&format!(
+                "/api/admin/observability/facets{}",
+                filter.query(client)?
+            ))?;
+            facets(&doc, json);
+            Ok(())
+        }
+        Some(Sub::Kpis { filter, json }) => {
+            let doc = client.get(&format!(
+                "/api/admin/observability/kpis{}",
+                filter.query(client)?
+            ))?;
+            kpis(&doc, json);
+            Ok(())
+        }
+    }
+}
+
+fn health(client: &Client, json: bool) -> Result<()> {
+    let doc = client.get("/api/admin/activity/health")?;
+    if json {
+        render::print_json(&doc);
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = doc["fields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| vec![cell(&f["key"]), cell(&f["value"]), cell(&f["color"])])
+        .collect();
+    render::table(&["SIGNAL", "VALUE", "COLOR"].map(String::from), &rows);
+    println!(
+        "{}: {}",
+        cell(&doc["status"]).to_uppercase(),
+        cell(&doc["sentence"])
+    );
+    Ok(())
+}
+
+fn sync(doc: &Value, json: bool) {
+    if json {
+        render::print_json(doc);
+        return;
+    }
+    let rows: Vec<Vec<String>> = doc["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            vec![
+                cell(&r["synced_at"]),
+                cell(&r["table_id"]),
+                cell(&r["status"]),
+                cell(&r["rows"]),
+                cell(&r["duration_ms"]),
+                cell(&r["source"]),
+                cell(&r["error"]),
+            ]
+        })
+        .collect();
+    render::table(
+        &["TIME", "TABLE", "STATUS", "ROWS", "MS", "SOURCE", "ERROR"].map(String::from),
+        &rows,
+    );
+    if let Some(next) = doc["next_cursor"].as_str() {
+        eprintln!("  Next page: --cursor '{next}'");
+    }
+}
+
+fn facets(doc: &Value, json: bool) {
+    if json {
+        render::print_json(doc);
+        return;
+    }
+    let mut rows = Vec::new();
+    for (facet, label) in [
+        ("users", "label"),
+        ("actions", "value"),
+        ("results", "value"),
+        ("resources", "value"),
+        ("sources", "value"),
+    ] {
+        for v in doc[facet].as_array().into_iter().flatten() {
+            rows.push(vec![facet.to_owned(), cell(&v[label]), cell(&v["count"])]);
+        }
+    }
+    render::table(&["FACET", "VALUE", "ROWS"].map(String::from), &rows);
+}
+
+fn kpis(doc: &Value, json: bool) {
+    if json {
+        render::print_json(doc);
+        return;
+    }
+    let rows: Vec<Vec<String>> = [
+        "events_total",
+        "active_users",
+        "errors",
+        "error_rate",
+        "timed",
+        "p50_duration_ms",
+        "p95_duration_ms",
+        "p99_duration_ms",
+    ]
+    .iter()
+    .map(|k| vec![(*k).to_owned(), cell(&doc[*k])])
+    .collect();
+    render::table(&["KPI", "VALUE"].map(String::from), &rows);
+}
+
+/// The timeline: a page, or `--follow`.
+fn timeline(client: &Client, args: Args) -> Result<()> {
+    let user_id = args.filter.user_id(client)?;
+    let mut pairs = args.filter.pairs(user_id.clone(), args.filter.window()?);
     pairs.push(("limit", Some(args.limit.to_string())));
     pairs.push(("cursor", args.cursor.clone()));
     let page = client.get(&format!("/api/admin/activity{}", query_string(&pairs)))?;
@@ -169,14 +379,14 @@ fn follow(client: &Client, args: &Args, user_id: Option<String>, first: Vec<Valu
     loop {
         std::thread::sleep(FOLLOW_EVERY);
         let window = if newest.is_empty() {
-            args.window()?
+            args.filter.window()?
         } else {
             vec![("since", Some(newest.clone()))]
         };
         let mut rows = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
-            let mut pairs = args.pairs(user_id.clone(), window.clone());
+            let mut pairs = args.filter.pairs(user_id.clone(), window.clone());
             pairs.push(("limit", Some("200".into())));
             pairs.push(("cursor", cursor.clone()));
             let page = client.get(&format!("/api/admin/activity{}", query_string(&pairs)))?;
@@ -206,76 +416,4 @@ fn remember(batch: &[Value], newest: &mut String, printed_at_newest: &mut HashSe
         }
         printed_at_newest.insert(cell(&r["id"]));
     }
-}
-
-/// `svc admin views …`: the caller's saved views of the observability pages.
-#[derive(clap::Subcommand, Debug)]
-pub enum ViewsCommand {
-    /// The saved views, newest first.
-    List {
-        /// Machine-readable output.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Saves a view (replacing the payload of the view of that name).
-    Save {
-        /// The view's name (at most 80 characters).
-        name: String,
-        /// The payload: a JSON object (`-` reads it from standard input).
-        query: String,
-    },
-    /// Deletes a view by id.
-    Delete {
-        /// The view's id, as `list` shows it.
-        id: String,
-    },
-}
-
-/// Runs `svc admin views`.
-pub fn views(client: &Client, cmd: ViewsCommand) -> Result<()> {
-    const BASE: &str = "/api/admin/observability/views";
-    match cmd {
-        ViewsCommand::List { json } => {
-            let doc = client.get(BASE)?;
-            if json {
-                render::print_json(&doc);
-            } else {
-                let rows: Vec<Vec<String>> = doc["views"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|v| vec![cell(&v["id"]), cell(&v["name"]), cell(&v["created_at"])])
-                    .collect();
-                render::table(&["ID", "NAME", "CREATED"].map(String::from), &rows);
-            }
-        }
-        ViewsCommand::Save { name, query } => {
-            let text = if query == "-" {
-                std::io::read_to_string(std::io::stdin()).map_err(|e| {
-                    CliError::usage(format!("Error: cannot read standard input: {e}"))
-                })?
-            } else {
-                query
-            };
-            let payload: Value = serde_json::from_str(&text).map_err(|e| {
-                CliError::usage(format!("Error: the view's query is not JSON: {e}"))
-            })?;
-            let body = serde_json::json!({ "name": name, "query": payload });
-            let saved = client.json(reqwest::Method::POST, BASE, Some(&body))?;
-            eprintln!(
-                "saved view '{}' ({})",
-                cell(&saved["name"]),
-                cell(&saved["id"])
-            );
-        }
-        ViewsCommand::Delete { id } => {
-            client.json(
-                reqwest::Method::DELETE,
-                &format!("{BASE}/{}", super::seg(&id)),
-                None,
-            )?;
-            eprintln!("deleted view {id}");
-        }
-    }
-    Ok(())
 }

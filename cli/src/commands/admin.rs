@@ -7,7 +7,7 @@ use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use super::{activity, admin_sessions, seg, telemetry, Ctx};
+use super::{activity, admin_sessions, seg, telemetry, views, Ctx};
 use crate::client::Client;
 use crate::exit::{CliError, Exit, Result};
 use crate::progress;
@@ -64,10 +64,10 @@ pub enum Command {
     #[command(subcommand)]
     Grant(GrantCommand),
     /// The audit timeline, newest first (`--follow` to keep printing new rows).
-    Activity(activity::Args),
+    Activity(Box<activity::Command>),
     /// Your saved views of the observability pages.
     #[command(subcommand)]
-    Views(activity::ViewsCommand),
+    Views(views::ViewsCommand),
     /// Agents' tool usage: facets, KPIs, event pages and the summary.
     #[command(subcommand)]
     Telemetry(telemetry::Command),
@@ -422,8 +422,8 @@ pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
         Command::User(u) => user(&client, u)?,
         Command::Group(g) => group(&client, g)?,
         Command::Grant(g) => grant(&client, g)?,
-        Command::Activity(a) => activity::run(&client, a)?,
-        Command::Views(v) => activity::views(&client, v)?,
+        Command::Activity(a) => activity::run(&client, *a)?,
+        Command::Views(v) => views::views(&client, v)?,
         Command::Telemetry(t) => telemetry::run(&client, t)?,
         Command::Usage(t) => {
             eprintln!("warning: `svc admin usage` is deprecated; use `svc admin telemetry`");

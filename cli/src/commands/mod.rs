@@ -13,6 +13,7 @@ pub mod query;
 pub mod sessions;
 pub mod snapshot;
 pub mod telemetry;
+pub mod views;
 
 use std::time::Duration;
 

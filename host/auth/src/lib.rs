@@ -284,6 +284,7 @@ impl Authenticator {
                 client_kind,
                 client_ip,
                 correlation_id: request_id,
+                started: Some(std::time::Instant::now()),
             },
             user,
             is_admin,

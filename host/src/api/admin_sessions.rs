@@ -12,15 +12,17 @@ use poem::Body;
 use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::{Binary, Json};
 use poem_openapi::{ApiResponse, OpenApi};
-use serde_json::Value;
+use serde_json::{json, Value};
 use svc_core::Error;
-use svc_store::audit::{Actor, AuditCursor, AuditFilter, AuditWriter, Event};
+use svc_store::audit::{Actor, AuditFilter, AuditWriter, Event};
 use svc_store::sessions::{SessionFilter, SessionOrder};
 use svc_telemetry::files::OpenFile;
 use svc_telemetry::names::UserDir;
 use svc_telemetry::sessions::{window_start, SessionBrowser, DEFAULT_WINDOW_MINUTES};
 use svc_telemetry::transcript_view::DEFAULT_PAGE_EVENTS;
 
+use super::activity::filter::with_given;
+use super::activity::{page_limit, parse_cursor};
 use super::{AdminAuth, ApiResult, Tag};
 use crate::state::AppState;
 
@@ -134,6 +136,18 @@ fn filter(
     })
 }
 
+/// The `session.browse` row of a read of the session lists: the endpoint and the filters as
+/// given, paging left out (paging through one list is one read; the writer suppresses
+/// repeats).
+fn browse_event(endpoint: &str, pairs: &[(&str, Value)]) -> Event {
+    with_given(
+        Event::new("session.browse")
+            .resource("sessions")
+            .param("endpoint", endpoint),
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())),
+    )
+}
+
 impl AdminSessionsApi {
     fn browser(&self) -> &SessionBrowser {
         &self.state.sessions
@@ -162,7 +176,7 @@ impl AdminSessionsApi {
     )]
     async fn list(
         &self,
-        _auth: AdminAuth,
+        auth: AdminAuth,
         /// Sessions started in the last this many minutes, 1..525600 (default 10080).
         since_minutes: Query<Option<u32>>,
         /// Exact owner (e-mail, or directory name when no user matched).
@@ -180,13 +194,28 @@ impl AdminSessionsApi {
         /// Rows to skip, 0..50000.
         offset: Query<Option<usize>>,
     ) -> ApiResult<Json<Value>> {
-        let f = filter(since_minutes.0, username.0, model.0, only_errors.0, q.0)?;
-        let order = SessionOrder::parse(sort.0.as_deref());
-        json(
+        let started = Instant::now();
+        let asked = [
+            ("since_minutes", json!(since_minutes.0)),
+            ("username", json!(username.0)),
+            ("model", json!(model.0)),
+            ("only_errors", json!(only_errors.0)),
+            ("q", json!(q.0)),
+            ("sort", json!(sort.0)),
+        ];
+        let result = async {
+            let f = filter(since_minutes.0, username.0, model.0, only_errors.0, q.0)?;
+            let order = SessionOrder::parse(sort.0.as_deref());
             self.browser()
                 .list(&f, order, limit.0.unwrap_or(50), offset.0.unwrap_or(0))
-                .await?,
-        )
+                .await
+        }
+        .await;
+        let event = browse_event("list", &asked)
+            .outcome(&result, |e, _| e)
+            .timed(started);
+        self.state.audit.write_read(&auth.0.actor, event).await;
+        json(result?)
     }
 
     /// Sessions, distinct users, sessions with errors, tool calls, failed calls and the
@@ -198,7 +227,7 @@ impl AdminSessionsApi {
     )]
     async fn kpis(
         &self,
-        _auth: AdminAuth,
+        auth: AdminAuth,
         /// Sessions started in the last this many minutes, 1..525600 (default 10080).
         since_minutes: Query<Option<u32>>,
         /// Exact owner.
@@ -210,8 +239,24 @@ impl AdminSessionsApi {
         /// Literal text in the session id or file.
         q: Query<Option<String>>,
     ) -> ApiResult<Json<Value>> {
-        let f = filter(since_minutes.0, username.0, model.0, only_errors.0, q.0)?;
-        json(self.browser().kpis(&f).await?)
+        let started = Instant::now();
+        let asked = [
+            ("since_minutes", json!(since_minutes.0)),
+            ("username", json!(username.0)),
+            ("model", json!(model.0)),
+            ("only_errors", json!(only_errors.0)),
+            ("q", json!(q.0)),
+        ];
+        let result = async {
+            let f = filter(since_minutes.0, username.0, model.0, only_errors.0, q.0)?;
+            self.browser().kpis(&f).await
+        }
+        .await;
+        let event = browse_event("kpis", &asked)
+            .outcome(&result, |e, _| e)
+            .timed(started);
+        self.state.audit.write_read(&auth.0.actor, event).await;
+        json(result?)
     }
 
     /// The owners (top 50) and primary models (top 30) of a window's sessions,
@@ -223,15 +268,20 @@ impl AdminSessionsApi {
     )]
     async fn facets(
         &self,
-        _auth: AdminAuth,
+        auth: AdminAuth,
         /// Window in minutes, 1..525600 (default 10080).
         since_minutes: Query<Option<u32>>,
     ) -> ApiResult<Json<Value>> {
-        json(
-            self.browser()
-                .facets(since_minutes.0.unwrap_or(DEFAULT_WINDOW_MINUTES))
-                .await?,
-        )
+        let started = Instant::now();
+        let result = self
+            .browser()
+            .facets(since_minutes.0.unwrap_or(DEFAULT_WINDOW_MINUTES))
+            .await;
+        let event = browse_event("facets", &[("since_minutes", json!(since_minutes.0))])
+            .outcome(&result, |e, _| e)
+            .timed(started);
+        self.state.audit.write_read(&auth.0.actor, event).await;
+        json(result?)
     }
 
     /// A page of a session's transcript: chronological events (`text`, `tool_use` with its
@@ -317,27 +367,20 @@ impl AdminSessionsApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Value>> {
         let started = Instant::now();
-        let limit = limit.0.unwrap_or(50);
         let result = async {
             self.known_user(&id.0).await?;
-            if !(1..=200).contains(&limit) {
-                return Err(Error::invalid("limit must be between 1 and 200"));
-            }
-            let cursor = match cursor.0.as_deref() {
-                None | Some("") => None,
-                Some(token) => Some(AuditCursor::parse(token).ok_or_else(|| {
-                    Error::invalid("cursor: not a next_cursor this server returned")
-                })?),
-            };
+            let limit = page_limit(limit.0, 50, 200)?;
+            let cursor = parse_cursor(cursor.0.as_deref())?;
             let filter = AuditFilter {
                 user_id: Some(id.0.clone()),
                 ..AuditFilter::default()
             };
-            Ok(self
-                .state
-                .store
-                .audit_page(&filter, cursor.as_ref(), limit)
-                .await?)
+            Ok::<_, Error>(
+                self.state
+                    .store
+                    .audit_page(&filter, cursor.as_ref(), limit)
+                    .await?,
+            )
         }
         .await;
         // Paging stays out of the parameters: paging through one user's activity is one read.
@@ -360,19 +403,26 @@ impl AdminSessionsApi {
     )]
     async fn user_sessions(
         &self,
-        _auth: AdminAuth,
+        auth: AdminAuth,
         id: Path<String>,
         /// Rows per page, 1..200 (default 50).
         limit: Query<Option<usize>>,
         /// Rows to skip, 0..50000.
         offset: Query<Option<usize>>,
     ) -> ApiResult<Json<Value>> {
-        self.known_user(&id.0).await?;
-        json(
+        let started = Instant::now();
+        let result = async {
+            self.known_user(&id.0).await?;
             self.browser()
                 .user_sessions(&id.0, limit.0.unwrap_or(50), offset.0.unwrap_or(0))
-                .await?,
-        )
+                .await
+        }
+        .await;
+        let event = browse_event("user_sessions", &[("user_id", json!(id.0))])
+            .outcome(&result, |e, _| e)
+            .timed(started);
+        self.state.audit.write_read(&auth.0.actor, event).await;
+        json(result?)
     }
 
     /// Every session file of a user as one ZIP archive, streamed as it is written (the

@@ -257,6 +257,7 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
             },
             activity::ActivityApi {
                 state: state.clone(),
+                health: Default::default(),
             },
             observability::ObservabilityApi {
                 state: state.clone(),

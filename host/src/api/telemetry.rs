@@ -7,13 +7,14 @@ use std::time::Instant;
 use poem_openapi::param::Query;
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
-use serde_json::Value;
+use serde_json::{json, Value};
 use svc_core::Error;
 use svc_store::audit::Event;
 use svc_store::usage::FileScope;
 use svc_telemetry::browse::{Filters, GroupBy, TimeRange, Window, DEFAULT_WINDOW_MINUTES};
 use svc_telemetry::{RunReport, Trigger};
 
+use super::activity::filter::with_given;
 use super::export::{self, ExportAudit, ExportBody, ExportFormat};
 use super::{AdminAuth, ApiResult, Tag};
 use crate::state::AppState;
@@ -173,6 +174,29 @@ fn filters(
     }
 }
 
+/// The `usage.read` row of a telemetry read: the endpoint and the filters as given, paging
+/// left out (paging through one result is one read; the writer suppresses repeats).
+fn read_event(endpoint: &str, f: &Filters, extra: &[(&str, Option<String>)]) -> Event {
+    let pairs = [
+        ("since_minutes", json!(f.since_minutes)),
+        ("username", json!(f.username)),
+        ("tool_name", json!(f.tool_name)),
+        ("source", json!(f.source)),
+        ("event_type", json!(f.event_type)),
+        ("only_errors", json!(f.only_errors)),
+        ("q", json!(f.q)),
+    ]
+    .into_iter()
+    .chain(extra.iter().map(|(k, v)| (*k, json!(v))))
+    .map(|(k, v)| (k.to_owned(), v));
+    with_given(
+        Event::new("usage.read")
+            .resource("telemetry")
+            .param("endpoint", endpoint),
+        pairs,
+    )
+}
+
 fn json(v: impl serde::Serialize) -> ApiResult<Json<Value>> {
     Ok(Json(serde_json::to_value(v).map_err(Error::internal)?))
 }
@@ -188,12 +212,22 @@ impl TelemetryApi {
     )]
     async fn facets(
         &self,
-        _auth: AdminAuth,
+        auth: AdminAuth,
         /// Window in minutes, 1..525600 (default 10080, a week).
         since_minutes: Query<Option<u32>>,
     ) -> ApiResult<Json<Value>> {
+        let started = Instant::now();
         let window = since_minutes.0.unwrap_or(DEFAULT_WINDOW_MINUTES);
-        json(self.state.telemetry.facets(window).await?)
+        let result = self.state.telemetry.facets(window).await;
+        let f = Filters {
+            since_minutes: window,
+            ..Filters::default()
+        };
+        let event = read_event("facets", &f, &[])
+            .outcome(&result, |e, _| e)
+            .timed(started);
+        self.state.audit.write_read(&auth.0.actor, event).await;
+        json(result?)
     }
 
     /// Events, distinct users and tools, errors and the error rate under the filters.
@@ -201,7 +235,7 @@ impl TelemetryApi {
     #[oai(path = "/kpis", method = "get", operation_id = "get_telemetry_kpis")]
     async fn kpis(
         &self,
-        _auth: AdminAuth,
+        auth: AdminAuth,
         /// Window in minutes, 1..525600 (default 10080, a week).
         since_minutes: Query<Option<u32>>,
         /// Exact owner (e-mail, or directory name when no user matched).
@@ -226,7 +260,13 @@ impl TelemetryApi {
             only_errors.0,
             q.0,
         );
-        json(self.state.telemetry.kpis(&f).await?)
+        let started = Instant::now();
+        let result = self.state.telemetry.kpis(&f).await;
+        let event = read_event("kpis", &f, &[])
+            .outcome(&result, |e, _| e)
+            .timed(started);
+        self.state.audit.write_read(&auth.0.actor, event).await;
+        json(result?)
     }
 
     /// A page of events under the filters, grouped (`group_by` = `day`, `username`,
@@ -238,7 +278,7 @@ impl TelemetryApi {
     #[oai(path = "/query", method = "get", operation_id = "query_telemetry")]
     async fn query(
         &self,
-        _auth: AdminAuth,
+        auth: AdminAuth,
         /// Window in minutes, 1..525600 (default 10080, a week).
         since_minutes: Query<Option<u32>>,
         /// Exact owner (e-mail, or directory name when no user matched).
@@ -271,8 +311,9 @@ impl TelemetryApi {
             only_errors.0,
             q.0,
         );
+        let started = Instant::now();
         let group = group_by.0.as_deref().and_then(GroupBy::parse);
-        let page = self
+        let result = self
             .state
             .telemetry
             .query(
@@ -282,8 +323,12 @@ impl TelemetryApi {
                 limit.0.unwrap_or(100),
                 offset.0.unwrap_or(0),
             )
-            .await?;
-        json(page)
+            .await;
+        let event = read_event("query", &f, &[("group_by", group_by.0), ("sort", sort.0)])
+            .outcome(&result, |e, _| e)
+            .timed(started);
+        self.state.audit.write_read(&auth.0.actor, event).await;
+        json(result?)
     }
 
     /// The window's top tools and users, the busiest tools' error rates, daily active

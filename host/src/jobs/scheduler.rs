@@ -37,6 +37,8 @@ pub enum Job {
     TelemetryPrune,
     /// The telemetry pipeline over new and changed session files.
     UsageProcessor,
+    /// Dropping audit rows past `SVC_AUDIT_RETENTION_DAYS` (not scheduled when unset).
+    AuditRetention,
 }
 
 impl Job {
@@ -50,15 +52,17 @@ impl Job {
             }
             Self::TelemetryPrune => ("SCHEDULER_TELEMETRY_PRUNE_INTERVAL", 86_400),
             Self::UsageProcessor => ("SCHEDULER_USAGE_PROCESSOR_INTERVAL", 600),
+            Self::AuditRetention => ("SCHEDULER_AUDIT_RETENTION_INTERVAL", 3_600),
         }
     }
 
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Sync,
         Self::Scripts,
         Self::WarehouseMetadataRefresh,
         Self::TelemetryPrune,
         Self::UsageProcessor,
+        Self::AuditRetention,
     ];
 }
 
@@ -289,10 +293,14 @@ async fn run(state: Arc<AppState>, config: SchedulerConfig, warmed_at_start: boo
             if next.get(&job).is_some_and(|due| now < *due) {
                 continue;
             }
+            if job == Job::AuditRetention && state.config.audit_retention_days.is_none() {
+                continue;
+            }
             // Set before the run, success or not: a failing job retries on its cadence.
             next.insert(job, now + every);
+            let started = Instant::now();
             let outcome = run_job(&state, job).await;
-            record(&state, job, outcome).await;
+            record(&state, job, outcome, started).await;
         }
     }
 }
@@ -342,10 +350,22 @@ async fn run_job(state: &Arc<AppState>, job: Job) -> Result<String, String> {
                 )
             })
             .map_err(|e| e.to_string()),
+        Job::AuditRetention => {
+            let Some(days) = state.config.audit_retention_days else {
+                return Ok("audit retention is off".into());
+            };
+            let cutoff = chrono::Utc::now() - chrono::Duration::days(i64::from(days));
+            state
+                .store
+                .prune_audit(&svc_core::clock::format_ts(cutoff))
+                .await
+                .map(|n| format!("pruned {n} audit rows older than {days} days"))
+                .map_err(|e| e.to_string())
+        }
     }
 }
 
-async fn record(state: &AppState, job: Job, outcome: Result<String, String>) {
+async fn record(state: &AppState, job: Job, outcome: Result<String, String>, started: Instant) {
     let name = serde_json::to_value(job)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -370,7 +390,10 @@ async fn record(state: &AppState, job: Job, outcome: Result<String, String>) {
             j.runs += 1;
         }
     }
-    state.audit.write(&Actor::scheduler(), event).await;
+    state
+        .audit
+        .write(&Actor::scheduler(), event.timed(started))
+        .await;
 }
 
 #[cfg(test)]

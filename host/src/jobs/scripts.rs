@@ -247,6 +247,7 @@ async fn owner(state: &AppState, user_id: &str) -> Result<svc_auth::Caller> {
             client_kind: svc_store::audit::ClientKind::Scheduler,
             client_ip: None,
             correlation_id: None,
+            started: None,
         },
         user,
         is_admin,
@@ -276,6 +277,7 @@ async fn register_target(state: &AppState, script: &ScriptRow, table: &str) -> R
         client_kind: svc_store::audit::ClientKind::Scheduler,
         client_ip: None,
         correlation_id: None,
+        started: None,
     };
     state
         .registry

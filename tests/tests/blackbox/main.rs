@@ -4,12 +4,14 @@
 
 mod access;
 mod activity;
+mod audit_sweep;
 mod auth;
 mod cli;
 mod discovery;
 mod drivers;
 mod emulator;
 mod hostile;
+mod observability;
 mod openapi;
 mod operations;
 mod query;

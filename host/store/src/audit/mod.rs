@@ -24,10 +24,16 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::Store;
 
+mod actions;
+mod retention;
 mod rows;
+mod stats;
 mod timeline;
 mod timings;
+pub use actions::{ActionInfo, ACTIONS};
+pub use retention::PRUNE_BATCH;
 pub use rows::AuditRecord;
+pub use stats::{AuditFacets, AuditKpis, FacetCount, UserCount, FACET_LIMIT};
 pub use timeline::{AuditCursor, AuditFilter, AuditPage, AuditRow, ResultFilter, SYSTEM_SOURCE};
 pub use timings::ActionTiming;
 
@@ -83,6 +89,9 @@ pub struct Actor {
     pub client_ip: Option<String>,
     /// The request id, reused as the correlation id.
     pub correlation_id: Option<String>,
+    /// When the request was authenticated: a row written without its own timing records
+    /// the time since then as `duration_ms`, so every request's row has one.
+    pub started: Option<Instant>,
 }
 
 impl Actor {
@@ -93,6 +102,7 @@ impl Actor {
             client_kind: ClientKind::Api,
             client_ip,
             correlation_id,
+            started: Some(Instant::now()),
         }
     }
 
@@ -103,6 +113,7 @@ impl Actor {
             client_kind: ClientKind::Scheduler,
             client_ip: None,
             correlation_id: None,
+            started: None,
         }
     }
 
@@ -114,6 +125,7 @@ impl Actor {
             client_kind: ClientKind::Console,
             client_ip: None,
             correlation_id: Some(format!("console-{}", new_id())),
+            started: None,
         }
     }
 }
@@ -223,7 +235,11 @@ impl Event {
                 None => "success".to_string(),
                 Some(s) => format!("error.{s}"),
             },
-            duration_ms: self.duration_ms,
+            duration_ms: self.duration_ms.or_else(|| {
+                actor
+                    .started
+                    .map(|t| i64::try_from(t.elapsed().as_millis()).unwrap_or(i64::MAX))
+            }),
         }
     }
 }
@@ -386,6 +402,7 @@ mod tests {
             client_kind: ClientKind::Cli,
             client_ip: Some("127.0.0.1".into()),
             correlation_id: Some("req-1".into()),
+            started: None,
         };
         for i in 0..250 {
             writer

@@ -111,7 +111,7 @@ pub struct AuditRow {
 }
 
 /// The WHERE clause of an audit filter.
-fn where_of(f: &AuditFilter) -> Where {
+pub(super) fn where_of(f: &AuditFilter) -> Where {
     let mut w = Where::new();
     for (clause, value) in [
         ("a.timestamp >= $?", &f.since),

@@ -15,7 +15,7 @@ mod workspace;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use commands::{admin, auth, discovery, me, pull, query, sessions, snapshot, Ctx};
+use commands::{admin, auth, discovery, me, memory, pull, query, sessions, snapshot, Ctx};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -112,6 +112,9 @@ enum Command {
     /// Your own usage: token counts of your agent sessions.
     #[command(subcommand)]
     Me(me::Command),
+    /// Corporate memory: contribute, read, vote, and the agents' bundle.
+    #[command(subcommand)]
+    Memory(memory::Command),
     /// Administration (admins only).
     #[command(subcommand)]
     Admin(admin::Command),
@@ -147,6 +150,7 @@ fn run(cli: Cli) -> exit::Result<()> {
         Command::Pull { json } => pull::run(&ctx, &root, json),
         Command::Sessions(c) => sessions::run(&ctx, c),
         Command::Me(c) => me::run(&ctx, c),
+        Command::Memory(c) => memory::run(&ctx, c),
         Command::Admin(c) => admin::run(&ctx, c),
         Command::SetRole { args } => Err(admin::set_role_removed(&args)),
         Command::Completions { shell } => {

@@ -93,6 +93,8 @@ pub struct AppState {
     pub sessions: SessionBrowser,
     /// Questions about the telemetry, answered by an LLM's SQL on the engine.
     pub ask: svc_ask::Asker,
+    /// Corporate memory: contributions, review, the agents' bundle.
+    pub memory: svc_memory::Memory,
     /// Request-path settings.
     pub config: RuntimeConfig,
 }
@@ -139,8 +141,10 @@ impl AppState {
         let telemetry = Browser::new(store.clone(), &config.data_dir);
         let sessions = SessionBrowser::new(store.clone(), SessionFiles::new(&config.data_dir));
         let ask = svc_ask::Asker::new(engine.clone(), config.ask_llm.clone());
+        let memory = svc_memory::Memory::new(store.clone(), audit.clone());
         Arc::new(Self {
             ask,
+            memory,
             engine,
             pipeline,
             telemetry,

@@ -15,7 +15,7 @@ use crate::password;
 use crate::Authenticator;
 
 /// Resource types a grant may name.
-pub const RESOURCE_TYPES: &[&str] = &["table"];
+pub const RESOURCE_TYPES: &[&str] = &["table", "memory_domain"];
 
 type Result<T> = std::result::Result<T, Error>;
 
@@ -413,6 +413,14 @@ impl Admin {
         let resource_id = resource_id.trim();
         if resource_id.is_empty() {
             return Err(Error::invalid("resource_id is required"));
+        }
+        if resource_type == "memory_domain"
+            && !svc_store::memory::MEMORY_DOMAINS.contains(&resource_id)
+        {
+            return Err(Error::invalid(format!(
+                "a memory_domain grant names one of: {}",
+                svc_store::memory::MEMORY_DOMAINS.join(", ")
+            )));
         }
         let grant = self
             .store

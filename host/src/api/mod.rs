@@ -13,6 +13,7 @@ pub mod error;
 mod export;
 mod health;
 mod me;
+mod memory;
 mod metadata;
 mod observability;
 mod query;
@@ -68,6 +69,8 @@ enum Tag {
     Telemetry,
     /// The audit timeline and saved observability views (admin).
     Activity,
+    /// Corporate memory: contributions, review, the agents' bundle.
+    Memory,
 }
 
 /// An empty success.
@@ -191,6 +194,7 @@ type Apis = (
         ask::AskApi,
         activity::ActivityApi,
         observability::ObservabilityApi,
+        memory::MemoryApi,
     ),
 );
 
@@ -260,6 +264,9 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
                 health: Default::default(),
             },
             observability::ObservabilityApi {
+                state: state.clone(),
+            },
+            memory::MemoryApi {
                 state: state.clone(),
             },
         ),

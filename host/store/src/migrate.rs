@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 50;
+pub const CURRENT_SCHEMA_VERSION: i64 = 51;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -70,6 +70,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 50,
         name: "event packs; the session list's errors-first index",
+    },
+    Step {
+        version: 51,
+        name: "corporate memory: knowledge items and votes",
     },
 ];
 
@@ -175,6 +179,11 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             )
             .await?;
             ensure_indices(tx, schema::USAGE_V50_INDICES).await?;
+        }
+        51 => {
+            ensure_table(tx, b, &schema::KNOWLEDGE_ITEMS).await?;
+            ensure_table(tx, b, &schema::KNOWLEDGE_VOTES).await?;
+            ensure_indices(tx, schema::KNOWLEDGE_INDICES).await?;
         }
         other => anyhow::bail!("no migration step {other}"),
     }

@@ -471,6 +471,67 @@ pub(super) const OBSERVABILITY_VIEW_INDICES: &[Index] = &[Index {
     columns: &["user_id", "created_at"],
 }];
 
+/// Corporate memory (v51): knowledge items, one row each, with a revision every change
+/// bumps (stale edits are refused by comparing it).
+pub(super) const KNOWLEDGE_ITEMS: Table = Table {
+    name: "knowledge_items",
+    columns: &[
+        req("id", Text),
+        req("title", Text),
+        col("content", Text),
+        col("category", Text),
+        col("tags", Text),
+        with_default("status", Text, Default::Text("pending")),
+        col("source_user", Text),
+        col("created_by", Text),
+        col("audience", Text),
+        with_default("confidence_milli", Int, Default::Int(500)),
+        col("domain", Text),
+        col("entities", Text),
+        with_default("source_type", Text, Default::Text("api")),
+        col("source_ref", Text),
+        with_default("is_personal", Bool, Default::Bool(false)),
+        with_default("revision", Int, Default::Int(1)),
+        with_default("upvotes", Int, Default::Int(0)),
+        with_default("downvotes", Int, Default::Int(0)),
+        col("created_at", Text),
+        col("updated_at", Text),
+    ],
+    primary_key: &["id"],
+    unique: &[],
+};
+
+/// One user's vote on one item.
+pub(super) const KNOWLEDGE_VOTES: Table = Table {
+    name: "knowledge_votes",
+    columns: &[
+        req("item_id", Text),
+        req("user_id", Text),
+        req("vote", Int),
+        col("voted_at", Text),
+    ],
+    primary_key: &["item_id", "user_id"],
+    unique: &[],
+};
+
+pub(super) const KNOWLEDGE_INDICES: &[Index] = &[
+    Index {
+        name: "idx_knowledge_status_updated",
+        table: "knowledge_items",
+        columns: &["status", "updated_at"],
+    },
+    Index {
+        name: "idx_knowledge_creator",
+        table: "knowledge_items",
+        columns: &["created_by", "updated_at"],
+    },
+    Index {
+        name: "idx_knowledge_votes_user",
+        table: "knowledge_votes",
+        columns: &["user_id"],
+    },
+];
+
 /// The persistent metadata cache for remote tables (v44), filled by metadata refreshes and
 /// read by the catalog, which never calls a remote source itself.
 pub(super) const TABLE_METADATA_CACHE: Table = Table {

@@ -524,3 +524,123 @@ fn svc_admin_views_save_list_delete() {
         serde_json::from_str(&stdout(&cli(&["admin", "views", "list", "--json"]))).unwrap();
     assert!(listed["views"].as_array().unwrap().is_empty(), "{listed}");
 }
+
+/// `svc admin activity --follow --json` prints the rows already there, then each row written
+/// later exactly once, oldest first, until stopped.
+#[test]
+fn svc_admin_activity_follow_prints_new_rows_once_as_they_arrive() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    let s = Server::start();
+    let admin = s.admin_token();
+    insert(
+        &s,
+        &[(
+            "f-0",
+            5,
+            None,
+            "follow.seed",
+            "x",
+            "{}",
+            Some("cli"),
+            "success",
+        )],
+    );
+    let config = TempDir::new();
+    let mut child = crate::svc_cli::svc_command(
+        &config.0,
+        &[
+            "--server",
+            s.base.as_str(),
+            "--token",
+            admin.as_str(),
+            "admin",
+            "activity",
+            "--action",
+            "follow.",
+            "--follow",
+            "--json",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let (tx, rx) = mpsc::channel::<Value>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Ok(v) = serde_json::from_str(&line) {
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    // Up to `n` rows, waiting at most `secs` (the client polls every 2 s).
+    let next_ids = |n: usize, secs: u64| -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let mut ids = Vec::new();
+        while ids.len() < n && Instant::now() < deadline {
+            if let Ok(v) = rx.recv_timeout(Duration::from_millis(200)) {
+                ids.push(v["id"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+        ids
+    };
+    assert_eq!(next_ids(1, 20), ["f-0"]);
+    // Three rows in two bursts; each appears once.
+    insert(
+        &s,
+        &[
+            (
+                "f-1",
+                0,
+                None,
+                "follow.a",
+                "x",
+                "{}",
+                Some("cli"),
+                "success",
+            ),
+            (
+                "f-2",
+                0,
+                None,
+                "follow.b",
+                "x",
+                "{}",
+                Some("web"),
+                "error.500",
+            ),
+        ],
+    );
+    let mut got = next_ids(2, 20);
+    got.sort();
+    assert_eq!(got, ["f-1", "f-2"]);
+    insert(
+        &s,
+        &[(
+            "f-3",
+            0,
+            None,
+            "follow.c",
+            "x",
+            "{}",
+            Some("cli"),
+            "success",
+        )],
+    );
+    assert_eq!(next_ids(1, 20), ["f-3"]);
+    // Nothing else arrives (no row printed twice; other actions filtered out).
+    insert(
+        &s,
+        &[("o-1", 0, None, "other.x", "x", "{}", Some("cli"), "success")],
+    );
+    assert!(next_ids(1, 6).is_empty(), "only new follow.* rows, once");
+    let _ = child.kill();
+    let _ = child.wait();
+}

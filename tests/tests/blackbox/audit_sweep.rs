@@ -35,6 +35,20 @@ const EXEMPT: &[(&str, &str)] = &[
     ("get_telemetry_pipeline", "job state"),
     ("list_audit_actions", "a static catalogue"),
     ("list_observability_views", "the caller's own saved filters"),
+    ("list_memory_items", "knowledge reads"),
+    ("get_memory_item", "knowledge reads"),
+    ("get_memory_provenance", "knowledge reads"),
+    ("my_memory_contributions", "the caller's own items"),
+    ("my_memory_votes", "the caller's own votes"),
+    (
+        "get_memory_bundle",
+        "knowledge reads (agents load it every session)",
+    ),
+    ("list_pending_memory_items", "knowledge reads"),
+    (
+        "vote_memory_item",
+        "a reader's vote, counted on the item; not an operation on data or access",
+    ),
     (
         "save_observability_view",
         "a personal saved filter, not an operation on data or access",
@@ -576,6 +590,48 @@ fn every_operation_writes_exactly_one_complete_audit_row() {
         json!({}),
         &admin,
         "usage.prune",
+    ));
+
+    // Corporate memory.
+    let item = sw.drive(post(
+        "create_memory_item",
+        "/api/memory",
+        json!({"title": "sweep knowledge", "domain": "data"}),
+        &ana,
+        "corporate_memory.create",
+    ));
+    let item_id = item["id"].as_str().unwrap_or_default().to_owned();
+    sw.drive(with_resource(
+        post(
+            "set_memory_personal",
+            format!("/api/memory/{item_id}/personal"),
+            json!({"is_personal": false}),
+            &ana,
+            "corporate_memory.personal",
+        ),
+        &item_id,
+    ));
+    sw.drive(with_resource(
+        post(
+            "decide_memory_item",
+            format!("/api/memory/admin/approve?item_id={item_id}"),
+            json!({"reason": "sweep"}),
+            &admin,
+            "corporate_memory.approve",
+        ),
+        &item_id,
+    ));
+    sw.drive(with_resource(
+        op(
+            "edit_memory_item",
+            M::PATCH,
+            format!("/api/memory/admin/items/{item_id}"),
+            Body::Json(json!({"category": "swept"})),
+            &admin,
+            "corporate_memory.edit",
+            None,
+        ),
+        &item_id,
     ));
 
     // Activity and observability reads.

@@ -11,6 +11,7 @@ mod discovery;
 mod drivers;
 mod emulator;
 mod hostile;
+mod memory;
 mod observability;
 mod openapi;
 mod operations;

@@ -8,7 +8,7 @@ use crate::support::{
     backends, exec_store, fresh_postgres_url, query_store, server_bin, sqlite_url, Backend, TempDir,
 };
 
-const CURRENT: i64 = 50;
+const CURRENT: i64 = 51;
 
 fn store_url(backend: Backend, dir: &TempDir) -> String {
     match backend {
@@ -117,6 +117,8 @@ fn assert_current_schema(url: &str) {
         "usage_attribution_agents",
         "usage_attribution_commands",
         "user_observability_views",
+        "knowledge_items",
+        "knowledge_votes",
     ] {
         assert!(
             t.contains(&expected.to_string()),

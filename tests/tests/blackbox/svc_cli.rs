@@ -31,7 +31,7 @@ fn svc_input(config: &Path, args: &[&str], input: &str) -> Output {
 }
 
 /// `svc` with this config directory and no ambient server or token; output captured.
-fn svc_command(config: &Path, args: &[&str]) -> Command {
+pub(crate) fn svc_command(config: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(svc_bin());
     c.args(args)
         .env("SVC_CONFIG_DIR", config)

@@ -145,6 +145,35 @@ pub const ACTIONS: &[ActionInfo] = &[
     ),
     a("usage.run", "the telemetry pipeline was run on request"),
     a("usage.summary", "the telemetry summary was read"),
+    // Corporate memory.
+    a(
+        "corporate_memory.approve",
+        "an administrator approved a knowledge item (params_before: the item as it was)",
+    ),
+    a(
+        "corporate_memory.create",
+        "a knowledge item was contributed (pending review)",
+    ),
+    a(
+        "corporate_memory.edit",
+        "an administrator edited a knowledge item's fields",
+    ),
+    a(
+        "corporate_memory.mandate",
+        "an administrator made a knowledge item mandatory, optionally for an audience",
+    ),
+    a(
+        "corporate_memory.personal",
+        "a contributor made their knowledge item personal or shared",
+    ),
+    a(
+        "corporate_memory.reject",
+        "an administrator rejected a knowledge item",
+    ),
+    a(
+        "corporate_memory.revoke",
+        "an administrator revoked a mandatory knowledge item",
+    ),
     // Observability reads (once a minute per reader and filter; so are session.browse,
     // session.transcript_view, usage.read and usage.summary).
     a(

@@ -103,6 +103,10 @@ impl Store {
     }
 
     /// The top values of one expression under the filter, most rows first (ties by value).
+    ///
+    /// Group by an expression, never a bare indexed column: without statistics SQLite
+    /// would walk the whole `(action, timestamp)` or `(user_id, timestamp)` index to group
+    /// in index order (every row of the log) instead of the window's rows by timestamp.
     async fn facet(
         &self,
         filter: &AuditFilter,
@@ -136,10 +140,11 @@ impl Store {
     async fn user_facet(&self, filter: &AuditFilter) -> Result<Vec<UserCount>, StoreError> {
         let mut w = where_of(filter);
         w.push_fixed("a.user_id IS NOT NULL");
-        // Group first, then label the fifty: the join runs on 50 rows, not on the window.
+        // Group first (by an expression: see `facet`), then label the fifty: the join runs
+        // on 50 rows, not on the window.
         let sql = format!(
-            "SELECT g.user_id, g.n, u.email FROM (SELECT a.user_id, COUNT(*) AS n \
-             FROM audit_log a{} GROUP BY a.user_id ORDER BY n DESC, a.user_id LIMIT {FACET_LIMIT}) g \
+            "SELECT g.user_id, g.n, u.email FROM (SELECT a.user_id || '' AS user_id, COUNT(*) AS n \
+             FROM audit_log a{} GROUP BY a.user_id || '' ORDER BY n DESC, 1 LIMIT {FACET_LIMIT}) g \
              LEFT JOIN users u ON u.id = g.user_id ORDER BY g.n DESC, g.user_id",
             w.sql
         );
@@ -168,9 +173,9 @@ impl Store {
         let source = format!("COALESCE(a.client_kind, '{SYSTEM_SOURCE}')");
         let (users, actions, results, resources, sources) = try_join!(
             self.user_facet(filter),
-            self.facet(filter, "a.action", false, Some(FACET_LIMIT)),
-            self.facet(filter, "a.result", false, Some(FACET_LIMIT)),
-            self.facet(filter, "a.resource", true, Some(FACET_LIMIT)),
+            self.facet(filter, "a.action || ''", false, Some(FACET_LIMIT)),
+            self.facet(filter, "a.result || ''", false, Some(FACET_LIMIT)),
+            self.facet(filter, "a.resource || ''", true, Some(FACET_LIMIT)),
             self.facet(filter, &source, false, None),
         )?;
         Ok(AuditFacets {

@@ -1,0 +1,375 @@
+//! `svc memory …`: corporate memory for everyone (contribute, list, show, vote, the agents'
+//! bundle) and `svc admin memory …`: the review queue and decisions.
+
+use clap::Subcommand;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::{seg, telemetry::query_string, Ctx};
+use crate::client::Client;
+use crate::exit::Result;
+use crate::render::{self, cell};
+
+/// `svc memory …`
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Contribute an item (it waits for review as `pending`).
+    Add {
+        /// Title (at most 200 characters).
+        title: String,
+        /// The knowledge itself.
+        #[arg(long)]
+        content: Option<String>,
+        /// Category.
+        #[arg(long)]
+        category: Option<String>,
+        /// finance, engineering, product, data, operations or infrastructure.
+        #[arg(long)]
+        domain: Option<String>,
+        /// A tag (repeat for more).
+        #[arg(long = "tag")]
+        tags: Vec<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The items you can see.
+    List {
+        /// Statuses, comma-separated (pending, approved, mandatory, rejected, revoked, expired).
+        #[arg(long)]
+        status: Option<String>,
+        /// Exact domain.
+        #[arg(long)]
+        domain: Option<String>,
+        /// Exact category.
+        #[arg(long)]
+        category: Option<String>,
+        /// Text in the title or content.
+        #[arg(long)]
+        search: Option<String>,
+        /// updated, created, score, confidence or title.
+        #[arg(long)]
+        sort: Option<String>,
+        /// Page, from 1.
+        #[arg(long, default_value_t = 1)]
+        page: u64,
+        /// Items per page, 1..500.
+        #[arg(long, default_value_t = 50)]
+        per_page: u64,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One item.
+    Show {
+        /// Item id.
+        id: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Vote on an item: up, down or clear.
+    Vote {
+        /// Item id.
+        id: String,
+        /// up, down or clear.
+        #[arg(value_parser = ["up", "down", "clear"])]
+        vote: String,
+    },
+    /// What an agent loads: mandatory items, then the best approved ones within a budget.
+    Bundle {
+        /// Token budget.
+        #[arg(long, default_value_t = 6000)]
+        budget: usize,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `svc admin memory …`
+#[derive(Subcommand, Debug)]
+pub enum AdminCommand {
+    /// Items waiting for review, oldest first.
+    Pending {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve an item.
+    Approve(DecisionArgs),
+    /// Make an item mandatory (optionally for one audience).
+    Mandate {
+        #[command(flatten)]
+        decision: DecisionArgs,
+        /// `all` or `group:<name>`.
+        #[arg(long)]
+        audience: Option<String>,
+    },
+    /// Reject an item.
+    Reject(DecisionArgs),
+    /// Revoke a mandatory item.
+    Revoke(DecisionArgs),
+    /// Edit an item's fields.
+    Edit {
+        /// Item id.
+        id: String,
+        /// New title.
+        #[arg(long)]
+        title: Option<String>,
+        /// New content.
+        #[arg(long)]
+        content: Option<String>,
+        /// New category.
+        #[arg(long)]
+        category: Option<String>,
+        /// New domain.
+        #[arg(long)]
+        domain: Option<String>,
+        /// New tags, comma-separated (replacing the old ones).
+        #[arg(long)]
+        set_tags: Option<String>,
+        /// The revision you read (refused if the item changed since).
+        #[arg(long)]
+        revision: Option<i64>,
+    },
+}
+
+/// A decision's item and details.
+#[derive(clap::Args, Debug)]
+pub struct DecisionArgs {
+    /// Item id.
+    id: String,
+    /// Why (kept in the audit log).
+    #[arg(long)]
+    reason: Option<String>,
+    /// The revision you read (refused if the item changed since).
+    #[arg(long)]
+    revision: Option<i64>,
+}
+
+fn items_table(items: &[Value]) {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|i| {
+            vec![
+                cell(&i["id"]),
+                cell(&i["status"]),
+                cell(&i["domain"]),
+                cell(&i["score"]),
+                cell(&i["title"]),
+            ]
+        })
+        .collect();
+    render::table(
+        &["ID", "STATUS", "DOMAIN", "SCORE", "TITLE"].map(String::from),
+        &rows,
+    );
+}
+
+fn print_item(item: &Value, json: bool) {
+    if json {
+        render::print_json(item);
+        return;
+    }
+    for key in [
+        "id",
+        "title",
+        "status",
+        "domain",
+        "category",
+        "audience",
+        "confidence",
+        "score",
+        "revision",
+        "source_user",
+        "updated_at",
+    ] {
+        println!("{key:>12}: {}", cell(&item[key]));
+    }
+    if let Some(c) = item["content"].as_str() {
+        println!("\n{c}");
+    }
+}
+
+/// Runs `svc memory …`.
+pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
+    let client = ctx.authed()?;
+    match cmd {
+        Command::Add {
+            title,
+            content,
+            category,
+            domain,
+            tags,
+            json,
+        } => {
+            let body = json!({"title": title, "content": content, "category": category,
+                              "domain": domain, "tags": tags});
+            let item = client.json(Method::POST, "/api/memory", Some(&body))?;
+            if json {
+                render::print_json(&item);
+            } else {
+                eprintln!("contributed {} (pending review)", cell(&item["id"]));
+            }
+        }
+        Command::List {
+            status,
+            domain,
+            category,
+            search,
+            sort,
+            page,
+            per_page,
+            json,
+        } => {
+            let pairs = [
+                ("status_filter", status),
+                ("domain", domain),
+                ("category", category),
+                ("search", search),
+                ("sort", sort),
+                ("page", Some(page.to_string())),
+                ("per_page", Some(per_page.to_string())),
+            ];
+            let doc = client.get(&format!("/api/memory{}", query_string(&pairs)))?;
+            if json {
+                render::print_json(&doc);
+            } else {
+                items_table(doc["items"].as_array().map(Vec::as_slice).unwrap_or(&[]));
+                eprintln!(
+                    "  page {} of {} ({} items)",
+                    cell(&doc["page"]),
+                    cell(&doc["total_pages"]),
+                    cell(&doc["total_count"])
+                );
+            }
+        }
+        Command::Show { id, json } => {
+            let item = client.get(&format!("/api/memory/{}", seg(&id)))?;
+            print_item(&item, json);
+        }
+        Command::Vote { id, vote } => {
+            let v = match vote.as_str() {
+                "up" => 1,
+                "down" => -1,
+                _ => 0,
+            };
+            let counts = client.json(
+                Method::POST,
+                &format!("/api/memory/{}/vote", seg(&id)),
+                Some(&json!({ "vote": v })),
+            )?;
+            eprintln!(
+                "{} up, {} down",
+                cell(&counts["upvotes"]),
+                cell(&counts["downvotes"])
+            );
+        }
+        Command::Bundle { budget, json } => {
+            let doc = client.get(&format!("/api/memory/bundle?budget_tokens={budget}"))?;
+            if json {
+                render::print_json(&doc);
+            } else {
+                for (label, key) in [("MANDATORY", "mandatory"), ("APPROVED", "approved")] {
+                    println!("{label}");
+                    for i in doc[key].as_array().into_iter().flatten() {
+                        println!("- {}: {}", cell(&i["title"]), cell(&i["content"]));
+                    }
+                }
+                eprintln!(
+                    "  ~{} of {} tokens",
+                    cell(&doc["token_estimate"]),
+                    cell(&doc["token_budget"])
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn decide(
+    client: &Client,
+    decision: &str,
+    args: DecisionArgs,
+    audience: Option<String>,
+) -> Result<()> {
+    let body = json!({"reason": args.reason, "audience": audience,
+                      "expected_revision": args.revision});
+    let item = client.json(
+        Method::POST,
+        &format!("/api/memory/admin/{decision}?item_id={}", seg(&args.id)),
+        Some(&body),
+    )?;
+    eprintln!(
+        "{} is {} (revision {})",
+        cell(&item["id"]),
+        cell(&item["status"]),
+        cell(&item["revision"])
+    );
+    Ok(())
+}
+
+/// Runs `svc admin memory …`.
+pub fn admin(client: &Client, cmd: AdminCommand) -> Result<()> {
+    match cmd {
+        AdminCommand::Pending { json } => {
+            let doc = client.get("/api/memory/admin/pending?per_page=500")?;
+            if json {
+                render::print_json(&doc);
+            } else {
+                items_table(doc["items"].as_array().map(Vec::as_slice).unwrap_or(&[]));
+            }
+            Ok(())
+        }
+        AdminCommand::Approve(a) => decide(client, "approve", a, None),
+        AdminCommand::Mandate { decision, audience } => {
+            decide(client, "mandate", decision, audience)
+        }
+        AdminCommand::Reject(a) => decide(client, "reject", a, None),
+        AdminCommand::Revoke(a) => decide(client, "revoke", a, None),
+        AdminCommand::Edit {
+            id,
+            title,
+            content,
+            category,
+            domain,
+            set_tags,
+            revision,
+        } => {
+            let mut body = serde_json::Map::new();
+            for (k, v) in [
+                ("title", title),
+                ("content", content),
+                ("category", category),
+                ("domain", domain),
+            ] {
+                if let Some(v) = v {
+                    body.insert(k.into(), v.into());
+                }
+            }
+            if let Some(tags) = set_tags {
+                let tags: Vec<&str> = tags
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .collect();
+                body.insert("tags".into(), json!(tags));
+            }
+            if let Some(r) = revision {
+                body.insert("expected_revision".into(), r.into());
+            }
+            let item = client.json(
+                Method::PATCH,
+                &format!("/api/memory/admin/items/{}", seg(&id)),
+                Some(&Value::Object(body)),
+            )?;
+            eprintln!(
+                "{} edited (revision {})",
+                cell(&item["id"]),
+                cell(&item["revision"])
+            );
+            Ok(())
+        }
+    }
+}

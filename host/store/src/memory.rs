@@ -1,0 +1,498 @@
+//! Corporate memory's rows: knowledge items and their votes. Which items a caller may see
+//! and which status moves are legal are decided above (`svc-memory`); this module stores,
+//! filters and counts, and refuses a change made against a stale revision.
+
+use serde::Serialize;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+use svc_core::clock::{new_id, now};
+
+use crate::clause::{like_literal, Where};
+use crate::{flag, Store, StoreError};
+
+/// The memory domains an item may belong to (and a `memory_domain` grant may name).
+pub const MEMORY_DOMAINS: &[&str] = &[
+    "finance",
+    "engineering",
+    "product",
+    "data",
+    "operations",
+    "infrastructure",
+];
+
+/// One knowledge item as stored, with its vote counts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KnowledgeItem {
+    /// Item id.
+    pub id: String,
+    /// Title (never empty).
+    pub title: String,
+    /// The knowledge itself.
+    pub content: Option<String>,
+    /// Free-form category.
+    pub category: Option<String>,
+    /// Tags, in the order given.
+    pub tags: Vec<String>,
+    /// `pending`, `approved`, `mandatory`, `rejected`, `revoked` or `expired`.
+    pub status: String,
+    /// The contributor's e-mail.
+    pub source_user: Option<String>,
+    /// The contributor's user id.
+    pub created_by: Option<String>,
+    /// Who sees it: null or `all` (everyone), or `group:<name>`.
+    pub audience: Option<String>,
+    /// 0..=1.
+    pub confidence: f64,
+    /// One of the memory domains, or null.
+    pub domain: Option<String>,
+    /// Named entities it mentions (JSON).
+    pub entities: Option<serde_json::Value>,
+    /// Where it came from (`api`, `cli`, `agent`…).
+    pub source_type: String,
+    /// A reference into that source.
+    pub source_ref: Option<String>,
+    /// Seen only by its contributor (and administrators).
+    pub is_personal: bool,
+    /// Bumped by every change; a change naming an older revision is refused.
+    pub revision: i64,
+    /// Votes up.
+    pub upvotes: i64,
+    /// Votes down.
+    pub downvotes: i64,
+    /// `upvotes - downvotes`.
+    pub score: i64,
+    /// When it was contributed.
+    pub created_at: Option<String>,
+    /// When it last changed.
+    pub updated_at: Option<String>,
+}
+
+const COLUMNS: &str = "id, title, content, category, tags, status, source_user, created_by, \
+    audience, confidence_milli, domain, entities, source_type, source_ref, is_personal, \
+    revision, upvotes, downvotes, created_at, updated_at";
+
+fn item(r: &AnyRow) -> Result<KnowledgeItem, StoreError> {
+    let tags: Option<String> = r.try_get("tags")?;
+    let entities: Option<String> = r.try_get("entities")?;
+    let up: i64 = r.try_get("upvotes")?;
+    let down: i64 = r.try_get("downvotes")?;
+    let milli: i64 = r.try_get("confidence_milli")?;
+    Ok(KnowledgeItem {
+        id: r.try_get("id")?,
+        title: r.try_get("title")?,
+        content: r.try_get("content")?,
+        category: r.try_get("category")?,
+        tags: tags
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default(),
+        status: r.try_get("status")?,
+        source_user: r.try_get("source_user")?,
+        created_by: r.try_get("created_by")?,
+        audience: r.try_get("audience")?,
+        confidence: milli as f64 / 1000.0,
+        domain: r.try_get("domain")?,
+        entities: entities.and_then(|e| serde_json::from_str(&e).ok()),
+        source_type: r.try_get("source_type")?,
+        source_ref: r.try_get("source_ref")?,
+        is_personal: flag(r, "is_personal")?,
+        revision: r.try_get("revision")?,
+        upvotes: up,
+        downvotes: down,
+        score: up - down,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
+
+/// A new item, always stored `pending`.
+#[derive(Debug, Clone, Default)]
+pub struct NewItem {
+    /// Title.
+    pub title: String,
+    /// Content.
+    pub content: Option<String>,
+    /// Category.
+    pub category: Option<String>,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Domain.
+    pub domain: Option<String>,
+    /// Entities (JSON).
+    pub entities: Option<serde_json::Value>,
+    /// Source kind.
+    pub source_type: String,
+    /// Source reference.
+    pub source_ref: Option<String>,
+    /// Contributor e-mail.
+    pub source_user: String,
+    /// Contributor id.
+    pub created_by: String,
+}
+
+/// Which items a reader sees.
+#[derive(Debug, Clone)]
+pub enum Visibility {
+    /// Everything, personal items included (administrators).
+    All,
+    /// Shared items whose audience is everyone or one of `groups` (names), or whose domain
+    /// is one of `domains`; never personal items.
+    Reader {
+        /// The reader's group names.
+        groups: Vec<String>,
+        /// Memory domains granted to the reader's groups.
+        domains: Vec<String>,
+    },
+}
+
+/// How a list is ordered; every order ends with the id, so pages are stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ItemSort {
+    /// Most recently changed first.
+    #[default]
+    Updated,
+    /// Most recently contributed first.
+    Created,
+    /// Highest score (up − down) first.
+    Score,
+    /// Highest confidence first.
+    Confidence,
+    /// By title, A to Z.
+    Title,
+}
+
+impl ItemSort {
+    fn order_by(self) -> &'static str {
+        match self {
+            Self::Updated => "updated_at DESC, id DESC",
+            Self::Created => "created_at DESC, id DESC",
+            Self::Score => "(upvotes - downvotes) DESC, updated_at DESC, id DESC",
+            Self::Confidence => "confidence_milli DESC, updated_at DESC, id DESC",
+            Self::Title => "title ASC, id ASC",
+        }
+    }
+}
+
+/// A list request.
+#[derive(Debug, Clone, Default)]
+pub struct ItemQuery {
+    /// Exactly these statuses (empty: any).
+    pub statuses: Vec<String>,
+    /// Exact category.
+    pub category: Option<String>,
+    /// Exact domain.
+    pub domain: Option<String>,
+    /// Exact source type.
+    pub source_type: Option<String>,
+    /// Literal text in the title or content.
+    pub search: Option<String>,
+    /// Only this contributor's items (their user id).
+    pub created_by: Option<String>,
+    /// Leave personal items out even when the reader could see them.
+    pub exclude_personal: bool,
+    /// Order.
+    pub sort: ItemSort,
+    /// Rows to skip.
+    pub offset: u64,
+    /// Rows at most.
+    pub limit: u64,
+}
+
+/// One page of items and how many match in all.
+#[derive(Debug, Clone, Serialize)]
+pub struct ItemPage {
+    /// The page.
+    pub items: Vec<KnowledgeItem>,
+    /// Items matching, all pages.
+    pub total_count: i64,
+}
+
+/// `sql` with `binds` bound in order.
+fn bound<'q>(sql: &'q str, binds: &'q [String]) -> crate::AnyQuery<'q> {
+    let mut query = sqlx::query(sql);
+    for b in binds {
+        query = query.bind(b.as_str());
+    }
+    query
+}
+
+fn visible(w: &mut Where, v: &Visibility) {
+    if let Visibility::Reader { groups, domains } = v {
+        w.push_fixed("is_personal = FALSE");
+        let mut any = vec!["audience IS NULL".to_owned(), "audience = 'all'".to_owned()];
+        for g in groups {
+            w.binds.push(format!("group:{g}"));
+            any.push(format!("audience = ${}", w.binds.len()));
+        }
+        for d in domains {
+            w.binds.push(d.clone());
+            any.push(format!("domain = ${}", w.binds.len()));
+        }
+        w.sql.push_str(&format!(" AND ({})", any.join(" OR ")));
+    }
+}
+
+impl Store {
+    /// Stores a new pending item and returns it.
+    pub async fn create_knowledge_item(&self, new: &NewItem) -> Result<KnowledgeItem, StoreError> {
+        let id = new_id();
+        let at = now();
+        sqlx::query(
+            "INSERT INTO knowledge_items (id, title, content, category, tags, status, source_user, \
+             created_by, confidence_milli, domain, entities, source_type, source_ref, is_personal, \
+             revision, upvotes, downvotes, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, 500, $8, $9, $10, $11, FALSE, 1, 0, 0, $12, $12)",
+        )
+        .bind(&id)
+        .bind(&new.title)
+        .bind(&new.content)
+        .bind(&new.category)
+        .bind(serde_json::to_string(&new.tags).unwrap_or_default())
+        .bind(&new.source_user)
+        .bind(&new.created_by)
+        .bind(&new.domain)
+        .bind(new.entities.as_ref().map(|e| e.to_string()))
+        .bind(&new.source_type)
+        .bind(&new.source_ref)
+        .bind(&at)
+        .execute(self.pool())
+        .await?;
+        self.knowledge_item(&id)
+            .await?
+            .ok_or_else(|| sqlx::Error::RowNotFound.into())
+    }
+
+    /// One item by id, whoever may see it.
+    pub async fn knowledge_item(&self, id: &str) -> Result<Option<KnowledgeItem>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM knowledge_items WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?;
+        row.as_ref().map(item).transpose()
+    }
+
+    /// A page of the items `visibility` allows under `q`.
+    pub async fn knowledge_items(
+        &self,
+        visibility: &Visibility,
+        q: &ItemQuery,
+    ) -> Result<ItemPage, StoreError> {
+        let mut w = Where::new();
+        visible(&mut w, visibility);
+        if q.exclude_personal {
+            w.push_fixed("is_personal = FALSE");
+        }
+        if !q.statuses.is_empty() {
+            w.push_in("status", &q.statuses);
+        }
+        for (clause, value) in [
+            ("category = $?", &q.category),
+            ("domain = $?", &q.domain),
+            ("source_type = $?", &q.source_type),
+            ("created_by = $?", &q.created_by),
+        ] {
+            if let Some(v) = value {
+                w.push(clause, v.clone());
+            }
+        }
+        if let Some(text) = q.search.as_deref().filter(|t| !t.is_empty()) {
+            w.push(
+                "(title LIKE $? ESCAPE '\\' OR content LIKE $? ESCAPE '\\')",
+                format!("%{}%", like_literal(text)),
+            );
+        }
+        let count_sql = format!("SELECT COUNT(*) AS n FROM knowledge_items{}", w.sql);
+        let page_sql = format!(
+            "SELECT {COLUMNS} FROM knowledge_items{} ORDER BY {} LIMIT {} OFFSET {}",
+            w.sql,
+            q.sort.order_by(),
+            q.limit,
+            q.offset
+        );
+        let total: i64 = bound(&count_sql, &w.binds)
+            .fetch_one(self.pool())
+            .await?
+            .try_get("n")?;
+        let rows = bound(&page_sql, &w.binds).fetch_all(self.pool()).await?;
+        Ok(ItemPage {
+            items: rows.iter().map(item).collect::<Result<_, _>>()?,
+            total_count: total,
+        })
+    }
+
+    /// Applies `change` to the item if it is still at `revision`, bumping the revision and
+    /// `updated_at`. False when the item changed meanwhile (or is gone).
+    pub async fn update_knowledge_item(
+        &self,
+        id: &str,
+        revision: i64,
+        change: &ItemChange,
+    ) -> Result<bool, StoreError> {
+        let mut sets = vec![
+            "revision = revision + 1".to_owned(),
+            "updated_at = $1".to_owned(),
+        ];
+        let mut binds: Vec<Option<String>> = vec![Some(now())];
+        let mut set = |column: &str, value: Option<String>| {
+            binds.push(value);
+            sets.push(format!("{column} = ${}", binds.len()));
+        };
+        if let Some(s) = &change.status {
+            set("status", Some(s.clone()));
+        }
+        if let Some(v) = &change.title {
+            set("title", Some(v.clone()));
+        }
+        if let Some(v) = &change.content {
+            set("content", v.clone());
+        }
+        if let Some(v) = &change.category {
+            set("category", v.clone());
+        }
+        if let Some(v) = &change.domain {
+            set("domain", v.clone());
+        }
+        if let Some(v) = &change.audience {
+            set("audience", v.clone());
+        }
+        if let Some(tags) = &change.tags {
+            set(
+                "tags",
+                Some(serde_json::to_string(tags).unwrap_or_default()),
+            );
+        }
+        let personal = change.is_personal.map(|p| {
+            if p {
+                "is_personal = TRUE"
+            } else {
+                "is_personal = FALSE"
+            }
+        });
+        if let Some(p) = personal {
+            sets.push(p.to_owned());
+        }
+        let sql = format!(
+            "UPDATE knowledge_items SET {} WHERE id = ${} AND revision = ${}",
+            sets.join(", "),
+            binds.len() + 1,
+            binds.len() + 2
+        );
+        let mut query = sqlx::query(&sql);
+        for b in &binds {
+            query = query.bind(b.clone());
+        }
+        let n = query
+            .bind(id)
+            .bind(revision)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        Ok(n == 1)
+    }
+
+    /// Records `user`'s vote on an item (1 up, -1 down, 0 withdraws it) and returns the
+    /// item's new (upvotes, downvotes); the counts on the item change in the same
+    /// transaction.
+    pub async fn vote_knowledge_item(
+        &self,
+        id: &str,
+        user: &str,
+        vote: i64,
+    ) -> Result<(i64, i64), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query("DELETE FROM knowledge_votes WHERE item_id = $1 AND user_id = $2")
+            .bind(id)
+            .bind(user)
+            .execute(&mut *tx)
+            .await?;
+        if vote != 0 {
+            sqlx::query(
+                "INSERT INTO knowledge_votes (item_id, user_id, vote, voted_at) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(id)
+            .bind(user)
+            .bind(vote)
+            .bind(now())
+            .execute(&mut *tx)
+            .await?;
+        }
+        let row = sqlx::query(
+            "SELECT COALESCE(SUM(CASE WHEN vote > 0 THEN 1 ELSE 0 END), 0) AS up, \
+             COALESCE(SUM(CASE WHEN vote < 0 THEN 1 ELSE 0 END), 0) AS down \
+             FROM knowledge_votes WHERE item_id = $1",
+        )
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let (up, down): (i64, i64) = (row.try_get("up")?, row.try_get("down")?);
+        sqlx::query("UPDATE knowledge_items SET upvotes = $1, downvotes = $2 WHERE id = $3")
+            .bind(up)
+            .bind(down)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok((up, down))
+    }
+
+    /// The memory domains granted to any of a user's groups.
+    pub async fn memory_domains_of(&self, user: &str) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT r.resource_id FROM resource_grants r \
+             JOIN user_group_members m ON m.group_id = r.group_id \
+             WHERE m.user_id = $1 AND r.resource_type = 'memory_domain' ORDER BY r.resource_id",
+        )
+        .bind(user)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(|r| Ok(r.try_get("resource_id")?)).collect()
+    }
+
+    /// A user's votes, item id → vote.
+    pub async fn my_knowledge_votes(&self, user: &str) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = sqlx::query("SELECT item_id, vote FROM knowledge_votes WHERE user_id = $1")
+            .bind(user)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("item_id")?, r.try_get("vote")?)))
+            .collect()
+    }
+
+    /// Every item of these statuses `visibility` allows (for the agents' bundle).
+    pub async fn knowledge_items_in(
+        &self,
+        visibility: &Visibility,
+        statuses: &[&str],
+    ) -> Result<Vec<KnowledgeItem>, StoreError> {
+        let q = ItemQuery {
+            statuses: statuses.iter().map(|s| (*s).to_owned()).collect(),
+            exclude_personal: true,
+            limit: i64::MAX as u64,
+            ..ItemQuery::default()
+        };
+        Ok(self.knowledge_items(visibility, &q).await?.items)
+    }
+}
+
+/// Fields to change on an item; `None` leaves a field as it is, `Some(None)` clears it.
+#[derive(Debug, Clone, Default)]
+pub struct ItemChange {
+    /// New status.
+    pub status: Option<String>,
+    /// New title.
+    pub title: Option<String>,
+    /// New content.
+    pub content: Option<Option<String>>,
+    /// New category.
+    pub category: Option<Option<String>>,
+    /// New domain.
+    pub domain: Option<Option<String>>,
+    /// New audience.
+    pub audience: Option<Option<String>>,
+    /// New tags.
+    pub tags: Option<Vec<String>>,
+    /// New personal flag.
+    pub is_personal: Option<bool>,
+}

@@ -129,8 +129,8 @@ fn query(
 ) -> Result<(ItemQuery, u64, u64), Error> {
     let page = page.unwrap_or(1);
     let per_page = per_page.unwrap_or(50);
-    if page == 0 {
-        return Err(Error::invalid("page starts at 1"));
+    if !(1..=1_000_000).contains(&page) {
+        return Err(Error::invalid("page must be between 1 and 1000000"));
     }
     if !(1..=500).contains(&per_page) {
         return Err(Error::invalid("per_page must be between 1 and 500"));

@@ -142,6 +142,18 @@ fn memory_visibility_review_revisions_and_the_bundle() {
         assert_eq!(titles, ["ana-private", "eng-note", "fin-only", "shared"]);
         assert_eq!(sorted["total_count"], 4);
         assert_eq!(s.get_json("/api/memory?sort=popular", &admin).0, 422);
+        for bad in [
+            "page=0",
+            "page=18446744073709551615",
+            "per_page=501",
+            "status_filter=done",
+        ] {
+            assert_eq!(
+                s.get_json(&format!("/api/memory?{bad}"), &admin).0,
+                422,
+                "{bad}"
+            );
+        }
 
         // Personal items: hidden from others (404, not 403), listed for their owner.
         for path in [

@@ -463,6 +463,38 @@ impl Memory {
             .ok_or_else(not_found)
     }
 
+    /// How the items `caller` sees divide: `{total, by_status, categories, by_domain,
+    /// by_source_type, by_audience, by_tag}`, each a list of `{value, count}`, most first
+    /// (ties by value; a missing value counts as `(none)`).
+    pub async fn stats(&self, caller: &Caller) -> Result<Value> {
+        let v = self.visibility(caller).await?;
+        let items = self
+            .store
+            .knowledge_dimensions(&v, !caller.is_admin)
+            .await?;
+        let count = |values: &mut dyn Iterator<Item = String>| -> Value {
+            let mut m: std::collections::BTreeMap<String, u64> = Default::default();
+            for v in values {
+                *m.entry(v).or_default() += 1;
+            }
+            let mut list: Vec<(String, u64)> = m.into_iter().collect();
+            list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            list.into_iter()
+                .map(|(value, count)| json!({"value": value, "count": count}))
+                .collect()
+        };
+        let none = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".into());
+        Ok(json!({
+            "total": items.len(),
+            "by_status": count(&mut items.iter().map(|i| i.status.clone())),
+            "categories": count(&mut items.iter().map(|i| none(&i.category))),
+            "by_domain": count(&mut items.iter().map(|i| none(&i.domain))),
+            "by_source_type": count(&mut items.iter().map(|i| i.source_type.clone())),
+            "by_audience": count(&mut items.iter().map(|i| none(&i.audience))),
+            "by_tag": count(&mut items.iter().flat_map(|i| i.tags.clone())),
+        }))
+    }
+
     /// The agents' bundle for `caller` (see [`bundle`]).
     pub async fn bundle(&self, caller: &Caller, budget_tokens: usize) -> Result<Bundle> {
         let v = self.visibility(caller).await?;

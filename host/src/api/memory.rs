@@ -284,6 +284,17 @@ impl MemoryApi {
         )
     }
 
+    /// How the items the caller sees divide: `{total, by_status, categories, by_domain,
+    /// by_source_type, by_audience, by_tag}`, each `[{value, count}]`, most first.
+    #[oai(
+        path = "/api/memory/stats",
+        method = "get",
+        operation_id = "get_memory_stats"
+    )]
+    async fn stats(&self, auth: BearerAuth) -> ApiResult<Json<Value>> {
+        Ok(Json(self.state.memory.stats(&auth.0).await?))
+    }
+
     /// The caller's votes: `{<item id>: 1 | -1}`.
     #[oai(
         path = "/api/memory/my-votes",

@@ -460,6 +460,40 @@ impl Store {
             .collect()
     }
 
+    /// The classifying fields (status, category, domain, source type, audience, tags) of
+    /// every item `visibility` allows, for counting.
+    pub async fn knowledge_dimensions(
+        &self,
+        visibility: &Visibility,
+        exclude_personal: bool,
+    ) -> Result<Vec<ItemDimensions>, StoreError> {
+        let mut w = Where::new();
+        visible(&mut w, visibility);
+        if exclude_personal {
+            w.push_fixed("is_personal = FALSE");
+        }
+        let sql = format!(
+            "SELECT status, category, domain, source_type, audience, tags FROM knowledge_items{}",
+            w.sql
+        );
+        let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
+        rows.iter()
+            .map(|r| {
+                let tags: Option<String> = r.try_get("tags")?;
+                Ok(ItemDimensions {
+                    status: r.try_get("status")?,
+                    category: r.try_get("category")?,
+                    domain: r.try_get("domain")?,
+                    source_type: r.try_get("source_type")?,
+                    audience: r.try_get("audience")?,
+                    tags: tags
+                        .and_then(|t| serde_json::from_str(&t).ok())
+                        .unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
     /// Every item of these statuses `visibility` allows (for the agents' bundle).
     pub async fn knowledge_items_in(
         &self,
@@ -474,6 +508,23 @@ impl Store {
         };
         Ok(self.knowledge_items(visibility, &q).await?.items)
     }
+}
+
+/// The fields items are counted by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemDimensions {
+    /// Review state.
+    pub status: String,
+    /// Category.
+    pub category: Option<String>,
+    /// Domain.
+    pub domain: Option<String>,
+    /// Source type.
+    pub source_type: String,
+    /// Audience.
+    pub audience: Option<String>,
+    /// Tags.
+    pub tags: Vec<String>,
 }
 
 /// Fields to change on an item; `None` leaves a field as it is, `Some(None)` clears it.

@@ -36,6 +36,7 @@ const EXEMPT: &[(&str, &str)] = &[
     ("list_audit_actions", "a static catalogue"),
     ("list_observability_views", "the caller's own saved filters"),
     ("list_memory_items", "knowledge reads"),
+    ("get_memory_stats", "knowledge reads"),
     ("get_memory_item", "knowledge reads"),
     ("get_memory_provenance", "knowledge reads"),
     ("my_memory_contributions", "the caller's own items"),

@@ -155,6 +155,22 @@ fn memory_visibility_review_revisions_and_the_bundle() {
             );
         }
 
+        // Stats count what the reader sees.
+        let (_, st) = s.get_json("/api/memory/stats", &cy);
+        assert_eq!(st["total"], 2, "{st}");
+        let (_, st) = s.get_json("/api/memory/stats", &admin);
+        assert_eq!(st["total"], 4, "{st}");
+        assert_eq!(
+            st["by_status"],
+            json!([{"value": "pending", "count": 2}, {"value": "approved", "count": 1},
+                   {"value": "mandatory", "count": 1}])
+        );
+        assert_eq!(
+            st["by_tag"],
+            json!([{"value": "a", "count": 1}, {"value": "b", "count": 1}])
+        );
+        assert_eq!(st["by_domain"][0], json!({"value": "(none)", "count": 2}));
+
         // Personal items: hidden from others (404, not 403), listed for their owner.
         for path in [
             format!("/api/memory/{private}"),

@@ -211,10 +211,11 @@ impl AdminSessionsApi {
                 .await
         }
         .await;
-        let event = browse_event("list", &asked)
-            .outcome(&result, |e, _| e)
-            .timed(started);
-        self.state.audit.write_read(&auth.0.actor, event).await;
+        let event = browse_event("list", &asked);
+        self.state
+            .audit
+            .write_read_outcome(&auth.0.actor, event, started, &result)
+            .await;
         json(result?)
     }
 
@@ -252,10 +253,11 @@ impl AdminSessionsApi {
             self.browser().kpis(&f).await
         }
         .await;
-        let event = browse_event("kpis", &asked)
-            .outcome(&result, |e, _| e)
-            .timed(started);
-        self.state.audit.write_read(&auth.0.actor, event).await;
+        let event = browse_event("kpis", &asked);
+        self.state
+            .audit
+            .write_read_outcome(&auth.0.actor, event, started, &result)
+            .await;
         json(result?)
     }
 
@@ -277,10 +279,11 @@ impl AdminSessionsApi {
             .browser()
             .facets(since_minutes.0.unwrap_or(DEFAULT_WINDOW_MINUTES))
             .await;
-        let event = browse_event("facets", &[("since_minutes", json!(since_minutes.0))])
-            .outcome(&result, |e, _| e)
-            .timed(started);
-        self.state.audit.write_read(&auth.0.actor, event).await;
+        let event = browse_event("facets", &[("since_minutes", json!(since_minutes.0))]);
+        self.state
+            .audit
+            .write_read_outcome(&auth.0.actor, event, started, &result)
+            .await;
         json(result?)
     }
 
@@ -386,10 +389,11 @@ impl AdminSessionsApi {
         // Paging stays out of the parameters: paging through one user's activity is one read.
         let event = Event::new("admin.user_activity_read")
             .resource(format!("users/{}/activity", id.0))
-            .param("target_user_id", id.0.as_str())
-            .outcome(&result, |e, _| e)
-            .timed(started);
-        self.state.audit.write_read(&auth.0.actor, event).await;
+            .param("target_user_id", id.0.as_str());
+        self.state
+            .audit
+            .write_read_outcome(&auth.0.actor, event, started, &result)
+            .await;
         json(result?)
     }
 
@@ -418,10 +422,11 @@ impl AdminSessionsApi {
                 .await
         }
         .await;
-        let event = browse_event("user_sessions", &[("user_id", json!(id.0))])
-            .outcome(&result, |e, _| e)
-            .timed(started);
-        self.state.audit.write_read(&auth.0.actor, event).await;
+        let event = browse_event("user_sessions", &[("user_id", json!(id.0))]);
+        self.state
+            .audit
+            .write_read_outcome(&auth.0.actor, event, started, &result)
+            .await;
         json(result?)
     }
 

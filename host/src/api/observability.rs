@@ -94,10 +94,11 @@ impl ObservabilityApi {
         let started = Instant::now();
         let (filter, window) = params.filter()?;
         let summary = read(filter.clone()).await.map_err(Error::from);
-        let event = read_event(endpoint, &filter, window)
-            .outcome(&summary, |e, _| e)
-            .timed(started);
-        self.state.audit.write_read(&auth.0.actor, event).await;
+        let event = read_event(endpoint, &filter, window);
+        self.state
+            .audit
+            .write_read_outcome(&auth.0.actor, event, started, &summary)
+            .await;
         let mut body = serde_json::to_value(summary?).map_err(Error::internal)?;
         body["window_minutes"] = window.map_or(Value::Null, Value::from);
         body["filter"] = shown(&filter, window);

@@ -223,10 +223,11 @@ impl TelemetryApi {
             since_minutes: window,
             ..Filters::default()
         };
-        let event = read_event("facets", &f, &[])
-            .outcome(&result, |e, _| e)
-            .timed(started);
-        self.state.audit.write_read(&auth.0.actor, event).await;
+        let event = read_event("facets", &f, &[]);
+        self.state
+            .audit
+            .write_read_outcome(&auth.0.actor, event, started, &result)
+            .await;
         json(result?)
     }
 
@@ -262,10 +263,11 @@ impl TelemetryApi {
         );
         let started = Instant::now();
         let result = self.state.telemetry.kpis(&f).await;
-        let event = read_event("kpis", &f, &[])
-            .outcome(&result, |e, _| e)
-            .timed(started);
-        self.state.audit.write_read(&auth.0.actor, event).await;
+        let event = read_event("kpis", &f, &[]);
+        self.state
+            .audit
+            .write_read_outcome(&auth.0.actor, event, started, &result)
+            .await;
         json(result?)
     }
 
@@ -324,10 +326,11 @@ impl TelemetryApi {
                 offset.0.unwrap_or(0),
             )
             .await;
-        let event = read_event("query", &f, &[("group_by", group_by.0), ("sort", sort.0)])
-            .outcome(&result, |e, _| e)
-            .timed(started);
-        self.state.audit.write_read(&auth.0.actor, event).await;
+        let event = read_event("query", &f, &[("group_by", group_by.0), ("sort", sort.0)]);
+        self.state
+            .audit
+            .write_read_outcome(&auth.0.actor, event, started, &result)
+            .await;
         json(result?)
     }
 

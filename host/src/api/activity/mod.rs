@@ -141,10 +141,11 @@ impl ActivityApi {
             .audit_page(&filter, cursor.as_ref(), limit)
             .await
             .map_err(Error::from);
-        let event = read_event("timeline", &filter, window)
-            .outcome(&page, |e, _| e)
-            .timed(started);
-        self.state.audit.write_read(&auth.0.actor, event).await;
+        let event = read_event("timeline", &filter, window);
+        self.state
+            .audit
+            .write_read_outcome(&auth.0.actor, event, started, &page)
+            .await;
         let page = page?;
         json_body(json!({
             "rows": page.rows,
@@ -176,10 +177,11 @@ impl ActivityApi {
             });
         let event = svc_store::audit::Event::new("activity.read")
             .resource("activity")
-            .param("endpoint", "health")
-            .outcome(&card, |e, _| e)
-            .timed(started);
-        self.state.audit.write_read(&auth.0.actor, event).await;
+            .param("endpoint", "health");
+        self.state
+            .audit
+            .write_read_outcome(&auth.0.actor, event, started, &card)
+            .await;
         let card = card?;
         self.health.keep(card.clone());
         Ok(Json(card))
@@ -237,10 +239,11 @@ impl ActivityApi {
             .map_err(Error::from)
         }
         .await;
-        let event = read_event("sync", &filter, window)
-            .outcome(&read, |e, _| e)
-            .timed(started);
-        self.state.audit.write_read(&auth.0.actor, event).await;
+        let event = read_event("sync", &filter, window);
+        self.state
+            .audit
+            .write_read_outcome(&auth.0.actor, event, started, &read)
+            .await;
         let (page, states) = read?;
         let mut tables: Vec<_> = states
             .into_values()

@@ -341,6 +341,19 @@ impl AuditWriter {
             .await;
     }
 
+    /// [`AuditWriter::write_read`] for a read that has ended: `event` with its outcome (no
+    /// extra parameters on success) and the time since `started`.
+    pub async fn write_read_outcome<T, E: AuditedError>(
+        &self,
+        actor: &Actor,
+        event: Event,
+        started: Instant,
+        result: &Result<T, E>,
+    ) -> bool {
+        self.write_read(actor, event.outcome(result, |e, _| e).timed(started))
+            .await
+    }
+
     /// Queues a ready-made record.
     pub async fn enqueue(&self, record: AuditRecord) {
         if let Err(mpsc::error::SendError(Msg::Record(record))) =

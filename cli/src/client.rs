@@ -47,7 +47,7 @@ impl Client {
         &self.target.server
     }
 
-    fn request(&self, long: bool, method: Method, path: &str) -> Result<RequestBuilder> {
+    pub(crate) fn request(&self, long: bool, method: Method, path: &str) -> Result<RequestBuilder> {
         let http = if long { &self.long } else { &self.http };
         let rb = http.request(method, format!("{}{path}", self.target.server));
         Ok(match &self.target.token {

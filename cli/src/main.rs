@@ -15,7 +15,9 @@ mod workspace;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use commands::{admin, auth, discovery, me, memory, pull, query, sessions, snapshot, Ctx};
+use commands::{
+    admin, auth, discovery, marketplace, me, memory, pull, query, sessions, snapshot, Ctx,
+};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -115,6 +117,9 @@ enum Command {
     /// Corporate memory: contribute, read, vote, and the agents' bundle.
     #[command(subcommand)]
     Memory(memory::Command),
+    /// The plugin marketplace: what agents use most, and submissions.
+    #[command(subcommand)]
+    Marketplace(marketplace::Command),
     /// Administration (admins only).
     #[command(subcommand)]
     Admin(admin::Command),
@@ -151,6 +156,7 @@ fn run(cli: Cli) -> exit::Result<()> {
         Command::Sessions(c) => sessions::run(&ctx, c),
         Command::Me(c) => me::run(&ctx, c),
         Command::Memory(c) => memory::run(&ctx, c),
+        Command::Marketplace(c) => marketplace::run(&ctx, c),
         Command::Admin(c) => admin::run(&ctx, c),
         Command::SetRole { args } => Err(admin::set_role_removed(&args)),
         Command::Completions { shell } => {

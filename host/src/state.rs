@@ -95,6 +95,8 @@ pub struct AppState {
     pub ask: svc_ask::Asker,
     /// Corporate memory: contributions, review, the agents' bundle.
     pub memory: svc_memory::Memory,
+    /// The plugin marketplace: curated syncs, submissions, usage-ranked listings.
+    pub marketplace: svc_marketplace::Marketplace,
     /// Request-path settings.
     pub config: RuntimeConfig,
 }
@@ -142,9 +144,12 @@ impl AppState {
         let sessions = SessionBrowser::new(store.clone(), SessionFiles::new(&config.data_dir));
         let ask = svc_ask::Asker::new(engine.clone(), config.ask_llm.clone());
         let memory = svc_memory::Memory::new(store.clone(), audit.clone());
+        let marketplace =
+            svc_marketplace::Marketplace::new(store.clone(), audit.clone(), &config.data_dir);
         Arc::new(Self {
             ask,
             memory,
+            marketplace,
             engine,
             pipeline,
             telemetry,

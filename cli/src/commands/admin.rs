@@ -7,7 +7,7 @@ use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use super::{activity, admin_sessions, memory, seg, telemetry, views, Ctx};
+use super::{activity, admin_sessions, marketplace, memory, seg, telemetry, views, Ctx};
 use crate::client::Client;
 use crate::exit::{CliError, Exit, Result};
 use crate::progress;
@@ -68,6 +68,9 @@ pub enum Command {
     /// Corporate memory's review queue and decisions.
     #[command(subcommand)]
     Memory(memory::AdminCommand),
+    /// Curated marketplaces, their syncs and the submissions queue.
+    #[command(subcommand)]
+    Marketplace(marketplace::AdminCommand),
     /// Your saved views of the observability pages.
     #[command(subcommand)]
     Views(views::ViewsCommand),
@@ -428,6 +431,7 @@ pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
         Command::Activity(a) => activity::run(&client, *a)?,
         Command::Views(v) => views::views(&client, v)?,
         Command::Memory(m) => memory::admin(&client, m)?,
+        Command::Marketplace(m) => marketplace::admin(&client, m)?,
         Command::Telemetry(t) => telemetry::run(&client, t)?,
         Command::Usage(t) => {
             eprintln!("warning: `svc admin usage` is deprecated; use `svc admin telemetry`");

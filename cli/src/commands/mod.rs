@@ -7,6 +7,7 @@ pub mod admin_sessions;
 pub mod auth;
 pub mod discovery;
 pub mod local;
+pub mod marketplace;
 pub mod me;
 pub mod memory;
 pub mod pull;

@@ -10,6 +10,8 @@
 //! must never import poem or any crate above it.
 
 pub mod bundle;
+pub mod relations;
+pub mod review;
 pub mod states;
 
 use std::sync::Arc;
@@ -26,7 +28,7 @@ pub use bundle::Bundle;
 pub use states::{Decision, Move, Status};
 pub use svc_store::memory::MEMORY_DOMAINS;
 
-type Result<T> = std::result::Result<T, Error>;
+pub(crate) type Result<T> = std::result::Result<T, Error>;
 
 /// Longest title, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
@@ -132,7 +134,7 @@ fn snapshot(item: &KnowledgeItem) -> Value {
     })
 }
 
-fn not_found() -> Error {
+pub(crate) fn not_found() -> Error {
     Error::not_found("knowledge item not found")
 }
 
@@ -182,6 +184,7 @@ impl Memory {
             created_by: caller.user.id.clone(),
         };
         let item = self.store.create_knowledge_item(&new).await?;
+        self.find_duplicates(&item).await?;
         self.audit
             .write(
                 &caller.actor,
@@ -344,10 +347,23 @@ impl Memory {
         &self,
         caller: &Caller,
         id: &str,
-        mut change: ItemChange,
+        change: ItemChange,
         expected_revision: Option<i64>,
     ) -> Result<KnowledgeItem> {
         let item = self.store.knowledge_item(id).await?.ok_or_else(not_found)?;
+        self.edit_as(caller, item, change, expected_revision, "edit")
+            .await
+    }
+
+    /// Edits `item`, audited as `corporate_memory.<action>`.
+    pub(crate) async fn edit_as(
+        &self,
+        caller: &Caller,
+        item: KnowledgeItem,
+        mut change: ItemChange,
+        expected_revision: Option<i64>,
+        action: &str,
+    ) -> Result<KnowledgeItem> {
         if expected_revision.is_some_and(|r| r != item.revision) {
             return Err(stale(item.revision));
         }
@@ -397,7 +413,7 @@ impl Memory {
             item,
             expected_revision,
             change,
-            "edit",
+            action,
             json!({ "updated": fields }),
         )
         .await

@@ -12,6 +12,7 @@ pub mod encoded;
 pub mod error;
 mod export;
 mod health;
+mod marketplace;
 mod me;
 mod memory;
 mod metadata;
@@ -71,6 +72,8 @@ enum Tag {
     Activity,
     /// Corporate memory: contributions, review, the agents' bundle.
     Memory,
+    /// The plugin marketplace: usage-ranked listings, submissions, curated syncs.
+    Marketplace,
 }
 
 /// An empty success.
@@ -195,6 +198,8 @@ type Apis = (
         activity::ActivityApi,
         observability::ObservabilityApi,
         memory::MemoryApi,
+        memory::review::MemoryReviewApi,
+        marketplace::MarketplaceApi,
     ),
 );
 
@@ -267,6 +272,12 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
                 state: state.clone(),
             },
             memory::MemoryApi {
+                state: state.clone(),
+            },
+            memory::review::MemoryReviewApi {
+                state: state.clone(),
+            },
+            marketplace::MarketplaceApi {
                 state: state.clone(),
             },
         ),

@@ -39,6 +39,8 @@ pub enum Job {
     UsageProcessor,
     /// Dropping audit rows past `SVC_AUDIT_RETENTION_DAYS` (not scheduled when unset).
     AuditRetention,
+    /// Fetching every curated marketplace and re-reading its plugins.
+    MarketplaceSync,
 }
 
 impl Job {
@@ -53,16 +55,18 @@ impl Job {
             Self::TelemetryPrune => ("SCHEDULER_TELEMETRY_PRUNE_INTERVAL", 86_400),
             Self::UsageProcessor => ("SCHEDULER_USAGE_PROCESSOR_INTERVAL", 600),
             Self::AuditRetention => ("SCHEDULER_AUDIT_RETENTION_INTERVAL", 3_600),
+            Self::MarketplaceSync => ("SCHEDULER_MARKETPLACE_SYNC_INTERVAL", 86_400),
         }
     }
 
-    const ALL: [Self; 6] = [
+    const ALL: [Self; 7] = [
         Self::Sync,
         Self::Scripts,
         Self::WarehouseMetadataRefresh,
         Self::TelemetryPrune,
         Self::UsageProcessor,
         Self::AuditRetention,
+        Self::MarketplaceSync,
     ];
 }
 
@@ -361,6 +365,20 @@ async fn run_job(state: &Arc<AppState>, job: Job) -> Result<String, String> {
                 .await
                 .map(|n| format!("pruned {n} audit rows older than {days} days"))
                 .map_err(|e| e.to_string())
+        }
+        Job::MarketplaceSync => {
+            let reports = state
+                .marketplace
+                .sync(&Actor::scheduler(), None)
+                .await
+                .map_err(|e| e.to_string())?;
+            let failed = reports.iter().filter(|r| r.error.is_some()).count();
+            let line = format!("{} marketplaces synced, {failed} failed", reports.len());
+            if failed == 0 {
+                Ok(line)
+            } else {
+                Err(line)
+            }
         }
     }
 }

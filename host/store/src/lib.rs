@@ -16,6 +16,7 @@ pub mod audit;
 mod bulk;
 mod clause;
 pub mod groups;
+pub mod marketplace;
 pub mod memory;
 pub mod metadata;
 mod migrate;

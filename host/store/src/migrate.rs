@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 51;
+pub const CURRENT_SCHEMA_VERSION: i64 = 52;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -74,6 +74,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 51,
         name: "corporate memory: knowledge items and votes",
+    },
+    Step {
+        version: 52,
+        name: "corporate memory tags, contradictions, duplicates; the plugin marketplace",
     },
 ];
 
@@ -184,6 +188,19 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             ensure_table(tx, b, &schema::KNOWLEDGE_ITEMS).await?;
             ensure_table(tx, b, &schema::KNOWLEDGE_VOTES).await?;
             ensure_indices(tx, schema::KNOWLEDGE_INDICES).await?;
+        }
+        52 => {
+            ensure_columns(tx, b, "knowledge_items", schema::KNOWLEDGE_V52_COLUMNS).await?;
+            for t in schema::KNOWLEDGE_V52_TABLES
+                .iter()
+                .chain(schema::MARKETPLACE_TABLES)
+            {
+                ensure_table(tx, b, t).await?;
+            }
+            ensure_indices(tx, schema::KNOWLEDGE_V52_INDICES).await?;
+            ensure_indices(tx, schema::MARKETPLACE_INDICES).await?;
+            // Items stored before v52 get their tag rows and duplicate keys from what they hold.
+            crate::memory::backfill_v52(tx).await?;
         }
         other => anyhow::bail!("no migration step {other}"),
     }

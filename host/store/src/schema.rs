@@ -532,6 +532,212 @@ pub(super) const KNOWLEDGE_INDICES: &[Index] = &[
     },
 ];
 
+/// Corporate memory, second part (v52): an item's tags one row each (so the tree and the
+/// stats group by tag in SQL), the keys duplicate detection matches on, contradictions and
+/// duplicate candidates with their resolutions.
+pub(super) const KNOWLEDGE_V52_COLUMNS: &[Column] =
+    &[col("title_key", Text), col("content_key", Text)];
+
+pub(super) const KNOWLEDGE_V52_TABLES: &[Table] = &[
+    Table {
+        name: "knowledge_item_tags",
+        columns: &[req("item_id", Text), req("tag", Text)],
+        primary_key: &["item_id", "tag"],
+        unique: &[],
+    },
+    Table {
+        name: "knowledge_contradictions",
+        columns: &[
+            req("id", Text),
+            req("item_a_id", Text),
+            req("item_b_id", Text),
+            col("explanation", Text),
+            with_default("severity", Text, Default::Text("medium")),
+            col("suggested_resolution", Text),
+            with_default("resolved", Bool, Default::Bool(false)),
+            col("resolved_by", Text),
+            col("resolved_at", Text),
+            col("resolution", Text),
+            col("created_by", Text),
+            col("detected_at", Text),
+        ],
+        primary_key: &["id"],
+        unique: &[],
+    },
+    Table {
+        name: "knowledge_item_relations",
+        columns: &[
+            req("item_a_id", Text),
+            req("item_b_id", Text),
+            with_default("relation_type", Text, Default::Text("likely_duplicate")),
+            with_default("score_milli", Int, Default::Int(0)),
+            with_default("resolved", Bool, Default::Bool(false)),
+            col("resolved_by", Text),
+            col("resolved_at", Text),
+            col("resolution", Text),
+            col("created_at", Text),
+        ],
+        primary_key: &["item_a_id", "item_b_id", "relation_type"],
+        unique: &[],
+    },
+];
+
+pub(super) const KNOWLEDGE_V52_INDICES: &[Index] = &[
+    Index {
+        name: "idx_knowledge_tags_tag",
+        table: "knowledge_item_tags",
+        columns: &["tag", "item_id"],
+    },
+    Index {
+        name: "idx_knowledge_domain_updated",
+        table: "knowledge_items",
+        columns: &["domain", "updated_at"],
+    },
+    Index {
+        name: "idx_knowledge_category_updated",
+        table: "knowledge_items",
+        columns: &["category", "updated_at"],
+    },
+    Index {
+        name: "idx_knowledge_audience_updated",
+        table: "knowledge_items",
+        columns: &["audience", "updated_at"],
+    },
+    Index {
+        name: "idx_knowledge_updated",
+        table: "knowledge_items",
+        columns: &["updated_at", "id"],
+    },
+    Index {
+        name: "idx_knowledge_title_key",
+        table: "knowledge_items",
+        columns: &["title_key"],
+    },
+    Index {
+        name: "idx_knowledge_content_key",
+        table: "knowledge_items",
+        columns: &["content_key"],
+    },
+    Index {
+        name: "idx_knowledge_relations_b",
+        table: "knowledge_item_relations",
+        columns: &["item_b_id"],
+    },
+    Index {
+        name: "idx_knowledge_contradictions_open",
+        table: "knowledge_contradictions",
+        columns: &["resolved", "detected_at"],
+    },
+];
+
+/// The plugin marketplace (v52): registered curated marketplaces and the plugins a sync
+/// found in them, user-submitted ("flea") entities, and each item's 30-day usage figures,
+/// refreshed from the daily rollups.
+pub(super) const MARKETPLACE_TABLES: &[Table] = &[
+    Table {
+        name: "marketplaces",
+        columns: &[
+            req("id", Text),
+            req("name", Text),
+            req("url", Text),
+            col("branch", Text),
+            col("created_by", Text),
+            col("created_at", Text),
+            col("last_synced_at", Text),
+            col("last_commit", Text),
+            col("last_error", Text),
+            with_default("plugin_count", Int, Default::Int(0)),
+        ],
+        primary_key: &["id"],
+        unique: &[],
+    },
+    Table {
+        name: "marketplace_plugins",
+        columns: &[
+            req("marketplace_id", Text),
+            req("name", Text),
+            req("ref_id", Text),
+            col("description", Text),
+            col("version", Text),
+            col("category", Text),
+            col("author", Text),
+            col("skills", Text),
+            col("agents", Text),
+            col("commands", Text),
+            col("error", Text),
+            col("created_at", Text),
+            col("synced_at", Text),
+        ],
+        primary_key: &["marketplace_id", "name"],
+        unique: &[],
+    },
+    Table {
+        name: "flea_entities",
+        columns: &[
+            req("id", Text),
+            req("name", Text),
+            req("entity_type", Text),
+            col("description", Text),
+            col("category", Text),
+            col("content", Text),
+            col("skills", Text),
+            col("agents", Text),
+            col("commands", Text),
+            with_default("status", Text, Default::Text("pending")),
+            col("submitted_by", Text),
+            col("submitter_email", Text),
+            col("decided_by", Text),
+            col("created_at", Text),
+            col("updated_at", Text),
+        ],
+        primary_key: &["id"],
+        unique: &[],
+    },
+    Table {
+        name: "marketplace_item_stats",
+        columns: &[
+            req("source", Text),
+            req("ref_id", Text),
+            req("as_of", Text),
+            with_default("invocations_30d", Int, Default::Int(0)),
+            with_default("unique_users_30d", Int, Default::Int(0)),
+            with_default("recent_7d", Int, Default::Int(0)),
+            with_default("prior_7d", Int, Default::Int(0)),
+            with_default("recent_users_7d", Int, Default::Int(0)),
+        ],
+        primary_key: &["source", "ref_id"],
+        unique: &[],
+    },
+];
+
+pub(super) const MARKETPLACE_INDICES: &[Index] = &[
+    Index {
+        name: "idx_marketplace_plugins_ref",
+        table: "marketplace_plugins",
+        columns: &["ref_id"],
+    },
+    Index {
+        name: "idx_marketplace_plugins_created",
+        table: "marketplace_plugins",
+        columns: &["created_at"],
+    },
+    Index {
+        name: "idx_flea_entities_status",
+        table: "flea_entities",
+        columns: &["status", "created_at"],
+    },
+    Index {
+        name: "idx_flea_entities_submitter",
+        table: "flea_entities",
+        columns: &["submitted_by"],
+    },
+    Index {
+        name: "idx_usage_file_daily_ref",
+        table: "usage_file_daily",
+        columns: &["ref_id", "day"],
+    },
+];
+
 /// The persistent metadata cache for remote tables (v44), filled by metadata refreshes and
 /// read by the catalog, which never calls a remote source itself.
 pub(super) const TABLE_METADATA_CACHE: Table = Table {

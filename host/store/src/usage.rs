@@ -498,6 +498,7 @@ impl Store {
         .bind(&hi)
         .execute(&mut *tx)
         .await?;
+        crate::marketplace::refresh_stats(&mut tx, chrono::Utc::now().date_naive()).await?;
         Ok(tx.commit().await?)
     }
 

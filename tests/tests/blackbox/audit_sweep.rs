@@ -46,6 +46,15 @@ const EXEMPT: &[(&str, &str)] = &[
         "knowledge reads (agents load it every session)",
     ),
     ("list_pending_memory_items", "knowledge reads"),
+    ("get_memory_tree", "knowledge reads"),
+    ("list_marketplace_items", "marketplace reads"),
+    ("get_marketplace_plugin", "marketplace reads"),
+    ("get_flea_entity", "marketplace reads"),
+    ("list_marketplaces", "directory listing"),
+    ("list_marketplace_plugins", "directory listing"),
+    ("list_flea_submissions", "directory listing"),
+    ("list_memory_contradictions", "knowledge reads"),
+    ("list_memory_duplicate_candidates", "knowledge reads"),
     (
         "vote_memory_item",
         "a reader's vote, counted on the item; not an operation on data or access",
@@ -633,6 +642,130 @@ fn every_operation_writes_exactly_one_complete_audit_row() {
             None,
         ),
         &item_id,
+    ));
+
+    // The same title again: a duplicate candidate of the first item.
+    let twin = sw.drive(post(
+        "create_memory_item",
+        "/api/memory",
+        json!({"title": "Sweep knowledge!"}),
+        &ana,
+        "corporate_memory.create",
+    ));
+    let twin_id = twin["id"].as_str().unwrap_or_default().to_owned();
+    sw.drive(with_resource(
+        post(
+            "batch_decide_memory_items",
+            "/api/memory/admin/batch",
+            json!({"item_ids": [twin_id], "action": "approve"}),
+            &admin,
+            "corporate_memory.approve",
+        ),
+        &twin_id,
+    ));
+    sw.drive(with_resource(
+        post(
+            "bulk_update_memory_items",
+            "/api/memory/admin/bulk-update",
+            json!({"item_ids": [twin_id], "updates": {"tags_add": ["swept"]}}),
+            &admin,
+            "corporate_memory.bulk_update",
+        ),
+        &twin_id,
+    ));
+    let (a, b) = if item_id < twin_id {
+        (&item_id, &twin_id)
+    } else {
+        (&twin_id, &item_id)
+    };
+    sw.drive(with_resource(
+        post(
+            "resolve_memory_duplicate",
+            format!("/api/memory/admin/duplicate-candidates/resolve?item_a_id={a}&item_b_id={b}"),
+            json!({"resolution": "different"}),
+            &admin,
+            "corporate_memory.resolve_duplicate",
+        ),
+        a,
+    ));
+    let contradiction = sw.drive(with_resource(
+        post(
+            "create_memory_contradiction",
+            "/api/memory/admin/contradictions",
+            json!({"item_a_id": item_id, "item_b_id": twin_id}),
+            &admin,
+            "corporate_memory.create_contradiction",
+        ),
+        &item_id,
+    ));
+    let cid = contradiction["id"].as_str().unwrap_or_default().to_owned();
+    sw.drive(with_resource(
+        post(
+            "resolve_memory_contradiction",
+            format!("/api/memory/admin/contradictions/{cid}/resolve"),
+            json!({"resolution": "both_valid"}),
+            &admin,
+            "corporate_memory.resolve_contradiction",
+        ),
+        &item_id,
+    ));
+
+    // The marketplace.
+    let market = crate::support::TempDir::new();
+    std::fs::write(
+        market.0.join("marketplace.json"),
+        json!({"plugins": [{"name": "p"}]}).to_string(),
+    )
+    .unwrap();
+    sw.drive(with_resource(
+        post(
+            "register_marketplace",
+            "/api/admin/marketplaces",
+            json!({"id": "sweep", "url": market.0.to_str().unwrap()}),
+            &admin,
+            "marketplace.register",
+        ),
+        "sweep",
+    ));
+    sw.drive(with_resource(
+        post(
+            "sync_marketplaces",
+            "/api/marketplace/sync?id=sweep",
+            json!({}),
+            &admin,
+            "marketplace.sync",
+        ),
+        "sweep",
+    ));
+    let entity = sw.drive(post(
+        "submit_flea_entity",
+        "/api/marketplace/flea",
+        json!({"type": "skill", "name": "sweeper", "content": "Sweep."}),
+        &ana,
+        "marketplace.flea_submit",
+    ));
+    let entity_id = entity["id"].as_str().unwrap_or_default().to_owned();
+    sw.drive(op(
+        "upload_flea_plugin",
+        M::POST,
+        "/api/marketplace/flea/upload?name=swept",
+        Body::Raw(
+            "application/octet-stream",
+            crate::marketplace::tar_of(&[("skills/s/SKILL.md", b"---\nname: s\n---\n", false)]),
+        ),
+        &ana,
+        "marketplace.flea_submit",
+        None,
+    ));
+    sw.drive(with_resource(
+        post(
+            "decide_flea_entity",
+            format!("/api/admin/marketplace/flea/{entity_id}/approve"),
+            json!({}),
+            &admin,
+            "marketplace.flea_approve",
+        ),
+        &entity_id,
     ));
 
     // Activity and observability reads.

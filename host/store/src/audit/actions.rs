@@ -151,8 +151,16 @@ pub const ACTIONS: &[ActionInfo] = &[
         "an administrator approved a knowledge item (params_before: the item as it was)",
     ),
     a(
+        "corporate_memory.bulk_update",
+        "an administrator changed a knowledge item's fields in a bulk update",
+    ),
+    a(
         "corporate_memory.create",
         "a knowledge item was contributed (pending review)",
+    ),
+    a(
+        "corporate_memory.create_contradiction",
+        "an administrator filed a contradiction between two knowledge items",
     ),
     a(
         "corporate_memory.edit",
@@ -171,8 +179,37 @@ pub const ACTIONS: &[ActionInfo] = &[
         "an administrator rejected a knowledge item",
     ),
     a(
+        "corporate_memory.resolve_contradiction",
+        "an administrator settled a contradiction (keeping one side retires the other)",
+    ),
+    a(
+        "corporate_memory.resolve_duplicate",
+        "an administrator settled a duplicate candidate",
+    ),
+    a(
         "corporate_memory.revoke",
         "an administrator revoked a mandatory knowledge item",
+    ),
+    // The plugin marketplace.
+    a(
+        "marketplace.flea_approve",
+        "an administrator approved a submitted skill, agent or plugin (now attributed)",
+    ),
+    a(
+        "marketplace.flea_archive",
+        "an administrator archived a submitted entity (its attribution removed)",
+    ),
+    a(
+        "marketplace.flea_submit",
+        "a user submitted a skill, agent or plugin for review",
+    ),
+    a(
+        "marketplace.register",
+        "an administrator registered a curated marketplace",
+    ),
+    a(
+        "marketplace.sync",
+        "a curated marketplace was fetched and its plugins re-read (params: plugins, broken, error)",
     ),
     // Observability reads (once a minute per reader and filter; so are session.browse,
     // session.transcript_view, usage.read and usage.summary).

@@ -1,7 +1,9 @@
 //! Corporate memory over HTTP (`/api/memory`): contributions, reading and voting for every
 //! user, review decisions and edits for administrators, and the agents' bundle. The rules
 //! (visibility, the review graph, revisions, the bundle) live in [`svc_memory::Memory`];
-//! this file parses, checks the role and shapes.
+//! this file parses, checks the role and shapes; [`review`] holds the administrators' side.
+
+pub mod review;
 
 use std::sync::Arc;
 
@@ -12,11 +14,12 @@ use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::{json, Value};
 use svc_core::Error;
-use svc_memory::{bundle::DEFAULT_BUDGET_TOKENS, Contribution, Decision};
-use svc_store::memory::{ItemChange, ItemQuery, ItemSort, KnowledgeItem};
+use svc_memory::{bundle::DEFAULT_BUDGET_TOKENS, Contribution};
+use svc_store::memory::tree::{TreeAxis, TreeQuery};
+use svc_store::memory::{ItemQuery, ItemSort, KnowledgeItem};
 
 use super::admin_sessions::json as json_body;
-use super::{AdminAuth, ApiResult, BearerAuth, Tag};
+use super::{ApiResult, BearerAuth, Tag};
 use crate::state::AppState;
 
 pub struct MemoryApi {
@@ -65,32 +68,8 @@ struct PersonalBody {
     is_personal: bool,
 }
 
-/// A review decision's details.
-#[derive(Object, Default)]
-struct DecisionBody {
-    /// Why (kept in the audit row).
-    reason: Option<String>,
-    /// `mandate` only: `all` or `group:<name>`.
-    audience: Option<String>,
-    /// The revision the decision was taken on; another is a 409 (also `If-Match`).
-    expected_revision: Option<i64>,
-}
-
-/// Fields to change; an explicit null clears a field (not the title).
-#[derive(Object)]
-struct EditBody {
-    title: MaybeUndefined<String>,
-    content: MaybeUndefined<String>,
-    category: MaybeUndefined<String>,
-    domain: MaybeUndefined<String>,
-    tags: MaybeUndefined<Vec<String>>,
-    audience: MaybeUndefined<String>,
-    /// The revision the edit was made on; another is a 409 (also `If-Match`).
-    expected_revision: Option<i64>,
-}
-
 /// `Some(Some(v))` set, `Some(None)` clear, `None` leave.
-fn field<T>(v: MaybeUndefined<T>) -> Option<Option<T>> {
+pub(super) fn field<T>(v: MaybeUndefined<T>) -> Option<Option<T>> {
     match v {
         MaybeUndefined::Undefined => None,
         MaybeUndefined::Null => Some(None),
@@ -99,7 +78,7 @@ fn field<T>(v: MaybeUndefined<T>) -> Option<Option<T>> {
 }
 
 /// The revision a change was made on: the body's, else an `If-Match` header (`3` or `"3"`).
-fn revision_of(body: Option<i64>, headers: &HeaderMap) -> Result<Option<i64>, Error> {
+pub(super) fn revision_of(body: Option<i64>, headers: &HeaderMap) -> Result<Option<i64>, Error> {
     if body.is_some() {
         return Ok(body);
     }
@@ -117,7 +96,7 @@ fn revision_of(body: Option<i64>, headers: &HeaderMap) -> Result<Option<i64>, Er
 
 /// The list parameters as a store query; `page`/`per_page` checked.
 #[allow(clippy::too_many_arguments)]
-fn query(
+pub(super) fn query(
     status_filter: Option<String>,
     category: Option<String>,
     domain: Option<String>,
@@ -179,7 +158,11 @@ fn query(
     ))
 }
 
-fn page_body(page: svc_store::memory::ItemPage, n: u64, per_page: u64) -> ApiResult<Json<Value>> {
+pub(super) fn page_body(
+    page: svc_store::memory::ItemPage,
+    n: u64,
+    per_page: u64,
+) -> ApiResult<Json<Value>> {
     let total = page.total_count.max(0) as u64;
     json_body(json!({
         "items": page.items,
@@ -295,6 +278,89 @@ impl MemoryApi {
         Ok(Json(self.state.memory.stats(&auth.0).await?))
     }
 
+    /// The items the caller sees grouped along an axis (`domain`, `category`, `tag` or
+    /// `audience`): `{axis, groups: [{key, count, items}], page, per_page, total_groups,
+    /// total_items}`. Pages are over groups, largest first; the tag axis puts an item in
+    /// every tag's group; items without a value share the group whose key is null.
+    #[allow(clippy::too_many_arguments)]
+    #[oai(
+        path = "/api/memory/tree",
+        method = "get",
+        operation_id = "get_memory_tree"
+    )]
+    async fn tree(
+        &self,
+        auth: BearerAuth,
+        /// `domain` (default), `category`, `tag` or `audience`.
+        axis: Query<Option<String>>,
+        /// Statuses, comma-separated.
+        status_filter: Query<Option<String>>,
+        /// Exact source type.
+        source_type: Query<Option<String>>,
+        /// Exact audience (`all` also matches items with none).
+        audience: Query<Option<String>>,
+        /// Literal text in the title or content.
+        q: Query<Option<String>>,
+        /// Only items with (true) or without (false) an open duplicate candidate.
+        has_duplicate: Query<Option<bool>>,
+        /// Leave personal items out (always, for non-administrators).
+        exclude_personal: Query<Option<bool>>,
+        /// Page of groups, from 1.
+        page: Query<Option<u64>>,
+        /// Groups per page, 1..500 (default 50).
+        per_page: Query<Option<u64>>,
+        /// Items listed per group, 0..100 (default 20; the count covers all).
+        items_per_group: Query<Option<u64>>,
+    ) -> ApiResult<Json<Value>> {
+        let axis_name = axis.0.unwrap_or_else(|| "domain".into());
+        let axis = TreeAxis::parse(&axis_name).ok_or_else(|| {
+            Error::invalid(format!(
+                "axis must be domain, category, tag or audience, not '{axis_name}'"
+            ))
+        })?;
+        let (list, n, per) = query(
+            status_filter.0,
+            None,
+            None,
+            None,
+            None,
+            None,
+            page.0,
+            per_page.0,
+        )?;
+        let items_per_group = items_per_group.0.unwrap_or(20);
+        if items_per_group > 100 {
+            return Err(Error::invalid("items_per_group must be between 0 and 100").into());
+        }
+        let tree = self
+            .state
+            .memory
+            .tree(
+                &auth.0,
+                TreeQuery {
+                    axis,
+                    statuses: list.statuses,
+                    source_type: source_type.0,
+                    audience: audience.0,
+                    search: q.0,
+                    has_duplicate: has_duplicate.0,
+                    exclude_personal: exclude_personal.0.unwrap_or(false),
+                    offset: list.offset,
+                    limit: list.limit,
+                    items_per_group,
+                },
+            )
+            .await?;
+        json_body(json!({
+            "axis": axis.as_str(),
+            "groups": tree.groups,
+            "page": n,
+            "per_page": per,
+            "total_groups": tree.total_groups,
+            "total_items": tree.total_items,
+        }))
+    }
+
     /// The caller's votes: `{<item id>: 1 | -1}`.
     #[oai(
         path = "/api/memory/my-votes",
@@ -332,111 +398,6 @@ impl MemoryApi {
             return Err(Error::invalid("budget_tokens must be between 1 and 200000").into());
         }
         json_body(self.state.memory.bundle(&auth.0, budget).await?)
-    }
-
-    /// The items waiting for review, oldest first (admin).
-    #[oai(
-        path = "/api/memory/admin/pending",
-        method = "get",
-        operation_id = "list_pending_memory_items"
-    )]
-    async fn pending(
-        &self,
-        auth: AdminAuth,
-        /// Exact category.
-        category: Query<Option<String>>,
-        /// Page, from 1.
-        page: Query<Option<u64>>,
-        /// Items per page, 1..500 (default 50).
-        per_page: Query<Option<u64>>,
-    ) -> ApiResult<Json<Value>> {
-        let (mut q, n, per) = query(
-            Some("pending".into()),
-            category.0,
-            None,
-            None,
-            None,
-            Some("created".into()),
-            page.0,
-            per_page.0,
-        )?;
-        q.sort = ItemSort::Created;
-        page_body(self.state.memory.list(&auth.0, q).await?, n, per)
-    }
-
-    /// Takes a review decision on an item (admin): `approve`, `mandate` (optionally for an
-    /// `audience`), `reject` or `revoke`. The review graph is enforced (an illegal move is a
-    /// 409 naming the item's state and its legal moves); deciding what the item already is
-    /// changes nothing. Audited as `corporate_memory.<decision>` with the item as it was.
-    #[oai(
-        path = "/api/memory/admin/:decision",
-        method = "post",
-        operation_id = "decide_memory_item"
-    )]
-    async fn decide(
-        &self,
-        auth: AdminAuth,
-        headers: &HeaderMap,
-        /// `approve`, `mandate`, `reject` or `revoke`.
-        decision: Path<String>,
-        /// The item.
-        item_id: Query<String>,
-        /// `{}` or any of `reason`, `audience`, `expected_revision`.
-        body: Json<DecisionBody>,
-    ) -> ApiResult<Json<KnowledgeView>> {
-        let decision = Decision::parse(&decision.0).ok_or_else(|| {
-            Error::not_found(format!(
-                "no decision '{}': approve, mandate, reject or revoke",
-                decision.0
-            ))
-        })?;
-        let b = body.0;
-        let revision = revision_of(b.expected_revision, headers)?;
-        let item = self
-            .state
-            .memory
-            .decide(
-                &auth.0, &item_id.0, decision, b.reason, b.audience, revision,
-            )
-            .await?;
-        Ok(Json(item.into()))
-    }
-
-    /// Edits an item's fields (admin). An explicit null clears a field; the title cannot be
-    /// cleared. Audited as `corporate_memory.edit` with the item as it was.
-    #[oai(
-        path = "/api/memory/admin/items/:id",
-        method = "patch",
-        operation_id = "edit_memory_item"
-    )]
-    async fn edit(
-        &self,
-        auth: AdminAuth,
-        headers: &HeaderMap,
-        id: Path<String>,
-        body: Json<EditBody>,
-    ) -> ApiResult<Json<KnowledgeView>> {
-        let b = body.0;
-        let revision = revision_of(b.expected_revision, headers)?;
-        let title = match field(b.title) {
-            Some(None) => return Err(Error::invalid("title cannot be cleared").into()),
-            t => t.flatten(),
-        };
-        let change = ItemChange {
-            title,
-            content: field(b.content),
-            category: field(b.category),
-            domain: field(b.domain),
-            tags: field(b.tags).map(Option::unwrap_or_default),
-            audience: field(b.audience),
-            ..ItemChange::default()
-        };
-        let item = self
-            .state
-            .memory
-            .edit(&auth.0, &id.0, change, revision)
-            .await?;
-        Ok(Json(item.into()))
     }
 
     /// One item the caller sees (404 for one they may not see).
@@ -510,7 +471,7 @@ impl MemoryApi {
 
 /// A knowledge item as the API returns it.
 #[derive(Object)]
-struct KnowledgeView {
+pub(super) struct KnowledgeView {
     id: String,
     title: String,
     content: Option<String>,

@@ -1,12 +1,15 @@
 //! `svc memory …`: corporate memory for everyone (contribute, list, show, vote, the agents'
-//! bundle) and `svc admin memory …`: the review queue and decisions.
+//! bundle); [`admin`] holds `svc admin memory …`, the review side.
+
+pub mod admin;
+
+pub use admin::{run as admin, AdminCommand};
 
 use clap::Subcommand;
 use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::{seg, telemetry::query_string, Ctx};
-use crate::client::Client;
 use crate::exit::Result;
 use crate::render::{self, cell};
 
@@ -87,68 +90,7 @@ pub enum Command {
     },
 }
 
-/// `svc admin memory …`
-#[derive(Subcommand, Debug)]
-pub enum AdminCommand {
-    /// Items waiting for review, oldest first.
-    Pending {
-        /// Machine-readable output.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Approve an item.
-    Approve(DecisionArgs),
-    /// Make an item mandatory (optionally for one audience).
-    Mandate {
-        #[command(flatten)]
-        decision: DecisionArgs,
-        /// `all` or `group:<name>`.
-        #[arg(long)]
-        audience: Option<String>,
-    },
-    /// Reject an item.
-    Reject(DecisionArgs),
-    /// Revoke a mandatory item.
-    Revoke(DecisionArgs),
-    /// Edit an item's fields.
-    Edit {
-        /// Item id.
-        id: String,
-        /// New title.
-        #[arg(long)]
-        title: Option<String>,
-        /// New content.
-        #[arg(long)]
-        content: Option<String>,
-        /// New category.
-        #[arg(long)]
-        category: Option<String>,
-        /// New domain.
-        #[arg(long)]
-        domain: Option<String>,
-        /// New tags, comma-separated (replacing the old ones).
-        #[arg(long)]
-        set_tags: Option<String>,
-        /// The revision you read (refused if the item changed since).
-        #[arg(long)]
-        revision: Option<i64>,
-    },
-}
-
-/// A decision's item and details.
-#[derive(clap::Args, Debug)]
-pub struct DecisionArgs {
-    /// Item id.
-    id: String,
-    /// Why (kept in the audit log).
-    #[arg(long)]
-    reason: Option<String>,
-    /// The revision you read (refused if the item changed since).
-    #[arg(long)]
-    revision: Option<i64>,
-}
-
-fn items_table(items: &[Value]) {
+pub(super) fn items_table(items: &[Value]) {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|i| {
@@ -286,90 +228,4 @@ pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn decide(
-    client: &Client,
-    decision: &str,
-    args: DecisionArgs,
-    audience: Option<String>,
-) -> Result<()> {
-    let body = json!({"reason": args.reason, "audience": audience,
-                      "expected_revision": args.revision});
-    let item = client.json(
-        Method::POST,
-        &format!("/api/memory/admin/{decision}?item_id={}", seg(&args.id)),
-        Some(&body),
-    )?;
-    eprintln!(
-        "{} is {} (revision {})",
-        cell(&item["id"]),
-        cell(&item["status"]),
-        cell(&item["revision"])
-    );
-    Ok(())
-}
-
-/// Runs `svc admin memory …`.
-pub fn admin(client: &Client, cmd: AdminCommand) -> Result<()> {
-    match cmd {
-        AdminCommand::Pending { json } => {
-            let doc = client.get("/api/memory/admin/pending?per_page=500")?;
-            if json {
-                render::print_json(&doc);
-            } else {
-                items_table(doc["items"].as_array().map(Vec::as_slice).unwrap_or(&[]));
-            }
-            Ok(())
-        }
-        AdminCommand::Approve(a) => decide(client, "approve", a, None),
-        AdminCommand::Mandate { decision, audience } => {
-            decide(client, "mandate", decision, audience)
-        }
-        AdminCommand::Reject(a) => decide(client, "reject", a, None),
-        AdminCommand::Revoke(a) => decide(client, "revoke", a, None),
-        AdminCommand::Edit {
-            id,
-            title,
-            content,
-            category,
-            domain,
-            set_tags,
-            revision,
-        } => {
-            let mut body = serde_json::Map::new();
-            for (k, v) in [
-                ("title", title),
-                ("content", content),
-                ("category", category),
-                ("domain", domain),
-            ] {
-                if let Some(v) = v {
-                    body.insert(k.into(), v.into());
-                }
-            }
-            if let Some(tags) = set_tags {
-                let tags: Vec<&str> = tags
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|t| !t.is_empty())
-                    .collect();
-                body.insert("tags".into(), json!(tags));
-            }
-            if let Some(r) = revision {
-                body.insert("expected_revision".into(), r.into());
-            }
-            let item = client.json(
-                Method::PATCH,
-                &format!("/api/memory/admin/items/{}", seg(&id)),
-                Some(&Value::Object(body)),
-            )?;
-            eprintln!(
-                "{} edited (revision {})",
-                cell(&item["id"]),
-                cell(&item["revision"])
-            );
-            Ok(())
-        }
-    }
 }

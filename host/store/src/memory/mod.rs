@@ -1,6 +1,10 @@
-//! Corporate memory's rows: knowledge items and their votes. Which items a caller may see
-//! and which status moves are legal are decided above (`svc-memory`); this module stores,
-//! filters and counts, and refuses a change made against a stale revision.
+//! Corporate memory's rows: knowledge items and their votes ([`relations`]: contradictions
+//! and duplicate candidates; [`tree`]: items grouped along an axis). Which items a caller
+//! may see and which status moves are legal are decided above (`svc-memory`); this module
+//! stores, filters and counts, and refuses a change made against a stale revision.
+
+pub mod relations;
+pub mod tree;
 
 use serde::Serialize;
 use sqlx::any::AnyRow;
@@ -67,11 +71,12 @@ pub struct KnowledgeItem {
     pub updated_at: Option<String>,
 }
 
-const COLUMNS: &str = "id, title, content, category, tags, status, source_user, created_by, \
+pub(crate) const COLUMNS: &str =
+    "id, title, content, category, tags, status, source_user, created_by, \
     audience, confidence_milli, domain, entities, source_type, source_ref, is_personal, \
     revision, upvotes, downvotes, created_at, updated_at";
 
-fn item(r: &AnyRow) -> Result<KnowledgeItem, StoreError> {
+pub(crate) fn item(r: &AnyRow) -> Result<KnowledgeItem, StoreError> {
     let tags: Option<String> = r.try_get("tags")?;
     let entities: Option<String> = r.try_get("entities")?;
     let up: i64 = r.try_get("upvotes")?;
@@ -207,7 +212,7 @@ pub struct ItemPage {
 }
 
 /// `sql` with `binds` bound in order.
-fn bound<'q>(sql: &'q str, binds: &'q [String]) -> crate::AnyQuery<'q> {
+pub(crate) fn bound<'q>(sql: &'q str, binds: &'q [String]) -> crate::AnyQuery<'q> {
     let mut query = sqlx::query(sql);
     for b in binds {
         query = query.bind(b.as_str());
@@ -215,7 +220,7 @@ fn bound<'q>(sql: &'q str, binds: &'q [String]) -> crate::AnyQuery<'q> {
     query
 }
 
-fn visible(w: &mut Where, v: &Visibility) {
+pub(crate) fn visible(w: &mut Where, v: &Visibility) {
     if let Visibility::Reader { groups, domains } = v {
         w.push_fixed("is_personal = FALSE");
         let mut any = vec!["audience IS NULL".to_owned(), "audience = 'all'".to_owned()];
@@ -236,11 +241,12 @@ impl Store {
     pub async fn create_knowledge_item(&self, new: &NewItem) -> Result<KnowledgeItem, StoreError> {
         let id = new_id();
         let at = now();
+        let mut tx = self.pool().begin().await?;
         sqlx::query(
             "INSERT INTO knowledge_items (id, title, content, category, tags, status, source_user, \
              created_by, confidence_milli, domain, entities, source_type, source_ref, is_personal, \
-             revision, upvotes, downvotes, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, 500, $8, $9, $10, $11, FALSE, 1, 0, 0, $12, $12)",
+             revision, upvotes, downvotes, created_at, updated_at, title_key, content_key) \
+             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, 500, $8, $9, $10, $11, FALSE, 1, 0, 0, $12, $12, $13, $14)",
         )
         .bind(&id)
         .bind(&new.title)
@@ -254,11 +260,30 @@ impl Store {
         .bind(&new.source_type)
         .bind(&new.source_ref)
         .bind(&at)
-        .execute(self.pool())
+        .bind(title_key(&new.title))
+        .bind(new.content.as_deref().and_then(content_key))
+        .execute(&mut *tx)
         .await?;
+        replace_tags(&mut tx, &id, &new.tags).await?;
+        tx.commit().await?;
         self.knowledge_item(&id)
             .await?
             .ok_or_else(|| sqlx::Error::RowNotFound.into())
+    }
+
+    /// The items with these ids (any that do not exist are left out), whoever may see them.
+    pub async fn knowledge_items_by_id(
+        &self,
+        ids: &[String],
+    ) -> Result<Vec<KnowledgeItem>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut w = Where::new();
+        w.push_in("id", ids);
+        let sql = format!("SELECT {COLUMNS} FROM knowledge_items{} ORDER BY id", w.sql);
+        let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
+        rows.iter().map(item).collect()
     }
 
     /// One item by id, whoever may see it.
@@ -343,9 +368,11 @@ impl Store {
         }
         if let Some(v) = &change.title {
             set("title", Some(v.clone()));
+            set("title_key", Some(title_key(v)));
         }
         if let Some(v) = &change.content {
             set("content", v.clone());
+            set("content_key", v.as_deref().and_then(content_key));
         }
         if let Some(v) = &change.category {
             set("category", v.clone());
@@ -382,13 +409,21 @@ impl Store {
         for b in &binds {
             query = query.bind(b.clone());
         }
+        let mut tx = self.pool().begin().await?;
         let n = query
             .bind(id)
             .bind(revision)
-            .execute(self.pool())
+            .execute(&mut *tx)
             .await?
             .rows_affected();
-        Ok(n == 1)
+        if n != 1 {
+            return Ok(false);
+        }
+        if let Some(tags) = &change.tags {
+            replace_tags(&mut tx, id, tags).await?;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// Records `user`'s vote on an item (1 up, -1 down, 0 withdraws it) and returns the
@@ -508,6 +543,83 @@ impl Store {
         };
         Ok(self.knowledge_items(visibility, &q).await?.items)
     }
+}
+
+/// The words of `text`, lower-cased: runs of letters and digits.
+pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+}
+
+/// What two titles share when they differ only in case, spacing and punctuation: duplicate
+/// detection matches items on it.
+pub fn title_key(title: &str) -> String {
+    words(title).collect::<Vec<_>>().join(" ")
+}
+
+/// A 64-bit FNV-1a digest of the content's words (None for content without words), so
+/// contents that differ only in case, spacing and punctuation match on an indexed column.
+pub fn content_key(content: &str) -> Option<String> {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut any = false;
+    for w in words(content) {
+        any = true;
+        for b in w.bytes().chain([b' ']) {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    any.then(|| format!("{hash:016x}"))
+}
+
+/// Makes an item's tag rows exactly `tags`.
+async fn replace_tags(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    id: &str,
+    tags: &[String],
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM knowledge_item_tags WHERE item_id = $1")
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    let mut tags: Vec<&String> = tags.iter().collect();
+    tags.sort();
+    tags.dedup();
+    for tag in tags {
+        sqlx::query("INSERT INTO knowledge_item_tags (item_id, tag) VALUES ($1, $2)")
+            .bind(id)
+            .bind(tag)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Migration v52: gives items stored before it their tag rows and duplicate keys.
+pub(crate) async fn backfill_v52(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+) -> Result<(), StoreError> {
+    let rows = sqlx::query("SELECT id, title, content, tags FROM knowledge_items")
+        .fetch_all(&mut **tx)
+        .await?;
+    for r in rows {
+        let id: String = r.try_get("id")?;
+        let title: String = r.try_get("title")?;
+        let content: Option<String> = r.try_get("content")?;
+        let tags: Option<String> = r.try_get("tags")?;
+        let tags: Vec<String> = tags
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        sqlx::query("UPDATE knowledge_items SET title_key = $1, content_key = $2 WHERE id = $3")
+            .bind(title_key(&title))
+            .bind(content.as_deref().and_then(content_key))
+            .bind(&id)
+            .execute(&mut **tx)
+            .await?;
+        replace_tags(tx, &id, &tags).await?;
+    }
+    Ok(())
 }
 
 /// The fields items are counted by.

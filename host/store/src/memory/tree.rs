@@ -1,0 +1,225 @@
+//! Knowledge items grouped along one axis (domain, category, tag or audience): the groups
+//! counted in SQL, paginated, each with its most recently changed items. The tag axis puts
+//! an item in every tag's group; items without a value form one group whose key is null.
+
+use serde::Serialize;
+use sqlx::Row;
+
+use super::{bound, item, visible, KnowledgeItem, Visibility, COLUMNS};
+use crate::clause::{like_literal, Where};
+use crate::{Store, StoreError};
+
+/// What the items are grouped by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TreeAxis {
+    /// The item's memory domain.
+    Domain,
+    /// Its category.
+    Category,
+    /// Each of its tags.
+    Tag,
+    /// Who it is for.
+    Audience,
+}
+
+impl TreeAxis {
+    /// Every axis.
+    pub const ALL: [Self; 4] = [Self::Domain, Self::Category, Self::Tag, Self::Audience];
+
+    /// Its name in a request.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Domain => "domain",
+            Self::Category => "category",
+            Self::Tag => "tag",
+            Self::Audience => "audience",
+        }
+    }
+
+    /// Reads an axis name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+
+    /// The grouped column: an item column, or the joined tag.
+    fn column(self) -> &'static str {
+        match self {
+            Self::Domain => "domain",
+            Self::Category => "category",
+            Self::Tag => "t.tag",
+            Self::Audience => "audience",
+        }
+    }
+
+    fn from_clause(self) -> &'static str {
+        match self {
+            Self::Tag => {
+                "knowledge_items LEFT JOIN knowledge_item_tags t ON t.item_id = knowledge_items.id"
+            }
+            _ => "knowledge_items",
+        }
+    }
+}
+
+/// A tree request.
+#[derive(Debug, Clone)]
+pub struct TreeQuery {
+    /// The axis.
+    pub axis: TreeAxis,
+    /// Only these statuses (empty: any).
+    pub statuses: Vec<String>,
+    /// Exact source type.
+    pub source_type: Option<String>,
+    /// Exact audience (`all` also matches items with no audience).
+    pub audience: Option<String>,
+    /// Literal text in the title or content.
+    pub search: Option<String>,
+    /// Only items with (true) or without (false) an open duplicate candidate.
+    pub has_duplicate: Option<bool>,
+    /// Leave personal items out.
+    pub exclude_personal: bool,
+    /// Groups to skip.
+    pub offset: u64,
+    /// Groups at most.
+    pub limit: u64,
+    /// Items listed per group at most (the group's count covers all).
+    pub items_per_group: u64,
+}
+
+/// One group of the tree.
+#[derive(Debug, Clone, Serialize)]
+pub struct TreeGroup {
+    /// The axis value (null: items without one).
+    pub key: Option<String>,
+    /// Items in the group.
+    pub count: i64,
+    /// Its most recently changed items.
+    pub items: Vec<KnowledgeItem>,
+}
+
+/// One page of groups.
+#[derive(Debug, Clone, Serialize)]
+pub struct TreePage {
+    /// The groups, largest first (ties by key, the null group last).
+    pub groups: Vec<TreeGroup>,
+    /// Groups in all.
+    pub total_groups: i64,
+    /// Distinct items in all groups.
+    pub total_items: i64,
+}
+
+fn filtered(visibility: &Visibility, q: &TreeQuery) -> Where {
+    let mut w = Where::new();
+    visible(&mut w, visibility);
+    if q.exclude_personal {
+        w.push_fixed("is_personal = FALSE");
+    }
+    if !q.statuses.is_empty() {
+        w.push_in("status", &q.statuses);
+    }
+    if let Some(s) = &q.source_type {
+        w.push("source_type = $?", s.clone());
+    }
+    match q.audience.as_deref() {
+        Some("all") => w.push_fixed("(audience IS NULL OR audience = 'all')"),
+        Some(a) => w.push("audience = $?", a.to_owned()),
+        None => {}
+    }
+    if let Some(text) = q.search.as_deref().filter(|t| !t.is_empty()) {
+        w.push(
+            "(title LIKE $? ESCAPE '\\' OR content LIKE $? ESCAPE '\\')",
+            format!("%{}%", like_literal(text)),
+        );
+    }
+    if let Some(has) = q.has_duplicate {
+        let open = "EXISTS (SELECT 1 FROM knowledge_item_relations r WHERE r.resolved = FALSE \
+                    AND (r.item_a_id = knowledge_items.id OR r.item_b_id = knowledge_items.id))";
+        if has {
+            w.push_fixed(open);
+        } else {
+            w.push_fixed(&format!("NOT {open}"));
+        }
+    }
+    w
+}
+
+impl Store {
+    /// A page of groups of the items `visibility` allows under `q`.
+    pub async fn knowledge_tree(
+        &self,
+        visibility: &Visibility,
+        q: &TreeQuery,
+    ) -> Result<TreePage, StoreError> {
+        let w = filtered(visibility, q);
+        let (column, from) = (q.axis.column(), q.axis.from_clause());
+        let total_items: i64 = bound(
+            &format!("SELECT COUNT(*) AS n FROM knowledge_items{}", w.sql),
+            &w.binds,
+        )
+        .fetch_one(self.pool())
+        .await?
+        .try_get("n")?;
+        let total_groups: i64 = bound(
+            &format!(
+                "SELECT COUNT(DISTINCT COALESCE({column}, '\u{1}')) AS n FROM {from}{}",
+                w.sql
+            ),
+            &w.binds,
+        )
+        .fetch_one(self.pool())
+        .await?
+        .try_get("n")?;
+        // The null group sorts after every key on both backends (they order NULLs
+        // differently by default).
+        let groups_sql = format!(
+            "SELECT {column} AS k, COUNT(*) AS n FROM {from}{} GROUP BY {column} \
+             ORDER BY n DESC, CASE WHEN {column} IS NULL THEN 1 ELSE 0 END, {column} \
+             LIMIT {} OFFSET {}",
+            w.sql, q.limit, q.offset
+        );
+        let rows = bound(&groups_sql, &w.binds).fetch_all(self.pool()).await?;
+        let mut groups = Vec::with_capacity(rows.len());
+        for r in rows {
+            let key: Option<String> = r.try_get("k")?;
+            let count: i64 = r.try_get("n")?;
+            let items = self.tree_group_items(&w, q, key.as_deref()).await?;
+            groups.push(TreeGroup { key, count, items });
+        }
+        Ok(TreePage {
+            groups,
+            total_groups,
+            total_items,
+        })
+    }
+
+    /// The first items of one group, most recently changed first.
+    async fn tree_group_items(
+        &self,
+        w: &Where,
+        q: &TreeQuery,
+        key: Option<&str>,
+    ) -> Result<Vec<KnowledgeItem>, StoreError> {
+        let mut w = Where {
+            sql: w.sql.clone(),
+            binds: w.binds.clone(),
+        };
+        match (q.axis, key) {
+            (TreeAxis::Tag, Some(k)) => w.push(
+                "id IN (SELECT item_id FROM knowledge_item_tags WHERE tag = $?)",
+                k.to_owned(),
+            ),
+            (TreeAxis::Tag, None) => w.push_fixed(
+                "NOT EXISTS (SELECT 1 FROM knowledge_item_tags t WHERE t.item_id = knowledge_items.id)",
+            ),
+            (axis, Some(k)) => w.push(&format!("{} = $?", axis.column()), k.to_owned()),
+            (axis, None) => w.push_fixed(&format!("{} IS NULL", axis.column())),
+        }
+        let sql = format!(
+            "SELECT {COLUMNS} FROM knowledge_items{} ORDER BY updated_at DESC, id DESC LIMIT {}",
+            w.sql, q.items_per_group
+        );
+        let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
+        rows.iter().map(item).collect()
+    }
+}

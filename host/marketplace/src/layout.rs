@@ -299,3 +299,54 @@ mod tests {
         assert!(!is_contained(Path::new("plugins/../../a")));
     }
 }
+
+#[cfg(test)]
+mod disk_tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("svc-layout-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_catalogue_that_is_not_json_fails_the_whole_marketplace() {
+        let d = scratch("notjson");
+        std::fs::write(d.join(CATALOGUE), "{ plugins: [").unwrap();
+        let e = scan_marketplace("m", &d).unwrap_err();
+        assert!(e.0.contains("not valid"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_symlink_out_of_the_plugin_fails_that_plugin_only() {
+        let d = scratch("symlink");
+        let outside = scratch("symlink-outside");
+        std::fs::write(outside.join("secret.md"), "---\nname: stolen\n---\n").unwrap();
+        std::fs::write(
+            d.join(CATALOGUE),
+            r#"{"plugins": [{"name": "sly"}, {"name": "fine"}]}"#,
+        )
+        .unwrap();
+        std::fs::create_dir_all(d.join("plugins/sly/agents")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret.md"), d.join("plugins/sly/agents/a.md"))
+            .unwrap();
+        std::fs::create_dir_all(d.join("plugins/fine/agents")).unwrap();
+        std::fs::write(d.join("plugins/fine/agents/ok.md"), "---\nname: ok\n---\n").unwrap();
+        let plugins = scan_marketplace("m", &d).unwrap();
+        assert!(
+            plugins[0].error.as_deref().unwrap().contains("outside"),
+            "{plugins:?}"
+        );
+        assert!(
+            plugins[0].agents.is_empty(),
+            "nothing from outside is attributed"
+        );
+        assert_eq!(plugins[1].agents, ["ok"]);
+        assert_eq!(plugins[1].error, None);
+        let _ = std::fs::remove_dir_all(&d);
+        let _ = std::fs::remove_dir_all(&outside);
+    }
+}

@@ -70,6 +70,9 @@ fn tree_batch_bulk_duplicates_and_contradictions() {
         );
         assert_eq!(status, 200);
 
+        let (status, e) = s.post_json(&format!("/api/memory/{a}/vote"), &bo, &json!({"vote": 2}));
+        assert_eq!(status, 422, "a vote of 2: {e}");
+
         // The tree: counts per axis value, the null group last, personal items only for admins.
         let (status, t) = s.get_json("/api/memory/tree?axis=domain", &bo);
         assert_eq!(status, 200, "{t}");

@@ -96,11 +96,22 @@ fn inside(root: &Path, path: &Path) -> Result<PathBuf, String> {
     }
 }
 
-/// The names a plugin directory provides, and the problems met on the way (a file that
-/// could not be read is named and skipped).
-pub fn scan_plugin(
-    dir: &Path,
-) -> Result<(Vec<String>, Vec<String>, Vec<String>, Vec<String>), String> {
+/// What a plugin directory provides to agents.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginNames {
+    /// Skill names.
+    pub skills: Vec<String>,
+    /// Agent names.
+    pub agents: Vec<String>,
+    /// Command names, without their `/`.
+    pub commands: Vec<String>,
+    /// Files that could not be read, each with the reason (they are skipped).
+    pub problems: Vec<String>,
+}
+
+/// The names a plugin directory provides, and the problems met on the way; a path leading
+/// out of the plugin fails it whole.
+pub fn scan_plugin(dir: &Path) -> Result<PluginNames, String> {
     let root = dir
         .canonicalize()
         .map_err(|e| format!("plugin directory {}: {e}", dir.display()))?;
@@ -168,7 +179,12 @@ pub fn scan_plugin(
         .into_iter()
         .map(|c| c.trim_start_matches('/').to_owned())
         .collect();
-    Ok((skills, agents, commands, problems))
+    Ok(PluginNames {
+        skills,
+        agents,
+        commands,
+        problems,
+    })
 }
 
 /// Every plugin of the marketplace checked out at `root`, each with what it provides or
@@ -252,12 +268,12 @@ pub fn scan_marketplace(id: &str, root: &Path) -> Result<Vec<PluginRow>, LayoutE
             Err(format!("source '{source}' leaves the repository"))
         };
         match scanned {
-            Ok((skills, agents, commands, problems)) => {
-                row.skills = skills;
-                row.agents = agents;
-                row.commands = commands;
-                if !problems.is_empty() {
-                    row.error = Some(problems.join("; "));
+            Ok(found) => {
+                row.skills = found.skills;
+                row.agents = found.agents;
+                row.commands = found.commands;
+                if !found.problems.is_empty() {
+                    row.error = Some(found.problems.join("; "));
                 }
             }
             Err(e) => row.error = Some(e),

@@ -124,18 +124,20 @@ impl FleaDecision {
     }
 }
 
+/// A plain name. `:` is excluded because agents invoke `plugin:skill`, so a name holding one
+/// could be credited to the wrong plugin; `/` and a leading `.` because names become paths.
 fn checked_name(field: &str, name: &str) -> Result<String> {
     let n = name.trim();
     let ok = !n.is_empty()
         && n.chars().count() <= MAX_NAME_CHARS
         && n.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && !n.starts_with('.');
     if ok {
         Ok(n.to_owned())
     } else {
         Err(Error::invalid(format!(
-            "{field}: 1 to {MAX_NAME_CHARS} of letters, digits, '-', '_', '.', ':' (not starting with '.'), not '{name}'"
+            "{field}: 1 to {MAX_NAME_CHARS} of letters, digits, '-', '_', '.' (not starting with '.'), not '{name}'"
         )))
     }
 }
@@ -177,9 +179,6 @@ impl Marketplace {
     ) -> Result<MarketplaceRow> {
         let started = Instant::now();
         let id = checked_name("id", id)?;
-        if id.contains(':') {
-            return Err(Error::invalid("id: ':' is not allowed in a marketplace id"));
-        }
         fetch::check_url(url).map_err(Error::invalid)?;
         if let Some(b) = &branch {
             checked_name("branch", b)?;
@@ -437,23 +436,24 @@ impl Marketplace {
         })
         .await
         .map_err(|e| Error::internal(e.to_string()))?;
-        let (skills, agents, commands, problems) = match scanned {
-            Ok(found) => found,
-            Err(e) => {
+        let found = match scanned {
+            Ok(found) if found.problems.is_empty() => found,
+            refused => {
                 let _ = tokio::fs::remove_dir_all(self.flea.join(&id)).await;
-                return Err(Error::invalid(format!("archive: {e}")));
+                return Err(Error::invalid(match refused {
+                    Ok(found) => format!("plugin: {}", found.problems.join("; ")),
+                    Err(e) => format!("archive: {e}"),
+                }));
             }
         };
-        if !problems.is_empty() {
-            let _ = tokio::fs::remove_dir_all(self.flea.join(&id)).await;
-            return Err(Error::invalid(format!("plugin: {}", problems.join("; "))));
-        }
-        let skills = if skills.is_empty() && agents.is_empty() && commands.is_empty() {
-            vec![name.clone()]
-        } else {
-            skills
-        };
-        self.store_submission(caller, id, s, name, skills, agents, commands)
+        // A plugin that names nothing is credited under its own name, as a skill.
+        let skills =
+            if found.skills.is_empty() && found.agents.is_empty() && found.commands.is_empty() {
+                vec![name.clone()]
+            } else {
+                found.skills
+            };
+        self.store_submission(caller, id, s, name, skills, found.agents, found.commands)
             .await
     }
 

@@ -52,7 +52,8 @@ async fn exec(store: &Store, sql: &str) {
 async fn seed(store: &Store, n: i64) {
     let b = store.backend();
     let t = Instant::now();
-    let status = "CASE WHEN i % 100 < 2 THEN 'mandatory' WHEN i % 100 < 42 THEN 'approved' \
+    // 0.1% mandatory (every one is in every bundle), 40% approved, the rest in review states.
+    let status = "CASE WHEN i % 1000 = 1 THEN 'mandatory' WHEN i % 100 < 42 THEN 'approved' \
                   WHEN i % 100 < 72 THEN 'pending' WHEN i % 100 < 92 THEN 'rejected' ELSE 'revoked' END";
     let domain = "CASE i % 7 WHEN 0 THEN 'finance' WHEN 1 THEN 'engineering' WHEN 2 THEN 'product' \
                   WHEN 3 THEN 'data' WHEN 4 THEN 'operations' WHEN 5 THEN 'infrastructure' ELSE NULL END";

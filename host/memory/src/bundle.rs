@@ -8,7 +8,7 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use svc_core::clock::parse_ts;
-use svc_store::memory::KnowledgeItem;
+use svc_store::memory::{BundleCandidate, KnowledgeItem};
 
 /// The default budget, in estimated tokens.
 pub const DEFAULT_BUDGET_TOKENS: usize = 6_000;
@@ -26,47 +26,69 @@ pub struct Bundle {
     pub token_budget: usize,
 }
 
-fn tokens(item: &KnowledgeItem) -> usize {
-    (item.title.chars().count() + item.content.as_deref().map_or(0, |c| c.chars().count()))
-        .div_ceil(4)
+fn tokens(c: &BundleCandidate) -> usize {
+    c.chars.div_ceil(4)
 }
 
 /// confidence × recency, recency falling linearly from 1 (changed now) to 0 (a year old).
-fn rank(item: &KnowledgeItem, now: DateTime<Utc>) -> f64 {
-    let age_days = item
+fn rank(c: &BundleCandidate, now: DateTime<Utc>) -> f64 {
+    let age_days = c
         .updated_at
         .as_deref()
         .and_then(parse_ts)
         .map_or(365.0, |t| (now - t).num_seconds().max(0) as f64 / 86_400.0);
-    item.confidence * (1.0 - age_days / 365.0).max(0.0)
+    c.confidence * (1.0 - age_days / 365.0).max(0.0)
 }
 
-/// Builds the bundle from the visible mandatory and approved items.
-pub fn assemble(items: Vec<KnowledgeItem>, budget: usize, now: DateTime<Utc>) -> Bundle {
-    let (mut mandatory, mut approved): (Vec<_>, Vec<_>) = items
-        .into_iter()
-        .filter(|i| !i.is_personal)
-        .partition(|i| i.status == "mandatory");
-    approved.retain(|i| i.status == "approved");
+/// Which items a bundle holds, in order, and their estimated tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Selection {
+    /// Every mandatory item, newest change first.
+    pub mandatory: Vec<String>,
+    /// The approved items that fit, best first.
+    pub approved: Vec<String>,
+    /// Estimated tokens of both.
+    pub token_estimate: usize,
+}
+
+/// Chooses the bundle from the visible mandatory and approved items: every mandatory one,
+/// then approved ones by rank (ties by id) while they fit — a smaller one further down may
+/// still fit after a larger one did not.
+pub fn select(candidates: Vec<BundleCandidate>, budget: usize, now: DateTime<Utc>) -> Selection {
+    let (mut mandatory, approved): (Vec<_>, Vec<_>) =
+        candidates.into_iter().partition(|c| c.mandatory);
     mandatory.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
     let mut used: usize = mandatory.iter().map(tokens).sum();
-    let mut ranked: Vec<(f64, KnowledgeItem)> =
-        approved.into_iter().map(|i| (rank(&i, now), i)).collect();
+    let mut ranked: Vec<(f64, BundleCandidate)> =
+        approved.into_iter().map(|c| (rank(&c, now), c)).collect();
     ranked.sort_by(|(ra, a), (rb, b)| rb.total_cmp(ra).then(a.id.cmp(&b.id)));
     let mut chosen = Vec::new();
-    for (_, item) in ranked {
-        let t = tokens(&item);
+    for (_, c) in ranked {
+        let t = tokens(&c);
         if used + t > budget {
-            // A smaller item further down may still fit.
             continue;
         }
         used += t;
-        chosen.push(item);
+        chosen.push(c.id);
     }
-    Bundle {
-        mandatory,
+    Selection {
+        mandatory: mandatory.into_iter().map(|c| c.id).collect(),
         approved: chosen,
         token_estimate: used,
+    }
+}
+
+/// The bundle of `selection`, its items taken from `items` (any order).
+pub fn assemble(selection: Selection, items: Vec<KnowledgeItem>, budget: usize) -> Bundle {
+    let mut by_id: std::collections::HashMap<String, KnowledgeItem> =
+        items.into_iter().map(|i| (i.id.clone(), i)).collect();
+    let mut take = |ids: Vec<String>| -> Vec<KnowledgeItem> {
+        ids.into_iter().filter_map(|id| by_id.remove(&id)).collect()
+    };
+    Bundle {
+        mandatory: take(selection.mandatory),
+        approved: take(selection.approved),
+        token_estimate: selection.token_estimate,
         token_budget: budget,
     }
 }
@@ -75,31 +97,20 @@ pub fn assemble(items: Vec<KnowledgeItem>, budget: usize, now: DateTime<Utc>) ->
 mod tests {
     use super::*;
 
-    fn item(id: &str, status: &str, confidence: f64, days_old: i64, chars: usize) -> KnowledgeItem {
-        let now = Utc::now();
-        KnowledgeItem {
+    fn item(
+        id: &str,
+        mandatory: bool,
+        confidence: f64,
+        days_old: i64,
+        chars: usize,
+    ) -> BundleCandidate {
+        BundleCandidate {
             id: id.into(),
-            title: "t".repeat(4),
-            content: Some("c".repeat(chars)),
-            category: None,
-            tags: vec![],
-            status: status.into(),
-            source_user: None,
-            created_by: None,
-            audience: None,
+            mandatory,
+            chars: chars + 4,
             confidence,
-            domain: None,
-            entities: None,
-            source_type: "api".into(),
-            source_ref: None,
-            is_personal: false,
-            revision: 1,
-            upvotes: 0,
-            downvotes: 0,
-            score: 0,
-            created_at: None,
             updated_at: Some(svc_core::clock::format_ts(
-                now - chrono::Duration::days(days_old),
+                Utc::now() - chrono::Duration::days(days_old),
             )),
         }
     }
@@ -107,32 +118,25 @@ mod tests {
     #[test]
     fn mandatory_always_then_approved_by_rank_within_the_budget() {
         let items = vec![
-            item("m1", "mandatory", 0.1, 300, 400),
-            item("a-old", "approved", 0.9, 364, 36),
-            item("a-new", "approved", 0.9, 1, 36),
-            item("a-low", "approved", 0.2, 1, 36),
-            item("a-big", "approved", 1.0, 0, 10_000),
-            item("a-zero", "approved", 0.0, 0, 36),
-            item("p1", "pending", 1.0, 0, 36),
+            item("m1", true, 0.1, 300, 400),
+            item("a-old", false, 0.9, 364, 36),
+            item("a-new", false, 0.9, 1, 36),
+            item("a-low", false, 0.2, 1, 36),
+            item("a-big", false, 1.0, 0, 10_000),
+            item("a-zero", false, 0.0, 0, 36),
         ];
         // m1 = 101 tokens; each small approved = 10; a-big = 2501.
-        let b = assemble(items, 140, Utc::now());
+        let s = select(items, 140, Utc::now());
+        assert_eq!(s.mandatory, ["m1"]);
         assert_eq!(
-            b.mandatory
-                .iter()
-                .map(|i| i.id.as_str())
-                .collect::<Vec<_>>(),
-            ["m1"]
-        );
-        assert_eq!(
-            b.approved.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
+            s.approved,
             ["a-new", "a-low", "a-old"],
             "a-big does not fit; a-zero ranks last and does not fit either"
         );
-        assert_eq!(b.token_estimate, 131);
+        assert_eq!(s.token_estimate, 131);
         // Mandatory items are never cut, even past the budget.
-        let b = assemble(vec![item("m1", "mandatory", 0.5, 0, 4_000)], 10, Utc::now());
-        assert_eq!(b.mandatory.len(), 1);
-        assert!(b.token_estimate > b.token_budget);
+        let s = select(vec![item("m1", true, 0.5, 0, 4_000)], 10, Utc::now());
+        assert_eq!(s.mandatory.len(), 1);
+        assert!(s.token_estimate > 10);
     }
 }

@@ -514,10 +514,15 @@ impl Memory {
     /// The agents' bundle for `caller` (see [`bundle`]).
     pub async fn bundle(&self, caller: &Caller, budget_tokens: usize) -> Result<Bundle> {
         let v = self.visibility(caller).await?;
-        let items = self
-            .store
-            .knowledge_items_in(&v, &["mandatory", "approved"])
-            .await?;
-        Ok(bundle::assemble(items, budget_tokens, chrono::Utc::now()))
+        let candidates = self.store.knowledge_bundle_candidates(&v).await?;
+        let selection = bundle::select(candidates, budget_tokens, chrono::Utc::now());
+        let ids: Vec<String> = selection
+            .mandatory
+            .iter()
+            .chain(&selection.approved)
+            .cloned()
+            .collect();
+        let items = self.store.knowledge_items_by_id(&ids).await?;
+        Ok(bundle::assemble(selection, items, budget_tokens))
     }
 }

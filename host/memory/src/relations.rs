@@ -191,19 +191,31 @@ impl Memory {
         Ok(())
     }
 
-    /// The items named by `pairs`, by id.
-    async fn sides(&self, pairs: &[(&str, &str)]) -> Result<HashMap<String, KnowledgeItem>> {
-        let ids: BTreeSet<String> = pairs
+    /// Each row with both of its sides: the items its pair names (one deleted since shown as
+    /// missing; a personal one withheld when `hide_personal`).
+    async fn with_sides<T, V>(
+        &self,
+        rows: Vec<T>,
+        hide_personal: bool,
+        pair: impl Fn(&T) -> (&str, &str),
+        view: impl Fn(T, Side, Side) -> V,
+    ) -> Result<Vec<V>> {
+        let ids: BTreeSet<String> = rows
             .iter()
-            .flat_map(|(a, b)| [a.to_string(), b.to_string()])
+            .flat_map(|r| {
+                let (a, b) = pair(r);
+                [a.to_owned(), b.to_owned()]
+            })
             .collect();
         let ids: Vec<String> = ids.into_iter().collect();
-        let items = self.store.knowledge_items_by_id(&ids).await?;
-        Ok(items.into_iter().map(|i| (i.id.clone(), i)).collect())
-    }
-
-    fn side(found: &HashMap<String, KnowledgeItem>, id: &str, hide_personal: bool) -> Side {
-        match found.get(id) {
+        let found: HashMap<String, KnowledgeItem> = self
+            .store
+            .knowledge_items_by_id(&ids)
+            .await?
+            .into_iter()
+            .map(|i| (i.id.clone(), i))
+            .collect();
+        let side = |id: &str| match found.get(id) {
             Some(i) if hide_personal && i.is_personal => Side::Hidden {
                 id: id.to_owned(),
                 hidden: true,
@@ -213,7 +225,15 @@ impl Memory {
                 id: id.to_owned(),
                 missing: true,
             },
-        }
+        };
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let (a, b) = pair(&r);
+                let (a, b) = (side(a), side(b));
+                view(r, a, b)
+            })
+            .collect())
     }
 
     /// Duplicate candidates (administrators).
@@ -224,19 +244,17 @@ impl Memory {
         limit: u64,
     ) -> Result<Vec<CandidateView>> {
         let rows = self.store.duplicate_candidates(resolved, limit).await?;
-        let pairs: Vec<_> = rows
-            .iter()
-            .map(|c| (c.item_a_id.as_str(), c.item_b_id.as_str()))
-            .collect();
-        let found = self.sides(&pairs).await?;
-        Ok(rows
-            .into_iter()
-            .map(|c| CandidateView {
-                item_a: Self::side(&found, &c.item_a_id, hide_personal),
-                item_b: Self::side(&found, &c.item_b_id, hide_personal),
-                candidate: c,
-            })
-            .collect())
+        self.with_sides(
+            rows,
+            hide_personal,
+            |c| (c.item_a_id.as_str(), c.item_b_id.as_str()),
+            |candidate, item_a, item_b| CandidateView {
+                candidate,
+                item_a,
+                item_b,
+            },
+        )
+        .await
     }
 
     /// Contradictions (administrators).
@@ -247,19 +265,17 @@ impl Memory {
         limit: u64,
     ) -> Result<Vec<ContradictionView>> {
         let rows = self.store.contradictions(resolved, limit).await?;
-        let pairs: Vec<_> = rows
-            .iter()
-            .map(|c| (c.item_a_id.as_str(), c.item_b_id.as_str()))
-            .collect();
-        let found = self.sides(&pairs).await?;
-        Ok(rows
-            .into_iter()
-            .map(|c| ContradictionView {
-                item_a: Self::side(&found, &c.item_a_id, hide_personal),
-                item_b: Self::side(&found, &c.item_b_id, hide_personal),
-                contradiction: c,
-            })
-            .collect())
+        self.with_sides(
+            rows,
+            hide_personal,
+            |c| (c.item_a_id.as_str(), c.item_b_id.as_str()),
+            |contradiction, item_a, item_b| ContradictionView {
+                contradiction,
+                item_a,
+                item_b,
+            },
+        )
+        .await
     }
 
     /// Files a contradiction between two existing, distinct items (administrators).

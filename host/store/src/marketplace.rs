@@ -693,7 +693,8 @@ impl Store {
 }
 
 /// The stats rebuild, inside a caller's transaction (the rollup rebuild runs it too, so
-/// the figures are never older than the rollups).
+/// the figures are never older than the rollups). Two listings may start it at once on a new
+/// day; the upsert lets the second land on the first's rows instead of failing.
 pub(crate) async fn refresh_stats(tx: &mut Tx<'_>, today: NaiveDate) -> Result<(), StoreError> {
     let first = day(today - Duration::days(WINDOW_DAYS - 1));
     let recent = day(today - Duration::days(6));
@@ -710,7 +711,11 @@ pub(crate) async fn refresh_stats(tx: &mut Tx<'_>, today: NaiveDate) -> Result<(
                 COUNT(DISTINCT CASE WHEN day >= $2 THEN user_key END) \
          FROM usage_file_daily \
          WHERE ref_id IS NOT NULL AND source IN ('curated', 'flea') AND day >= $4 AND day <= $1 \
-         GROUP BY source, ref_id",
+         GROUP BY source, ref_id \
+         ON CONFLICT (source, ref_id) DO UPDATE SET as_of = excluded.as_of, \
+           invocations_30d = excluded.invocations_30d, unique_users_30d = excluded.unique_users_30d, \
+           recent_7d = excluded.recent_7d, prior_7d = excluded.prior_7d, \
+           recent_users_7d = excluded.recent_users_7d",
     )
     .bind(day(today))
     .bind(&recent)

@@ -8,7 +8,7 @@ use crate::support::{
     backends, exec_store, fresh_postgres_url, query_store, server_bin, sqlite_url, Backend, TempDir,
 };
 
-const CURRENT: i64 = 51;
+const CURRENT: i64 = 52;
 
 fn store_url(backend: Backend, dir: &TempDir) -> String {
     match backend {
@@ -119,6 +119,13 @@ fn assert_current_schema(url: &str) {
         "user_observability_views",
         "knowledge_items",
         "knowledge_votes",
+        "knowledge_item_tags",
+        "knowledge_contradictions",
+        "knowledge_item_relations",
+        "marketplaces",
+        "marketplace_plugins",
+        "flea_entities",
+        "marketplace_item_stats",
     ] {
         assert!(
             t.contains(&expected.to_string()),
@@ -198,8 +205,22 @@ fn a_hand_made_legacy_store_migrates_with_its_data_intact() {
             "INSERT INTO audit_log VALUES ('a1', '2024-01-02T00:00:00Z', 'u1', 'catalog.list', 'catalog', '{\"n\": 1}', 'success')",
             "CREATE TABLE user_groups (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
             "INSERT INTO user_groups (id, name) VALUES ('g-admin', 'Admin')",
+            // A knowledge item as v51 kept it: v52 gives it tag rows and its duplicate key.
+            "CREATE TABLE knowledge_items (id TEXT PRIMARY KEY, title TEXT NOT NULL, content TEXT, tags TEXT, status TEXT)",
+            "INSERT INTO knowledge_items (id, title, content, tags, status) VALUES ('k1', 'Revenue, NET!', 'x', '[\"kpi\",\"finance\"]', 'approved')",
         ]);
         migrate(&url, &dir);
+        let tags = query_store(
+            &url,
+            "SELECT tag FROM knowledge_item_tags WHERE item_id = 'k1' ORDER BY tag",
+        );
+        assert_eq!(tags.len(), 2, "{tags:?}");
+        assert_eq!(tags[0]["tag"], "finance");
+        let key = query_store(
+            &url,
+            "SELECT title_key FROM knowledge_items WHERE id = 'k1'",
+        );
+        assert_eq!(key[0]["title_key"], "revenue net");
         assert_current_schema(&url);
 
         let t = tables(&url);

@@ -220,7 +220,7 @@ pub(crate) fn bound<'q>(sql: &'q str, binds: &'q [String]) -> crate::AnyQuery<'q
     query
 }
 
-pub(crate) fn visible(w: &mut Where, v: &Visibility) {
+fn visible(w: &mut Where, v: &Visibility) {
     if let Visibility::Reader { groups, domains } = v {
         w.push_fixed("is_personal = FALSE");
         let mut any = vec!["audience IS NULL".to_owned(), "audience = 'all'".to_owned()];
@@ -234,6 +234,31 @@ pub(crate) fn visible(w: &mut Where, v: &Visibility) {
         }
         w.sql.push_str(&format!(" AND ({})", any.join(" OR ")));
     }
+}
+
+/// The conditions every read of items shares: what the reader may see, personal items left
+/// out, statuses, and literal text in the title or content.
+pub(crate) fn item_filter(
+    visibility: &Visibility,
+    exclude_personal: bool,
+    statuses: &[String],
+    search: Option<&str>,
+) -> Where {
+    let mut w = Where::new();
+    visible(&mut w, visibility);
+    if exclude_personal {
+        w.push_fixed("is_personal = FALSE");
+    }
+    if !statuses.is_empty() {
+        w.push_in("status", statuses);
+    }
+    if let Some(text) = search.filter(|t| !t.is_empty()) {
+        w.push(
+            "(title LIKE $? ESCAPE '\\' OR content LIKE $? ESCAPE '\\')",
+            format!("%{}%", like_literal(text)),
+        );
+    }
+    w
 }
 
 impl Store {
@@ -303,14 +328,12 @@ impl Store {
         visibility: &Visibility,
         q: &ItemQuery,
     ) -> Result<ItemPage, StoreError> {
-        let mut w = Where::new();
-        visible(&mut w, visibility);
-        if q.exclude_personal {
-            w.push_fixed("is_personal = FALSE");
-        }
-        if !q.statuses.is_empty() {
-            w.push_in("status", &q.statuses);
-        }
+        let mut w = item_filter(
+            visibility,
+            q.exclude_personal,
+            &q.statuses,
+            q.search.as_deref(),
+        );
         for (clause, value) in [
             ("category = $?", &q.category),
             ("domain = $?", &q.domain),
@@ -320,12 +343,6 @@ impl Store {
             if let Some(v) = value {
                 w.push(clause, v.clone());
             }
-        }
-        if let Some(text) = q.search.as_deref().filter(|t| !t.is_empty()) {
-            w.push(
-                "(title LIKE $? ESCAPE '\\' OR content LIKE $? ESCAPE '\\')",
-                format!("%{}%", like_literal(text)),
-            );
         }
         let count_sql = format!("SELECT COUNT(*) AS n FROM knowledge_items{}", w.sql);
         let page_sql = format!(
@@ -502,11 +519,7 @@ impl Store {
         visibility: &Visibility,
         exclude_personal: bool,
     ) -> Result<Vec<ItemDimensions>, StoreError> {
-        let mut w = Where::new();
-        visible(&mut w, visibility);
-        if exclude_personal {
-            w.push_fixed("is_personal = FALSE");
-        }
+        let w = item_filter(visibility, exclude_personal, &[], None);
         let sql = format!(
             "SELECT status, category, domain, source_type, audience, tags FROM knowledge_items{}",
             w.sql
@@ -529,19 +542,39 @@ impl Store {
             .collect()
     }
 
-    /// Every item of these statuses `visibility` allows (for the agents' bundle).
-    pub async fn knowledge_items_in(
+    /// What the agents' bundle chooses from: every mandatory and approved item
+    /// `visibility` allows (never personal ones), without their text — its size is counted
+    /// here, so choosing among tens of thousands of items reads a few columns, not them all.
+    pub async fn knowledge_bundle_candidates(
         &self,
         visibility: &Visibility,
-        statuses: &[&str],
-    ) -> Result<Vec<KnowledgeItem>, StoreError> {
-        let q = ItemQuery {
-            statuses: statuses.iter().map(|s| (*s).to_owned()).collect(),
-            exclude_personal: true,
-            limit: i64::MAX as u64,
-            ..ItemQuery::default()
-        };
-        Ok(self.knowledge_items(visibility, &q).await?.items)
+    ) -> Result<Vec<BundleCandidate>, StoreError> {
+        let w = item_filter(
+            visibility,
+            true,
+            &["mandatory".to_owned(), "approved".to_owned()],
+            None,
+        );
+        let sql = format!(
+            "SELECT id, status, confidence_milli, updated_at, \
+             CAST(LENGTH(title) + COALESCE(LENGTH(content), 0) AS BIGINT) AS chars FROM knowledge_items{}",
+            w.sql
+        );
+        let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
+        rows.iter()
+            .map(|r| {
+                let status: String = r.try_get("status")?;
+                let milli: i64 = r.try_get("confidence_milli")?;
+                let chars: i64 = r.try_get("chars")?;
+                Ok(BundleCandidate {
+                    id: r.try_get("id")?,
+                    mandatory: status == "mandatory",
+                    chars: chars.max(0) as usize,
+                    confidence: milli as f64 / 1000.0,
+                    updated_at: r.try_get("updated_at")?,
+                })
+            })
+            .collect()
     }
 }
 
@@ -620,6 +653,21 @@ pub(crate) async fn backfill_v52(
         replace_tags(tx, &id, &tags).await?;
     }
     Ok(())
+}
+
+/// An item the agents' bundle may include, without its text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BundleCandidate {
+    /// Item id.
+    pub id: String,
+    /// Mandatory (always included) rather than approved (ranked within the budget).
+    pub mandatory: bool,
+    /// Characters of its title and content.
+    pub chars: usize,
+    /// 0..=1.
+    pub confidence: f64,
+    /// When it last changed.
+    pub updated_at: Option<String>,
 }
 
 /// The fields items are counted by.

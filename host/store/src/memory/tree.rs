@@ -5,8 +5,8 @@
 use serde::Serialize;
 use sqlx::Row;
 
-use super::{bound, item, visible, KnowledgeItem, Visibility, COLUMNS};
-use crate::clause::{like_literal, Where};
+use super::{bound, item, item_filter, KnowledgeItem, Visibility, COLUMNS};
+use crate::clause::Where;
 use crate::{Store, StoreError};
 
 /// What the items are grouped by.
@@ -52,7 +52,7 @@ impl TreeAxis {
         }
     }
 
-    fn from_clause(self) -> &'static str {
+    fn tables(self) -> &'static str {
         match self {
             Self::Tag => {
                 "knowledge_items LEFT JOIN knowledge_item_tags t ON t.item_id = knowledge_items.id"
@@ -110,14 +110,12 @@ pub struct TreePage {
 }
 
 fn filtered(visibility: &Visibility, q: &TreeQuery) -> Where {
-    let mut w = Where::new();
-    visible(&mut w, visibility);
-    if q.exclude_personal {
-        w.push_fixed("is_personal = FALSE");
-    }
-    if !q.statuses.is_empty() {
-        w.push_in("status", &q.statuses);
-    }
+    let mut w = item_filter(
+        visibility,
+        q.exclude_personal,
+        &q.statuses,
+        q.search.as_deref(),
+    );
     if let Some(s) = &q.source_type {
         w.push("source_type = $?", s.clone());
     }
@@ -125,12 +123,6 @@ fn filtered(visibility: &Visibility, q: &TreeQuery) -> Where {
         Some("all") => w.push_fixed("(audience IS NULL OR audience = 'all')"),
         Some(a) => w.push("audience = $?", a.to_owned()),
         None => {}
-    }
-    if let Some(text) = q.search.as_deref().filter(|t| !t.is_empty()) {
-        w.push(
-            "(title LIKE $? ESCAPE '\\' OR content LIKE $? ESCAPE '\\')",
-            format!("%{}%", like_literal(text)),
-        );
     }
     if let Some(has) = q.has_duplicate {
         let open = "EXISTS (SELECT 1 FROM knowledge_item_relations r WHERE r.resolved = FALSE \
@@ -152,7 +144,7 @@ impl Store {
         q: &TreeQuery,
     ) -> Result<TreePage, StoreError> {
         let w = filtered(visibility, q);
-        let (column, from) = (q.axis.column(), q.axis.from_clause());
+        let (column, from) = (q.axis.column(), q.axis.tables());
         let total_items: i64 = bound(
             &format!("SELECT COUNT(*) AS n FROM knowledge_items{}", w.sql),
             &w.binds,

@@ -238,7 +238,7 @@ async fn main() {
             std::fs::create_dir_all(root.join("p")).unwrap();
             bench(pg.clone(), "PostgreSQL", &root.join("p")).await;
             pg.close().await;
-            exec(&admin, &format!("DROP DATABASE {name}")).await;
+            exec(&admin, &format!("DROP DATABASE {name} WITH (FORCE)")).await;
         }
         Err(_) => println!("PostgreSQL: skipped (set SVC_TEST_DATABASE_URL to measure it)"),
     }

@@ -3,12 +3,79 @@
 //!
 //! Tokens are estimated as characters ÷ 4 (title and content), as the reference does; the
 //! order is deterministic (rank, then id), so two agents with the same view get the same
-//! bundle.
+//! bundle — which is why bundles are kept ([`BundleCache`]): every agent session loads one,
+//! and readers in the same groups share it until an item changes.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use svc_core::clock::parse_ts;
-use svc_store::memory::{BundleCandidate, KnowledgeItem};
+use svc_store::memory::{BundleCandidate, KnowledgeItem, Visibility};
+
+/// How long a kept bundle is served while no item changes: ranks drift with time (recency),
+/// by at most a minute's worth.
+pub const BUNDLE_TTL: Duration = Duration::from_secs(60);
+
+/// Most bundles kept (one per view and budget); past it the oldest half is dropped.
+const KEPT: usize = 512;
+
+/// What makes two readers' bundles the same: what they see (their groups and granted
+/// domains, or everything) and the budget.
+pub type BundleKey = (Option<(Vec<String>, Vec<String>)>, usize);
+
+/// Bundles recently assembled, each with the last item change it saw. One is served only
+/// while the store's last change is the same (so a decision on any replica shows at once)
+/// and it is younger than [`BUNDLE_TTL`].
+#[derive(Debug, Default)]
+pub struct BundleCache {
+    kept: Mutex<HashMap<BundleKey, Kept>>,
+}
+
+/// A kept bundle: the last item change it saw, when it was assembled, the bundle.
+type Kept = (Option<String>, Instant, Bundle);
+
+impl BundleCache {
+    /// The key of a view and a budget.
+    pub fn key(v: &Visibility, budget: usize) -> BundleKey {
+        let view = match v {
+            Visibility::All => None,
+            Visibility::Reader { groups, domains } => {
+                let (mut g, mut d) = (groups.clone(), domains.clone());
+                g.sort();
+                d.sort();
+                Some((g, d))
+            }
+        };
+        (view, budget)
+    }
+
+    /// The kept bundle, if it saw `stamp` and is fresh.
+    pub fn get(&self, key: &BundleKey, stamp: &Option<String>) -> Option<Bundle> {
+        let kept = self.kept.lock().expect("bundle cache lock");
+        kept.get(key)
+            .filter(|(s, at, _)| s == stamp && at.elapsed() < BUNDLE_TTL)
+            .map(|(_, _, b)| b.clone())
+    }
+
+    /// Keeps a bundle assembled after `stamp`.
+    pub fn put(&self, key: BundleKey, stamp: Option<String>, bundle: Bundle) {
+        let mut kept = self.kept.lock().expect("bundle cache lock");
+        if kept.len() >= KEPT {
+            let mut ages: Vec<(Instant, BundleKey)> = kept
+                .iter()
+                .map(|(k, (_, at, _))| (*at, k.clone()))
+                .collect();
+            ages.sort_by_key(|(at, _)| *at);
+            for (_, k) in ages.into_iter().take(KEPT / 2) {
+                kept.remove(&k);
+            }
+        }
+        kept.insert(key, (stamp, Instant::now(), bundle));
+    }
+}
 
 /// The default budget, in estimated tokens.
 pub const DEFAULT_BUDGET_TOKENS: usize = 6_000;

@@ -65,6 +65,7 @@ pub struct Contribution {
 pub struct Memory {
     store: Store,
     audit: Arc<AuditWriter>,
+    bundles: Arc<bundle::BundleCache>,
 }
 
 fn checked_title(title: &str) -> Result<String> {
@@ -147,7 +148,11 @@ fn stale(current: i64) -> Error {
 impl Memory {
     /// Corporate memory over `store`, auditing through `audit`.
     pub fn new(store: Store, audit: Arc<AuditWriter>) -> Self {
-        Self { store, audit }
+        Self {
+            store,
+            audit,
+            bundles: Default::default(),
+        }
     }
 
     /// What `caller` may see: everything for administrators; otherwise shared items for
@@ -514,7 +519,18 @@ impl Memory {
     /// The agents' bundle for `caller` (see [`bundle`]).
     pub async fn bundle(&self, caller: &Caller, budget_tokens: usize) -> Result<Bundle> {
         let v = self.visibility(caller).await?;
-        let candidates = self.store.knowledge_bundle_candidates(&v).await?;
+        let stamp = self.store.knowledge_last_change().await?;
+        let key = bundle::BundleCache::key(&v, budget_tokens);
+        if let Some(b) = self.bundles.get(&key, &stamp) {
+            return Ok(b);
+        }
+        let b = self.assemble_bundle(&v, budget_tokens).await?;
+        self.bundles.put(key, stamp, b.clone());
+        Ok(b)
+    }
+
+    async fn assemble_bundle(&self, v: &Visibility, budget_tokens: usize) -> Result<Bundle> {
+        let candidates = self.store.knowledge_bundle_candidates(v).await?;
         let selection = bundle::select(candidates, budget_tokens, chrono::Utc::now());
         let ids: Vec<String> = selection
             .mandatory

@@ -535,8 +535,11 @@ pub(super) const KNOWLEDGE_INDICES: &[Index] = &[
 /// Corporate memory, second part (v52): an item's tags one row each (so the tree and the
 /// stats group by tag in SQL), the keys duplicate detection matches on, contradictions and
 /// duplicate candidates with their resolutions.
-pub(super) const KNOWLEDGE_V52_COLUMNS: &[Column] =
-    &[col("title_key", Text), col("content_key", Text)];
+pub(super) const KNOWLEDGE_V52_COLUMNS: &[Column] = &[
+    col("title_key", Text),
+    col("content_key", Text),
+    with_default("score", Int, Default::Int(0)),
+];
 
 pub(super) const KNOWLEDGE_V52_TABLES: &[Table] = &[
     Table {
@@ -607,6 +610,11 @@ pub(super) const KNOWLEDGE_V52_INDICES: &[Index] = &[
         name: "idx_knowledge_updated",
         table: "knowledge_items",
         columns: &["updated_at", "id"],
+    },
+    Index {
+        name: "idx_knowledge_status_score",
+        table: "knowledge_items",
+        columns: &["status", "score", "updated_at"],
     },
     Index {
         name: "idx_knowledge_title_key",

@@ -170,7 +170,7 @@ impl ItemSort {
         match self {
             Self::Updated => "updated_at DESC, id DESC",
             Self::Created => "created_at DESC, id DESC",
-            Self::Score => "(upvotes - downvotes) DESC, updated_at DESC, id DESC",
+            Self::Score => "score DESC, updated_at DESC, id DESC",
             Self::Confidence => "confidence_milli DESC, updated_at DESC, id DESC",
             Self::Title => "title ASC, id ASC",
         }
@@ -478,12 +478,15 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         let (up, down): (i64, i64) = (row.try_get("up")?, row.try_get("down")?);
-        sqlx::query("UPDATE knowledge_items SET upvotes = $1, downvotes = $2 WHERE id = $3")
-            .bind(up)
-            .bind(down)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "UPDATE knowledge_items SET upvotes = $1, downvotes = $2, score = $3 WHERE id = $4",
+        )
+        .bind(up)
+        .bind(down)
+        .bind(up - down)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok((up, down))
     }
@@ -540,6 +543,18 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// When any item last changed (its review state, fields or personal flag; votes do
+    /// not count): an index lookup, so readers can tell cheaply whether what they derived
+    /// from the items is still current.
+    pub async fn knowledge_last_change(&self) -> Result<Option<String>, StoreError> {
+        Ok(
+            sqlx::query("SELECT MAX(updated_at) AS at FROM knowledge_items")
+                .fetch_one(self.pool())
+                .await?
+                .try_get("at")?,
+        )
     }
 
     /// What the agents' bundle chooses from: every mandatory and approved item
@@ -629,10 +644,13 @@ async fn replace_tags(
     Ok(())
 }
 
-/// Migration v52: gives items stored before it their tag rows and duplicate keys.
+/// Migration v52: gives items stored before it their tag rows, duplicate keys and score.
 pub(crate) async fn backfill_v52(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
 ) -> Result<(), StoreError> {
+    sqlx::query("UPDATE knowledge_items SET score = upvotes - downvotes")
+        .execute(&mut **tx)
+        .await?;
     let rows = sqlx::query("SELECT id, title, content, tags FROM knowledge_items")
         .fetch_all(&mut **tx)
         .await?;

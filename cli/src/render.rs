@@ -151,6 +151,18 @@ pub fn cell(v: &Value) -> String {
     }
 }
 
+/// A JSON array of objects as a table: each `(header, key)` a column of `cell(object[key])`.
+pub fn records(list: &Value, columns: &[(&str, &str)]) {
+    let headers: Vec<String> = columns.iter().map(|(h, _)| (*h).to_owned()).collect();
+    let rows: Vec<Vec<String>> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| columns.iter().map(|(_, k)| cell(&o[*k])).collect())
+        .collect();
+    table(&headers, &rows);
+}
+
 /// Rows under headers, in columns when they fit the terminal, else one record per block.
 pub fn table(headers: &[String], rows: &[Vec<String>]) {
     print!("{}", table_text(headers, rows, width(), color()));

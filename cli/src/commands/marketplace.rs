@@ -327,23 +327,15 @@ pub fn admin(client: &Client, cmd: AdminCommand) -> Result<()> {
                 render::print_json(&doc);
                 return Ok(());
             }
-            let rows: Vec<Vec<String>> = doc["marketplaces"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|m| {
-                    vec![
-                        cell(&m["id"]),
-                        cell(&m["plugin_count"]),
-                        cell(&m["last_synced_at"]),
-                        cell(&m["last_error"]),
-                        cell(&m["url"]),
-                    ]
-                })
-                .collect();
-            render::table(
-                &["ID", "PLUGINS", "SYNCED", "ERROR", "URL"].map(String::from),
-                &rows,
+            render::records(
+                &doc["marketplaces"],
+                &[
+                    ("ID", "id"),
+                    ("PLUGINS", "plugin_count"),
+                    ("SYNCED", "last_synced_at"),
+                    ("ERROR", "last_error"),
+                    ("URL", "url"),
+                ],
             );
         }
         AdminCommand::Submissions { status, json } => {
@@ -355,23 +347,15 @@ pub fn admin(client: &Client, cmd: AdminCommand) -> Result<()> {
                 render::print_json(&doc);
                 return Ok(());
             }
-            let rows: Vec<Vec<String>> = doc["entities"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|e| {
-                    vec![
-                        cell(&e["id"]),
-                        cell(&e["entity_type"]),
-                        cell(&e["name"]),
-                        cell(&e["status"]),
-                        cell(&e["submitter_email"]),
-                    ]
-                })
-                .collect();
-            render::table(
-                &["ID", "TYPE", "NAME", "STATUS", "SUBMITTER"].map(String::from),
-                &rows,
+            render::records(
+                &doc["entities"],
+                &[
+                    ("ID", "id"),
+                    ("TYPE", "entity_type"),
+                    ("NAME", "name"),
+                    ("STATUS", "status"),
+                    ("SUBMITTER", "submitter_email"),
+                ],
             );
         }
         AdminCommand::Approve { id } => decide(client, &id, "approve")?,

@@ -14,23 +14,13 @@ use crate::{Decision, Memory, Result};
 /// Most items one batch or bulk update names.
 pub const MAX_BATCH: usize = 500;
 
-/// The fields a bulk update may change on every item it names; `None` leaves a field
-/// alone, `Some(None)` clears it. Tags are replaced by `tags`, then `tags_add` and
-/// `tags_remove` apply to what each item holds.
+/// The fields a bulk update changes on every item it names (`fields`, as in a single edit;
+/// its status and personal flag are never set here), then tags added and removed on what
+/// each item holds.
 #[derive(Debug, Clone, Default)]
 pub struct BulkChange {
-    /// New title.
-    pub title: Option<String>,
-    /// New content.
-    pub content: Option<Option<String>>,
-    /// New category.
-    pub category: Option<Option<String>>,
-    /// New domain.
-    pub domain: Option<Option<String>>,
-    /// New audience.
-    pub audience: Option<Option<String>>,
-    /// Replacement tags.
-    pub tags: Option<Vec<String>>,
+    /// Field changes, tags included (replacing).
+    pub fields: ItemChange,
     /// Tags to add.
     pub tags_add: Vec<String>,
     /// Tags to remove.
@@ -145,33 +135,30 @@ impl Memory {
         change: BulkChange,
     ) -> Result<BulkOutcome> {
         let ids = checked_ids(ids)?;
-        let touches_tags =
-            change.tags.is_some() || !change.tags_add.is_empty() || !change.tags_remove.is_empty();
+        let touches_tags = change.fields.tags.is_some()
+            || !change.tags_add.is_empty()
+            || !change.tags_remove.is_empty();
         let mut out = BulkOutcome::default();
         for id in ids {
             let Some(item) = self.store.knowledge_item(&id).await? else {
                 out.not_found.push(id);
                 continue;
             };
-            let tags = touches_tags.then(|| {
-                let mut tags = change.tags.clone().unwrap_or_else(|| item.tags.clone());
+            let mut item_change = ItemChange {
+                status: None,
+                is_personal: None,
+                ..change.fields.clone()
+            };
+            if touches_tags {
+                let mut tags = item_change.tags.take().unwrap_or_else(|| item.tags.clone());
                 for t in &change.tags_add {
                     if !tags.contains(t) {
                         tags.push(t.clone());
                     }
                 }
                 tags.retain(|t| !change.tags_remove.contains(t));
-                tags
-            });
-            let item_change = ItemChange {
-                title: change.title.clone(),
-                content: change.content.clone(),
-                category: change.category.clone(),
-                domain: change.domain.clone(),
-                audience: change.audience.clone(),
-                tags,
-                ..ItemChange::default()
-            };
+                item_change.tags = Some(tags);
+            }
             match self
                 .edit_as(caller, item, item_change, None, "bulk_update")
                 .await

@@ -379,7 +379,7 @@ pub fn run(client: &Client, cmd: AdminCommand) -> Result<()> {
             if json {
                 render::print_json(&doc);
             } else {
-                items_table(doc["items"].as_array().map(Vec::as_slice).unwrap_or(&[]));
+                items_table(&doc["items"]);
             }
             Ok(())
         }

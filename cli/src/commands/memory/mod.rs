@@ -90,22 +90,16 @@ pub enum Command {
     },
 }
 
-pub(super) fn items_table(items: &[Value]) {
-    let rows: Vec<Vec<String>> = items
-        .iter()
-        .map(|i| {
-            vec![
-                cell(&i["id"]),
-                cell(&i["status"]),
-                cell(&i["domain"]),
-                cell(&i["score"]),
-                cell(&i["title"]),
-            ]
-        })
-        .collect();
-    render::table(
-        &["ID", "STATUS", "DOMAIN", "SCORE", "TITLE"].map(String::from),
-        &rows,
+pub(super) fn items_table(items: &Value) {
+    render::records(
+        items,
+        &[
+            ("ID", "id"),
+            ("STATUS", "status"),
+            ("DOMAIN", "domain"),
+            ("SCORE", "score"),
+            ("TITLE", "title"),
+        ],
     );
 }
 
@@ -178,7 +172,7 @@ pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
             if json {
                 render::print_json(&doc);
             } else {
-                items_table(doc["items"].as_array().map(Vec::as_slice).unwrap_or(&[]));
+                items_table(&doc["items"]);
                 eprintln!(
                     "  page {} of {} ({} items)",
                     cell(&doc["page"]),

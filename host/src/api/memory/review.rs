@@ -285,12 +285,15 @@ impl MemoryReviewApi {
             t => t.flatten(),
         };
         let change = BulkChange {
-            title,
-            content: field(u.content),
-            category: field(u.category),
-            domain: field(u.domain),
-            audience: field(u.audience),
-            tags: u.tags,
+            fields: ItemChange {
+                title,
+                content: field(u.content),
+                category: field(u.category),
+                domain: field(u.domain),
+                audience: field(u.audience),
+                tags: u.tags,
+                ..ItemChange::default()
+            },
             tags_add: u.tags_add.unwrap_or_default(),
             tags_remove: u.tags_remove.unwrap_or_default(),
         };

@@ -702,6 +702,15 @@ pub(crate) async fn refresh_stats(tx: &mut Tx<'_>, today: NaiveDate) -> Result<(
     sqlx::query("DELETE FROM marketplace_item_stats")
         .execute(&mut **tx)
         .await?;
+    // A row no listing joins (empty source and ref id) records the day even when nothing
+    // was used, so listings do not recompute on every call of a quiet day.
+    sqlx::query(
+        "INSERT INTO marketplace_item_stats (source, ref_id, as_of) VALUES ('', '', $1) \
+         ON CONFLICT (source, ref_id) DO UPDATE SET as_of = excluded.as_of",
+    )
+    .bind(day(today))
+    .execute(&mut **tx)
+    .await?;
     sqlx::query(
         "INSERT INTO marketplace_item_stats (source, ref_id, as_of, invocations_30d, unique_users_30d, \
          recent_7d, prior_7d, recent_users_7d) \

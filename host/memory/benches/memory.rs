@@ -108,7 +108,8 @@ async fn seed(store: &Store, n: i64) {
     .await;
     exec(
         store,
-        "UPDATE knowledge_items SET score = upvotes - downvotes",
+        "UPDATE knowledge_items SET score = upvotes - downvotes, \
+         chars = LENGTH(title) + COALESCE(LENGTH(content), 0)",
     )
     .await;
     exec(store, "ANALYZE").await;

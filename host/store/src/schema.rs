@@ -539,6 +539,7 @@ pub(super) const KNOWLEDGE_V52_COLUMNS: &[Column] = &[
     col("title_key", Text),
     col("content_key", Text),
     with_default("score", Int, Default::Int(0)),
+    with_default("chars", Int, Default::Int(0)),
 ];
 
 pub(super) const KNOWLEDGE_V52_TABLES: &[Table] = &[
@@ -610,6 +611,22 @@ pub(super) const KNOWLEDGE_V52_INDICES: &[Index] = &[
         name: "idx_knowledge_updated",
         table: "knowledge_items",
         columns: &["updated_at", "id"],
+    },
+    // Covers the bundle's candidate read (state, visibility, rank inputs, size), so choosing
+    // among tens of thousands of approved items never reads their rows.
+    Index {
+        name: "idx_knowledge_bundle",
+        table: "knowledge_items",
+        columns: &[
+            "status",
+            "is_personal",
+            "audience",
+            "domain",
+            "confidence_milli",
+            "updated_at",
+            "chars",
+            "id",
+        ],
     },
     Index {
         name: "idx_knowledge_status_score",

@@ -290,6 +290,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         replace_tags(&mut tx, &id, &new.tags).await?;
+        count_chars(&mut tx, Some(&id)).await?;
         tx.commit().await?;
         self.knowledge_item(&id)
             .await?
@@ -439,6 +440,9 @@ impl Store {
         if let Some(tags) = &change.tags {
             replace_tags(&mut tx, id, tags).await?;
         }
+        if change.title.is_some() || change.content.is_some() {
+            count_chars(&mut tx, Some(id)).await?;
+        }
         tx.commit().await?;
         Ok(true)
     }
@@ -558,8 +562,8 @@ impl Store {
     }
 
     /// What the agents' bundle chooses from: every mandatory and approved item
-    /// `visibility` allows (never personal ones), without their text — its size is counted
-    /// here, so choosing among tens of thousands of items reads a few columns, not them all.
+    /// `visibility` allows (never personal ones), without their text — its stored size
+    /// instead, read from one covering index.
     pub async fn knowledge_bundle_candidates(
         &self,
         visibility: &Visibility,
@@ -570,26 +574,40 @@ impl Store {
             &["mandatory".to_owned(), "approved".to_owned()],
             None,
         );
+        // One row holding every candidate as a line of text: decoding tens of thousands of
+        // rows through the `Any` driver costs several microseconds each (most of this read's
+        // time); one string costs next to nothing. Ids, states and timestamps hold no spaces.
+        let (concat, newline) = match self.backend() {
+            crate::Backend::Sqlite => ("group_concat", "char(10)"),
+            crate::Backend::Postgres => ("string_agg", "chr(10)"),
+        };
         let sql = format!(
-            "SELECT id, status, confidence_milli, updated_at, \
-             CAST(LENGTH(title) + COALESCE(LENGTH(content), 0) AS BIGINT) AS chars FROM knowledge_items{}",
+            "SELECT {concat}(id || ' ' || status || ' ' || confidence_milli || ' ' || chars || ' ' || \
+             COALESCE(updated_at, '-'), {newline}) AS packed FROM knowledge_items{}",
             w.sql
         );
-        let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
-        rows.iter()
-            .map(|r| {
-                let status: String = r.try_get("status")?;
-                let milli: i64 = r.try_get("confidence_milli")?;
-                let chars: i64 = r.try_get("chars")?;
-                Ok(BundleCandidate {
-                    id: r.try_get("id")?,
-                    mandatory: status == "mandatory",
-                    chars: chars.max(0) as usize,
-                    confidence: milli as f64 / 1000.0,
-                    updated_at: r.try_get("updated_at")?,
-                })
-            })
-            .collect()
+        let packed: Option<String> = bound(&sql, &w.binds)
+            .fetch_one(self.pool())
+            .await?
+            .try_get("packed")?;
+        let packed = packed.unwrap_or_default();
+        let mut out = Vec::new();
+        for line in packed.lines() {
+            let mut f = line.split(' ');
+            let (Some(id), Some(status), Some(milli), Some(chars), Some(at)) =
+                (f.next(), f.next(), f.next(), f.next(), f.next())
+            else {
+                continue;
+            };
+            out.push(BundleCandidate {
+                id: id.to_owned(),
+                mandatory: status == "mandatory",
+                chars: chars.parse().unwrap_or(0),
+                confidence: milli.parse::<f64>().unwrap_or(500.0) / 1000.0,
+                updated_at: (at != "-").then(|| at.to_owned()),
+            });
+        }
+        Ok(out)
     }
 }
 
@@ -619,6 +637,23 @@ pub fn content_key(content: &str) -> Option<String> {
         }
     }
     any.then(|| format!("{hash:016x}"))
+}
+
+/// Stores the characters of an item's title and content (every item's when `id` is None),
+/// which the agents' bundle budgets by.
+async fn count_chars(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    id: Option<&str>,
+) -> Result<(), StoreError> {
+    let set = "UPDATE knowledge_items SET chars = LENGTH(title) + COALESCE(LENGTH(content), 0)";
+    let one = format!("{set} WHERE id = $1");
+    match id {
+        Some(id) => sqlx::query(&one).bind(id),
+        None => sqlx::query(set),
+    }
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 /// Makes an item's tag rows exactly `tags`.
@@ -651,6 +686,7 @@ pub(crate) async fn backfill_v52(
     sqlx::query("UPDATE knowledge_items SET score = upvotes - downvotes")
         .execute(&mut **tx)
         .await?;
+    count_chars(tx, None).await?;
     let rows = sqlx::query("SELECT id, title, content, tags FROM knowledge_items")
         .fetch_all(&mut **tx)
         .await?;

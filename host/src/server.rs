@@ -29,6 +29,9 @@ pub struct ServeArgs {
     /// Largest session file upload (`POST /api/upload/sessions`) accepted, in bytes.
     #[arg(long, env = "SVC_SESSION_UPLOAD_MAX_BYTES", default_value_t = 512 << 20)]
     pub session_upload_max_bytes: u64,
+    /// Largest plugin archive (`POST /api/marketplace/flea/upload`) accepted, in bytes.
+    #[arg(long, env = "SVC_MARKETPLACE_UPLOAD_MAX_BYTES", default_value_t = 10 << 20)]
+    pub marketplace_upload_max_bytes: u64,
     /// Days of telemetry kept; the daily prune deletes older events and summaries.
     #[arg(long, env = "SVC_TELEMETRY_RETENTION_DAYS", default_value_t = 365)]
     pub telemetry_retention_days: u32,
@@ -125,6 +128,7 @@ pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
         max_body_bytes: 0,
         upload_max_bytes: 0,
         session_upload_max_bytes: 0,
+        marketplace_upload_max_bytes: 0,
         telemetry_retention_days: 365,
         audit_retention_days: None,
         trust_proxy: false,
@@ -179,6 +183,7 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         max_body_bytes: args.max_body_bytes,
         upload_max_bytes: args.upload_max_bytes,
         session_upload_max_bytes: args.session_upload_max_bytes,
+        marketplace_upload_max_bytes: args.marketplace_upload_max_bytes,
         telemetry_retention_days: args.telemetry_retention_days.max(1),
         audit_retention_days: args.audit_retention_days,
         trust_proxy: args.trust_proxy,

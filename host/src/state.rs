@@ -36,6 +36,8 @@ pub struct RuntimeConfig {
     pub upload_max_bytes: u64,
     /// Largest session file upload accepted.
     pub session_upload_max_bytes: u64,
+    /// Largest plugin archive accepted.
+    pub marketplace_upload_max_bytes: u64,
     /// Days of telemetry the prune keeps.
     pub telemetry_retention_days: u32,
     /// Days of audit rows the retention job keeps; None keeps every row.

@@ -17,14 +17,6 @@ use super::admin_sessions::json as json_body;
 use super::{AdminAuth, ApiResult, BearerAuth, Tag};
 use crate::state::AppState;
 
-/// Largest plugin archive accepted (`SVC_MARKETPLACE_UPLOAD_MAX_BYTES`, default 10 MiB).
-fn upload_limit() -> usize {
-    std::env::var("SVC_MARKETPLACE_UPLOAD_MAX_BYTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10 << 20)
-}
-
 pub struct MarketplaceApi {
     pub state: Arc<AppState>,
 }
@@ -226,8 +218,8 @@ impl MarketplaceApi {
         category: Query<Option<String>>,
         body: Binary<Vec<u8>>,
     ) -> ApiResult<Submitted> {
-        let limit = upload_limit();
-        if body.0.len() > limit {
+        let limit = self.state.config.marketplace_upload_max_bytes;
+        if body.0.len() as u64 > limit {
             return Err(Error::new(
                 svc_core::ErrorKind::PayloadTooLarge,
                 format!("The archive exceeds this server's limit of {limit} bytes (SVC_MARKETPLACE_UPLOAD_MAX_BYTES)"),

@@ -276,8 +276,9 @@ fn usage_columns() -> String {
 
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
 
-/// Makes the attribution rows of `(source, ref_id)` exactly these names.
-async fn attribute(
+/// Makes the attribution rows of `(source, ref_id)` exactly these names (skills, agents,
+/// commands), inside the caller's transaction: the one place attribution rows are written.
+pub(crate) async fn attribute(
     tx: &mut Tx<'_>,
     source: &str,
     ref_id: &str,

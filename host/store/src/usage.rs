@@ -585,32 +585,7 @@ impl Store {
         commands: &[String],
     ) -> Result<(), StoreError> {
         let mut tx = self.pool().begin().await?;
-        for (table, column, names) in [
-            ("usage_attribution_skills", "skill_name", skills),
-            ("usage_attribution_agents", "agent_name", agents),
-            ("usage_attribution_commands", "command_name", commands),
-        ] {
-            sqlx::query(&format!(
-                "DELETE FROM {table} WHERE source = $1 AND ref_id = $2"
-            ))
-            .bind(source)
-            .bind(ref_id)
-            .execute(&mut *tx)
-            .await?;
-            let mut names: Vec<&String> = names.iter().filter(|n| !n.is_empty()).collect();
-            names.sort();
-            names.dedup();
-            for name in names {
-                sqlx::query(&format!(
-                    "INSERT INTO {table} (source, ref_id, {column}) VALUES ($1, $2, $3)"
-                ))
-                .bind(source)
-                .bind(ref_id)
-                .bind(name)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
+        crate::marketplace::attribute(&mut tx, source, ref_id, [skills, agents, commands]).await?;
         Ok(tx.commit().await?)
     }
 

@@ -196,10 +196,7 @@ impl Store {
         q: &TreeQuery,
         key: Option<&str>,
     ) -> Result<Vec<KnowledgeItem>, StoreError> {
-        let mut w = Where {
-            sql: w.sql.clone(),
-            binds: w.binds.clone(),
-        };
+        let mut w = w.clone();
         match (q.axis, key) {
             (TreeAxis::Tag, Some(k)) => w.push(
                 "id IN (SELECT item_id FROM knowledge_item_tags WHERE tag = $?)",

@@ -1,6 +1,8 @@
 //! svc-host (binary `svc-server`): the top of the layered host.
 //!
 //! - [`api`]: HTTP only — routes, extractors, the error envelope and its one status mapping.
+//! - [`pages`]: the web pages over HTTP — browser sessions, CSRF, assets, redirects; what
+//!   they show is read through the same services as the API and rendered by `svc-pages`.
 //! - [`jobs`]: sync passes, scripts and the scheduler loop.
 //! - [`state`]: the composition root, assembling the services of the crates below.
 //! - [`config`], [`server`], [`connections`]: settings, start-up and the listener.
@@ -13,5 +15,6 @@ pub mod config;
 pub mod connections;
 pub mod discovery;
 pub mod jobs;
+pub mod pages;
 pub mod server;
 pub mod state;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use svc_auth::access::Access;
 use svc_auth::admin::Admin;
+use svc_auth::login::Login;
 use svc_auth::ratelimit::LoginLimiter;
 use svc_auth::Authenticator;
 use svc_catalog::caches::CacheHooks;
@@ -67,8 +68,8 @@ pub struct AppState {
     pub audit: Arc<AuditWriter>,
     /// Source drivers by `source_type`.
     pub drivers: Drivers,
-    /// Failed-login limiter.
-    pub login_limiter: LoginLimiter,
+    /// Password login under the login limits (the API's and the login page's).
+    pub login: Login,
     /// Registry changes and the per-table cache flushes.
     pub registry: Registry,
     /// Schema and sample caches.
@@ -148,6 +149,12 @@ impl AppState {
         let memory = svc_memory::Memory::new(store.clone(), audit.clone());
         let marketplace =
             svc_marketplace::Marketplace::new(store.clone(), audit.clone(), &config.data_dir);
+        let login = Login::new(
+            store.clone(),
+            auth.clone(),
+            Arc::new(LoginLimiter::new(10, Duration::from_secs(60))),
+            audit.clone(),
+        );
         Arc::new(Self {
             ask,
             memory,
@@ -162,7 +169,7 @@ impl AppState {
             registry,
             warmer,
             drivers,
-            login_limiter: LoginLimiter::new(10, Duration::from_secs(60)),
+            login,
             sync: crate::jobs::sync::SyncRunner::default(),
             scheduler: Default::default(),
             discovery,

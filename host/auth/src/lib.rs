@@ -12,6 +12,7 @@
 pub mod access;
 pub mod admin;
 pub mod jwt;
+pub mod login;
 pub mod password;
 pub mod ratelimit;
 
@@ -124,6 +125,9 @@ pub fn token_hash(token: &str) -> String {
 #[derive(Clone)]
 pub struct Authenticator {
     keys: JwtKeys,
+    /// Keys the CSRF tokens of browser sessions (derived from the signing secret, so every
+    /// replica with the same secret accepts the same tokens).
+    csrf_key: [u8; 32],
     store: Store,
     identities: moka::sync::Cache<IdentityKey, Arc<Identity>>,
 }
@@ -141,6 +145,11 @@ impl Authenticator {
     pub fn new(store: Store, secret: &[u8]) -> Self {
         Self {
             keys: JwtKeys::new(secret),
+            csrf_key: Sha256::new()
+                .chain_update(b"svc-csrf\0")
+                .chain_update(secret)
+                .finalize()
+                .into(),
             store,
             identities: moka::sync::Cache::builder()
                 .max_capacity(100_000)
@@ -184,6 +193,23 @@ impl Authenticator {
             jti: uuid::Uuid::new_v4().simple().to_string(),
         };
         (self.keys.sign(&claims), format_ts(exp))
+    }
+
+    /// The CSRF token of a browser session: bound to its session token, so a token read from
+    /// one session is worthless in another, and nothing needs storing.
+    pub fn csrf_token(&self, session_token: &str) -> String {
+        let digest = Sha256::new()
+            .chain_update(self.csrf_key)
+            .chain_update(session_token.as_bytes())
+            .finalize();
+        hex::encode(&digest[..20])
+    }
+
+    /// Whether `presented` is the CSRF token of `session_token` (compared in constant time).
+    pub fn csrf_ok(&self, session_token: &str, presented: &str) -> bool {
+        let expected = self.csrf_token(session_token);
+        expected.len() == presented.len()
+            && bool::from(expected.as_bytes().ct_eq(presented.as_bytes()))
     }
 
     /// Creates a PAT; returns the stored row and the token, which is shown once.

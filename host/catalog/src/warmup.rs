@@ -82,13 +82,53 @@ pub enum WarmupEvent {
     },
 }
 
+/// One numbered line of the warmup log. Ids only grow (across runs too), so a client that
+/// reconnects with the last id it saw gets exactly the lines after it.
+#[derive(Debug, Clone)]
+pub struct LogLine {
+    /// Its number.
+    pub id: u64,
+    /// What happened.
+    pub event: WarmupEvent,
+}
+
+/// Lines kept for replay: a run of 1,000 tables writes about 2,000.
+const LOG_LINES: usize = 20_000;
+
+#[derive(Debug, Default)]
+struct Log {
+    last_id: u64,
+    /// The current (or last) run's lines, oldest first.
+    lines: std::collections::VecDeque<LogLine>,
+}
+
 #[derive(Debug)]
 struct Progress {
     snapshot: std::sync::Mutex<WarmupSnapshot>,
-    events: tokio::sync::broadcast::Sender<WarmupEvent>,
+    log: std::sync::Mutex<Log>,
+    events: tokio::sync::broadcast::Sender<LogLine>,
 }
 
 impl Progress {
+    /// Numbers an event, keeps it for replay and sends it. Sent under the log's lock, so a
+    /// subscriber (which also takes it) sees every id once and in order.
+    fn emit(&self, event: WarmupEvent) {
+        let mut log = self.log.lock().expect("warmup log lock");
+        if matches!(event, WarmupEvent::Start(_)) {
+            log.lines.clear();
+        }
+        log.last_id += 1;
+        let line = LogLine {
+            id: log.last_id,
+            event,
+        };
+        if log.lines.len() == LOG_LINES {
+            log.lines.pop_front();
+        }
+        log.lines.push_back(line.clone());
+        let _ = self.events.send(line);
+    }
+
     fn set(&self, table_id: &str, state: RowState, error: Option<String>) {
         let row = RowProgress {
             table_id: table_id.to_owned(),
@@ -105,8 +145,19 @@ impl Progress {
         {
             *r = row.clone();
         }
-        let _ = self.events.send(WarmupEvent::Row(row));
+        self.emit(WarmupEvent::Row(row));
     }
+}
+
+/// A reader of the warmup log (see [`MetadataWarmer::subscribe`]).
+#[derive(Debug)]
+pub struct Subscription {
+    /// Where every row stands now.
+    pub snapshot: WarmupSnapshot,
+    /// Kept lines the reader has not seen.
+    pub backlog: Vec<LogLine>,
+    /// Lines from now on.
+    pub live: tokio::sync::broadcast::Receiver<LogLine>,
 }
 
 /// Refreshes remote tables' metadata into the store.
@@ -129,7 +180,8 @@ impl MetadataWarmer {
             running: Arc::new(AtomicBool::new(false)),
             progress: Arc::new(Progress {
                 snapshot: std::sync::Mutex::new(WarmupSnapshot::default()),
-                events: tokio::sync::broadcast::channel(1024).0,
+                log: std::sync::Mutex::new(Log::default()),
+                events: tokio::sync::broadcast::channel(4096).0,
             }),
         }
     }
@@ -139,16 +191,23 @@ impl MetadataWarmer {
         self.progress.snapshot.lock().expect("warmup lock").clone()
     }
 
-    /// The snapshot now and the events after it.
-    pub fn subscribe(
-        &self,
-    ) -> (
-        WarmupSnapshot,
-        tokio::sync::broadcast::Receiver<WarmupEvent>,
-    ) {
-        // Subscribe first: an event between the two is then seen twice, never missed.
-        let events = self.progress.events.subscribe();
-        (self.snapshot(), events)
+    /// The snapshot now, the kept log lines after `after` (every line of the current run
+    /// when None), and the lines still to come. Taken under the log's lock: no line is in
+    /// both the backlog and the receiver, and none falls between them.
+    pub fn subscribe(&self, after: Option<u64>) -> Subscription {
+        let log = self.progress.log.lock().expect("warmup log lock");
+        let live = self.progress.events.subscribe();
+        let backlog = log
+            .lines
+            .iter()
+            .filter(|l| after.is_none_or(|a| l.id > a))
+            .cloned()
+            .collect();
+        Subscription {
+            snapshot: self.snapshot(),
+            backlog,
+            live,
+        }
     }
 
     /// Starts refreshing every remote table in the background, a few at a time; returns how
@@ -182,7 +241,7 @@ impl MetadataWarmer {
                 })
                 .collect(),
         };
-        let _ = self.progress.events.send(WarmupEvent::Start(count));
+        self.progress.emit(WarmupEvent::Start(count));
         let me = self.clone();
         tokio::spawn(async move {
             let outcomes: Vec<Rewarm> = futures::stream::iter(ids)
@@ -218,10 +277,7 @@ impl MetadataWarmer {
                 snapshot.finished_at = Some(svc_core::clock::now());
             }
             me.running.store(false, Ordering::Release);
-            let _ = me
-                .progress
-                .events
-                .send(WarmupEvent::Complete { fresh, failed });
+            me.progress.emit(WarmupEvent::Complete { fresh, failed });
         });
         Ok(Some(count))
     }

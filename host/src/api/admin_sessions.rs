@@ -117,7 +117,7 @@ impl Write for ChannelWriter {
     }
 }
 
-fn filter(
+pub(crate) fn filter(
     since_minutes: Option<u32>,
     username: Option<String>,
     model: Option<String>,
@@ -139,7 +139,7 @@ fn filter(
 /// The `session.browse` row of a read of the session lists: the endpoint and the filters as
 /// given, paging left out (paging through one list is one read; the writer suppresses
 /// repeats).
-fn browse_event(endpoint: &str, pairs: &[(&str, Value)]) -> Event {
+pub(crate) fn browse_event(endpoint: &str, pairs: &[(&str, Value)]) -> Event {
     with_given(
         Event::new("session.browse")
             .resource("sessions")

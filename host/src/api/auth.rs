@@ -1,15 +1,12 @@
 //! `POST /auth/token` — e-mail and password to a session token.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use poem::Request;
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
-use svc_auth::password;
-use svc_auth::ratelimit::LimitedBy;
-use svc_core::Error;
-use svc_store::audit::{Actor, Event};
+use svc_auth::login::Origin;
+use svc_store::audit::ClientKind;
 
 use super::types::Str;
 use super::{ApiResult, RequestMeta, Tag};
@@ -46,8 +43,6 @@ struct TokenResponse {
     is_admin: bool,
 }
 
-const BAD_CREDENTIALS: &str = "Invalid email or password";
-
 #[OpenApi]
 impl AuthApi {
     /// Exchanges e-mail and password for a session token (valid 24 h). Attempts are limited
@@ -63,70 +58,27 @@ impl AuthApi {
         req: &Request,
         body: Json<LoginRequest>,
     ) -> ApiResult<Json<TokenResponse>> {
-        let started = Instant::now();
         let meta = RequestMeta::of(req);
-        let ip = meta
-            .client_ip
-            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
-        let limiter = &self.state.login_limiter;
-        let attempt = limiter.attempt(ip, &body.email).map_err(|refused| {
-            let from = match refused.by {
-                LimitedBy::Address => "from this address",
-                LimitedBy::Account => "on this account",
-            };
-            Error::too_many(
-                format!(
-                    "Too many login attempts {from}; retry in {} s",
-                    refused.retry_after
-                ),
-                refused.retry_after,
+        let session = self
+            .state
+            .login
+            .password(
+                &body.email,
+                &body.password,
+                Origin {
+                    ip: meta.client_ip,
+                    request_id: Some(meta.request_id),
+                    client_kind: ClientKind::Api,
+                },
             )
-        })?;
-        let user = self.state.store.user_by_email(&body.email).await?;
-        // Verify against a decoy when there is no hash, so timing does not reveal accounts.
-        // The hash is slow by design: it runs off the request workers.
-        let hash = user
-            .as_ref()
-            .and_then(|u| u.password_hash.clone())
-            .unwrap_or_else(|| password::decoy().to_owned());
-        let candidate = body.password.to_string();
-        let password_ok = tokio::task::spawn_blocking(move || password::verify(&candidate, &hash))
-            .await
-            .map_err(Error::internal)?;
-        let mut actor = Actor::anonymous(meta.ip_string(), Some(meta.request_id.clone()));
-        actor.user_id = user.as_ref().map(|u| u.id.clone());
-        let event = Event::new("auth.login").resource(format!("user:{}", body.email));
-        let user = match user {
-            Some(u) if password_ok && u.password_hash.is_some() => u,
-            _ => {
-                self.state
-                    .audit
-                    .write(&actor, event.failed(401, BAD_CREDENTIALS).timed(started))
-                    .await;
-                return Err(Error::unauthorized(BAD_CREDENTIALS).into());
-            }
-        };
-        if !user.active {
-            self.state
-                .audit
-                .write(
-                    &actor,
-                    event.failed(401, "Account deactivated").timed(started),
-                )
-                .await;
-            return Err(Error::unauthorized("Account deactivated").into());
-        }
-        limiter.succeeded(attempt);
-        let (access_token, expires_at) = self.state.auth.issue_session(&user);
-        let is_admin = self.state.store.is_admin(&user.id).await?;
-        self.state.audit.write(&actor, event.timed(started)).await;
+            .await?;
         Ok(Json(TokenResponse {
-            access_token,
+            access_token: session.token,
             token_type: "bearer".into(),
-            expires_at,
-            user_id: user.id,
-            email: user.email,
-            is_admin,
+            expires_at: session.expires_at,
+            user_id: session.user.id,
+            email: session.user.email,
+            is_admin: session.is_admin,
         }))
     }
 }

@@ -36,37 +36,37 @@ pub struct DiscoveryApi {
 #[derive(Object, Clone)]
 pub struct CatalogRow {
     /// Table id.
-    id: String,
+    pub(crate) id: String,
     /// Display name.
-    name: String,
+    pub(crate) name: String,
     /// Description (empty when none).
-    description: String,
+    pub(crate) description: String,
     /// Source kind.
-    source_type: String,
+    pub(crate) source_type: String,
     /// `local`, `remote`, `materialized` or `internal`.
-    query_mode: String,
+    pub(crate) query_mode: String,
     /// SQL dialect to use for this table.
-    sql_flavor: String,
+    pub(crate) sql_flavor: String,
     /// Example WHERE clauses, validated against the table's known columns.
-    where_examples: Vec<String>,
+    pub(crate) where_examples: Vec<String>,
     /// How to fetch data with the `svc` client.
-    fetch_via: String,
+    pub(crate) fetch_via: String,
     /// `small`, `medium`, `large` or `very_large`; null when unknown.
-    rough_size_hint: Option<String>,
+    pub(crate) rough_size_hint: Option<String>,
     /// Row count (remote tables, from the metadata cache).
-    rows: Option<i64>,
+    pub(crate) rows: Option<i64>,
     /// Logical size in bytes (remote tables, from the metadata cache).
-    size_bytes: Option<i64>,
+    pub(crate) size_bytes: Option<i64>,
     /// Partitioning column.
-    partition_by: Option<String>,
+    pub(crate) partition_by: Option<String>,
     /// Clustering columns.
-    clustered_by: Vec<String>,
+    pub(crate) clustered_by: Vec<String>,
     /// `BASE TABLE`, `VIEW` or `MATERIALIZED VIEW` (remote tables).
-    entity_type: Option<String>,
+    pub(crate) entity_type: Option<String>,
     /// `fresh`, `stale`, `never_fetched`, `error` or `not_applicable`: the latest refresh's
     /// outcome (`error` even when older metadata is still shown; its text is in
     /// `GET /api/v2/metadata-cache/status`).
-    metadata_freshness: String,
+    pub(crate) metadata_freshness: String,
 }
 
 /// The catalog.
@@ -82,14 +82,14 @@ struct Catalog {
 #[derive(Object, Clone)]
 pub struct Column {
     /// Name.
-    name: String,
+    pub(crate) name: String,
     /// Type as the source names it.
     #[oai(rename = "type")]
-    data_type: String,
+    pub(crate) data_type: String,
     /// Whether nulls may occur.
-    nullable: bool,
+    pub(crate) nullable: bool,
     /// Description (empty when none).
-    description: String,
+    pub(crate) description: String,
 }
 
 impl From<svc_plugin_api::ColumnInfo> for Column {
@@ -107,19 +107,19 @@ impl From<svc_plugin_api::ColumnInfo> for Column {
 #[derive(Object, Clone)]
 pub struct SchemaResponse {
     /// Table id.
-    table_id: String,
+    pub(crate) table_id: String,
     /// Source kind.
-    source_type: String,
+    pub(crate) source_type: String,
     /// SQL dialect.
-    sql_flavor: String,
+    pub(crate) sql_flavor: String,
     /// Columns in source order.
-    columns: Vec<Column>,
+    pub(crate) columns: Vec<Column>,
     /// Partitioning column.
-    partition_by: Option<String>,
+    pub(crate) partition_by: Option<String>,
     /// Clustering columns.
-    clustered_by: Vec<String>,
+    pub(crate) clustered_by: Vec<String>,
     /// Dialect hints for writing WHERE clauses (empty for the default dialect).
-    where_dialect_hints: Value,
+    pub(crate) where_dialect_hints: Value,
 }
 
 /// A sample encoded once, as cached and served.
@@ -352,6 +352,46 @@ impl DiscoveryApi {
     }
 
     /// Writes the audit row for a table operation, success or failure.
+    /// The catalog for a caller, audited as `catalog.list` (the API's and the page's).
+    pub(crate) async fn catalog_for(&self, caller: &Caller) -> ApiResult<Vec<CatalogRow>> {
+        let started = Instant::now();
+        let result = self.catalog_inner(caller).await;
+        let rows = result.as_ref().ok().map(Vec::len);
+        let event = Event::new("catalog.list").resource("catalog");
+        self.audit(caller, event, started, &result, rows).await;
+        result
+    }
+
+    /// A table's schema for a caller, audited as `catalog.schema`.
+    pub(crate) async fn schema_for(
+        &self,
+        caller: &Caller,
+        table_id: &str,
+    ) -> ApiResult<Arc<SchemaResponse>> {
+        let started = Instant::now();
+        let result = self.schema_inner(caller, table_id).await;
+        let event = Event::new("catalog.schema").resource(format!("table:{table_id}"));
+        self.audit(caller, event, started, &result, None).await;
+        result
+    }
+
+    /// A table's first `n` rows for a caller, audited as `catalog.sample`.
+    pub(crate) async fn sample_for(
+        &self,
+        caller: &Caller,
+        table_id: &str,
+        n: usize,
+    ) -> ApiResult<Arc<CachedSample>> {
+        let started = Instant::now();
+        let result = self.sample_inner(caller, table_id, n).await;
+        let rows = result.as_ref().ok().map(|r| r.rows);
+        let event = Event::new("catalog.sample")
+            .resource(format!("table:{table_id}"))
+            .param("n", n);
+        self.audit(caller, event, started, &result, rows).await;
+        result
+    }
+
     async fn audit<T>(
         &self,
         caller: &Caller,
@@ -382,17 +422,7 @@ impl DiscoveryApi {
     /// hints. Remote rows are enriched only from the metadata cache.
     #[oai(path = "/api/v2/catalog", method = "get", operation_id = "get_catalog")]
     async fn catalog(&self, auth: BearerAuth) -> ApiResult<Json<Catalog>> {
-        let started = Instant::now();
-        let result = self.catalog_inner(&auth.0).await;
-        let rows = result.as_ref().ok().map(Vec::len);
-        self.audit(
-            &auth.0,
-            Event::new("catalog.list").resource("catalog"),
-            started,
-            &result,
-            rows,
-        )
-        .await;
+        let result = self.catalog_for(&auth.0).await;
         let server_time = svc_core::clock::now();
         result.map(|tables| {
             Json(Catalog {
@@ -413,10 +443,7 @@ impl DiscoveryApi {
         auth: BearerAuth,
         table_id: Path<String>,
     ) -> ApiResult<Json<SchemaResponse>> {
-        let started = Instant::now();
-        let result = self.schema_inner(&auth.0, &table_id).await;
-        let event = Event::new("catalog.schema").resource(format!("table:{}", *table_id));
-        self.audit(&auth.0, event, started, &result, None).await;
+        let result = self.schema_for(&auth.0, &table_id).await;
         result.map(|r| Json((*r).clone()))
     }
 
@@ -432,14 +459,8 @@ impl DiscoveryApi {
         table_id: Path<String>,
         #[oai(validator(minimum(value = "1"), maximum(value = "100")))] n: Query<Option<i64>>,
     ) -> ApiResult<EncodedJson<SampleResponse>> {
-        let started = Instant::now();
         let n = usize::try_from(n.unwrap_or(5).clamp(1, 100)).unwrap_or(5);
-        let result = self.sample_inner(&auth.0, &table_id, n).await;
-        let rows = result.as_ref().ok().map(|r| r.rows);
-        let event = Event::new("catalog.sample")
-            .resource(format!("table:{}", *table_id))
-            .param("n", n);
-        self.audit(&auth.0, event, started, &result, rows).await;
+        let result = self.sample_for(&auth.0, &table_id, n).await;
         result.map(|r| r.body.clone())
     }
 

@@ -36,6 +36,11 @@ impl<T> std::fmt::Debug for EncodedJson<T> {
 }
 
 impl<T: ToJSON> EncodedJson<T> {
+    /// The encoded bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// Encodes `value` once.
     pub fn new(value: &T) -> Self {
         let bytes = serde_json::to_vec(&value.to_json()).expect("JSON values always encode");

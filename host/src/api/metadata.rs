@@ -4,18 +4,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::stream::BoxStream;
-use futures::StreamExt;
-use poem_openapi::param::Query;
+use poem_openapi::param::{Header, Query};
 use poem_openapi::payload::{EventStream, Json};
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::{json, Value};
 use svc_auth::access;
-use svc_catalog::warmup::{Rewarm, WarmupEvent};
+use svc_catalog::warmup::Rewarm;
 use svc_core::{Error, ErrorKind};
 use svc_store::audit::Event;
 use svc_store::metadata::MetadataRow;
 
 use super::discovery::freshness;
+use super::warmup;
 use super::{AdminAuth, ApiResult, BearerAuth, Tag};
 use crate::state::AppState;
 
@@ -78,19 +78,6 @@ enum RunResponse {
     /// Started in the background.
     #[oai(status = 202)]
     Started(Json<RefreshStarted>),
-}
-
-/// How long the warmup stream stays open without an event.
-const STREAM_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
-
-fn event_json(e: &WarmupEvent) -> Value {
-    match e {
-        WarmupEvent::Start(tables) => json!({"type": "start", "tables": tables}),
-        WarmupEvent::Row(row) => json!({"type": "row", "row": row}),
-        WarmupEvent::Complete { fresh, failed } => {
-            json!({"type": "complete", "fresh": fresh, "failed": failed})
-        }
-    }
 }
 
 impl MetadataApi {
@@ -218,8 +205,9 @@ impl MetadataApi {
     }
 
     /// Server-sent events of the warmup (admin): `snapshot` first, then `start`, `row` and
-    /// `complete`; closes after `complete`, at once when none runs, or after 30 s without an
-    /// event.
+    /// `complete`, each with its line number as the event id; closes after `complete`, at
+    /// once when none runs, or after 30 s without an event. Send the last id seen as
+    /// `Last-Event-ID` to resume after it.
     #[oai(
         path = "/api/admin/cache-warmup/stream",
         method = "get",
@@ -228,31 +216,12 @@ impl MetadataApi {
     async fn warmup_stream(
         &self,
         _auth: AdminAuth,
+        /// The id of the last event received (resume after it).
+        #[oai(name = "Last-Event-ID")]
+        last_event_id: Header<Option<String>>,
     ) -> ApiResult<EventStream<BoxStream<'static, Value>>> {
-        let (snapshot, events) = self.state.warmer.subscribe();
-        let running = snapshot.running;
-        let first = json!({"type": "snapshot", "snapshot": snapshot});
-        let rest = futures::stream::unfold((events, running), |(mut rx, open)| async move {
-            if !open {
-                return None;
-            }
-            loop {
-                match tokio::time::timeout(STREAM_IDLE, rx.recv()).await {
-                    Ok(Ok(e)) => {
-                        let done = matches!(e, WarmupEvent::Complete { .. });
-                        return Some((event_json(&e), (rx, !done)));
-                    }
-                    Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => continue,
-                    _ => return None,
-                }
-            }
-        });
-        let stream = futures::stream::once(async move { first })
-            .chain(rest)
-            .boxed();
-        Ok(EventStream::new(stream).to_event(|v| {
-            let kind = v["type"].as_str().unwrap_or("message").to_owned();
-            poem::web::sse::Event::message(v.to_string()).event_type(kind)
-        }))
+        let after = warmup::last_event_id(last_event_id.0.as_deref());
+        let events = warmup::warmup_events(&self.state.warmer, after, false);
+        Ok(EventStream::new(events).to_event(warmup::sse_event))
     }
 }

@@ -1,9 +1,9 @@
 //! The HTTP surface: routes, the request pipeline (request id, client address, body limit,
 //! error envelope), bearer authentication, and the OpenAPI document.
 
-mod activity;
+pub(crate) mod activity;
 mod admin_groups;
-mod admin_sessions;
+pub(crate) mod admin_sessions;
 mod admin_users;
 mod ask;
 mod auth;
@@ -28,6 +28,7 @@ mod sync;
 mod telemetry;
 mod types;
 mod upload;
+pub(crate) mod warmup;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -94,7 +95,7 @@ pub struct RequestMeta {
 }
 
 impl RequestMeta {
-    fn of(req: &Request) -> Self {
+    pub(crate) fn of(req: &Request) -> Self {
         req.extensions()
             .get::<RequestMeta>()
             .cloned()
@@ -126,7 +127,9 @@ async fn check_bearer(req: &Request, bearer: Bearer) -> poem::Result<svc_auth::C
             &bearer.token,
             meta.ip_string(),
             Some(meta.request_id),
-            false,
+            req.extensions()
+                .get::<crate::pages::session::ViaCookie>()
+                .is_some(),
         )
         .await
         .map_err(|e| match e {
@@ -324,7 +327,8 @@ pub fn app(
     let max_body = state.config.max_body_bytes;
     let trust_proxy = state.config.trust_proxy;
     let body_deadline = connections.limits().request_read;
-    Route::new()
+    let auth = state.auth.clone();
+    crate::pages::routes(Route::new())
         .at("/api/openapi.json", spec)
         .nest("/api/docs", docs)
         .at(
@@ -347,7 +351,17 @@ pub fn app(
                 );
             }
             let max_body = if upload { None } else { Some(max_body) };
+            // A page's script calls the API with its session cookie (and CSRF token).
+            let bridged = if req.uri().path().starts_with("/api/") {
+                crate::pages::session::bridge(&mut req, &auth)
+            } else {
+                Ok(())
+            };
             async move {
+                if let Err(refused) = bridged {
+                    drop(busy);
+                    return Ok(refused);
+                }
                 let resp = pipeline(ep, req, max_body, trust_proxy).await;
                 drop(busy);
                 resp

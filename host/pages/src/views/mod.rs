@@ -1,0 +1,50 @@
+//! One module per page: its template struct and the rows it lists. Every field is plain,
+//! already-formatted data; templates escape it.
+
+mod activity;
+mod auth;
+mod catalog;
+mod memory;
+mod sessions;
+mod tables;
+
+pub use activity::{ActivityPage, ActivityRow, ActivityRows, Kpis, SavedView};
+pub use auth::{ErrorPage, LoginPage};
+pub use catalog::{Bucket, CatalogEntry, CatalogPage, TablePage};
+pub use memory::{MemoryPage, MemoryRow, Pair};
+pub use sessions::{SessionRow, SessionsPage, TranscriptPage, TurnView};
+pub use tables::{TableTab, TablesPage, TableRow};
+
+/// An option of a `<select>`.
+#[derive(Debug, Clone)]
+pub struct Choice {
+    /// Its value.
+    pub value: String,
+    /// What it shows.
+    pub label: String,
+    /// Whether it is chosen.
+    pub selected: bool,
+}
+
+impl Choice {
+    /// An option, chosen when `value` equals `current`.
+    pub fn new(value: impl Into<String>, label: impl Into<String>, current: &str) -> Self {
+        let value = value.into();
+        Self {
+            selected: value == current,
+            label: label.into(),
+            value,
+        }
+    }
+}
+
+/// A tab of a page.
+#[derive(Debug, Clone)]
+pub struct Tab {
+    /// Its link.
+    pub href: String,
+    /// What it says.
+    pub label: String,
+    /// Whether it is the one shown.
+    pub current: bool,
+}

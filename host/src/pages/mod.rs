@@ -1,0 +1,167 @@
+//! The web pages over HTTP: routes, the browser session (cookie and CSRF token), the
+//! embedded assets and the old paths' redirects. What a page shows comes from the same
+//! services and store reads as its JSON twin (named on every page); `svc-pages` renders it.
+
+mod activity;
+mod catalog;
+mod login;
+mod memory;
+pub mod respond;
+pub mod session;
+mod sessions;
+mod tables;
+
+use std::sync::Arc;
+
+use poem::http::{header, StatusCode};
+use poem::web::Data;
+use poem::{get, handler, post, Body, Request, Response, Route};
+
+use crate::state::AppState;
+
+/// Adds every page route.
+pub fn routes(route: Route) -> Route {
+    route
+        .at("/", get(home))
+        .at("/login", get(login::form_page).post(login::submit))
+        .at("/logout", post(login::logout))
+        .at("/catalog", get(catalog::index))
+        .at("/catalog/:table_id", get(catalog::table))
+        .at("/admin/activity", get(activity::index))
+        .at("/corporate-memory", get(memory::index))
+        .at("/corporate-memory/decide", post(memory::decide))
+        .at("/corporate-memory/resolve", post(memory::resolve))
+        .at("/admin/sessions", get(sessions::index))
+        .at("/admin/sessions/:username/:file", get(sessions::transcript))
+        .at("/admin/tables", get(tables::index))
+        .at("/admin/tables/register", post(tables::register))
+        .at("/admin/tables/delete", post(tables::delete))
+        .at("/admin/tables/warmup/events", get(tables::warmup_log))
+        .at("/activity-center", get(redirect_activity_center))
+        .at("/admin/scheduler-runs", get(redirect_scheduler_runs))
+        .at("/admin/usage", get(redirect_usage))
+        .at("/static/:file", get(asset))
+}
+
+#[handler]
+async fn home(req: &Request, state: Data<&Arc<AppState>>) -> Response {
+    match session::signed_in(&state, req).await {
+        Ok(_) => respond::see_other("/catalog"),
+        Err(to_login) => to_login,
+    }
+}
+
+/// A permanent redirect that keeps the method and, when `keep_query`, the query string.
+fn moved(req: &Request, to: &str, keep_query: bool) -> Response {
+    let mut location = to.to_owned();
+    if let Some(q) = req.uri().query().filter(|q| keep_query && !q.is_empty()) {
+        location.push(if to.contains('?') { '&' } else { '?' });
+        location.push_str(q);
+    }
+    Response::builder()
+        .status(StatusCode::PERMANENT_REDIRECT)
+        .header(header::LOCATION, location)
+        .finish()
+}
+
+#[handler]
+fn redirect_activity_center(req: &Request) -> Response {
+    moved(req, "/admin/activity", true)
+}
+
+#[handler]
+fn redirect_scheduler_runs(req: &Request) -> Response {
+    moved(req, "/admin/activity?source=scheduler", true)
+}
+
+#[handler]
+fn redirect_usage(req: &Request) -> Response {
+    moved(req, "/admin/telemetry", true)
+}
+
+/// An embedded asset: cached for a year (its name changes with its content), gzipped when
+/// the browser accepts it.
+#[handler]
+fn asset(req: &Request) -> Response {
+    let Some(asset) = svc_pages::assets::find(req.uri().path()) else {
+        return Response::builder().status(StatusCode::NOT_FOUND).finish();
+    };
+    let gzip = req
+        .headers()
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|e| e.trim().starts_with("gzip")));
+    let builder = Response::builder()
+        .header(header::CONTENT_TYPE, asset.content_type)
+        .header(header::CACHE_CONTROL, "public, max-age=31536000, immutable")
+        .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
+        .header(header::VARY, "Accept-Encoding");
+    if gzip {
+        builder
+            .header(header::CONTENT_ENCODING, "gzip")
+            .body(Body::from_bytes(asset.gzipped.clone().into()))
+    } else {
+        builder.body(Body::from_bytes(bytes::Bytes::from_static(asset.body)))
+    }
+}
+
+/// A form body's fields, in order (a name may repeat: checkboxes).
+pub(crate) struct Form(Vec<(String, String)>);
+
+impl Form {
+    /// Reads an `application/x-www-form-urlencoded` body.
+    pub(crate) async fn read(body: Body) -> Self {
+        let bytes = body.into_vec().await.unwrap_or_default();
+        Self(form_urlencoded::parse(&bytes).into_owned().collect())
+    }
+
+    /// The first value of a field.
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The first value of a field, trimmed, when not empty.
+    pub(crate) fn text(&self, name: &str) -> Option<String> {
+        self.get(name)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    }
+
+    /// Every value of a field.
+    pub(crate) fn all(&self, name: &str) -> Vec<String> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+}
+
+/// A query string's fields.
+pub(crate) fn query(req: &Request) -> Form {
+    Form(
+        form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+            .into_owned()
+            .collect(),
+    )
+}
+
+/// Appends `flash=<text>` (ok) or `error=<text>` to a local path, for the page after a form.
+pub(crate) fn with_outcome(back: &str, ok: bool, text: &str) -> String {
+    let key = if ok { "flash" } else { "error" };
+    let sep = if back.contains('?') { '&' } else { '?' };
+    format!("{back}{sep}{key}={}", session::urlencode(text))
+}
+
+/// The outcome a form left in the query string.
+pub(crate) fn outcome(q: &Form) -> Option<svc_pages::Flash> {
+    if let Some(text) = q.text("flash") {
+        return Some(svc_pages::Flash { text, ok: true });
+    }
+    q.text("error")
+        .map(|text| svc_pages::Flash { text, ok: false })
+}

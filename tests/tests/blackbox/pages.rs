@@ -1,0 +1,321 @@
+//! The web pages in a real headless Chromium: each page loads with no console error and no
+//! request off this server, its main interaction works, user content is shown as text and
+//! never run, and the session rules hold (login redirect with `next`, CSRF refusal, 403 for
+//! a non-admin). Every page visited leaves a screenshot under `target/page-screenshots/`.
+
+use serde_json::{json, Value};
+
+use crate::browser::Browser;
+use crate::support::Server;
+
+const PASSWORD: &str = "correct horse battery";
+/// Markup that would show a dialog or make a request if any page ran it.
+const XSS: &str = "<script>alert(1)</script><img src=x onerror=alert(2)>";
+
+/// A server with an admin and an analyst who both have passwords.
+fn server() -> Server {
+    let s = Server::start();
+    let set = |email: &str| {
+        let out = s.cli(
+            &["users", "set-password", "--email", email, "--password-stdin"],
+            Some(&format!("{PASSWORD}\n")),
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    set("admin@localhost");
+    s.cli_ok(&["users", "create", "--email", "ana@example.com"]);
+    set("ana@example.com");
+    s
+}
+
+fn log_in(b: &Browser, s: &Server, email: &str) {
+    b.goto(&s.url("/login"));
+    b.type_into("#email", email);
+    b.type_into("#password", PASSWORD);
+    b.click("form button[type=submit]");
+    b.wait_until("leaving the login page", "return !location.pathname.startsWith('/login')");
+}
+
+/// Loads `path`, saves a screenshot, and checks the page asked nothing of another host, logged
+/// no console error and opened no dialog.
+fn visit(b: &Browser, s: &Server, path: &str, shot: &str) {
+    b.goto(&s.url(path));
+    b.screenshot(shot);
+    assert_clean(b, s, path);
+}
+
+fn assert_clean(b: &Browser, s: &Server, what: &str) {
+    assert!(!b.dialog_open(), "{what}: a dialog opened (injected script ran?)");
+    assert_eq!(b.foreign_requests(&s.base), Vec::<String>::new(), "{what}: requests off this server");
+    assert_eq!(b.console_errors(), Vec::<String>::new(), "{what}: console errors");
+}
+
+#[test]
+fn login_redirects_with_next_and_refuses_open_redirects_and_forged_forms() {
+    let s = server();
+    let b = Browser::start();
+
+    // An unauthenticated page goes to the login form and comes back after it.
+    b.goto(&s.url("/admin/activity?window=60"));
+    assert!(b.url().contains("/login?next=%2Fadmin%2Factivity%3Fwindow%3D60"), "{}", b.url());
+    b.screenshot("login");
+    assert_clean(&b, &s, "/login");
+    b.type_into("#email", "admin@localhost");
+    b.type_into("#password", "wrong password");
+    b.click("form button[type=submit]");
+    assert_eq!(b.text("#login-error"), "Invalid email or password");
+    b.type_into("#password", PASSWORD);
+    b.click("form button[type=submit]");
+    b.wait_until("the activity page", "return location.pathname === '/admin/activity'");
+    assert!(b.url().ends_with("/admin/activity?window=60"), "{}", b.url());
+    let rows = s.audit_rows("auth.login", 2);
+    assert!(rows.iter().any(|r| r["client_kind"] == "web" && r["result"] == "success"), "{rows:?}");
+
+    // `next` pointing elsewhere is ignored.
+    for evil in ["//evil.example/x", "https://evil.example/", "/\\evil.example"] {
+        b.goto(&s.url(&format!("/login?next={}", urlencode(evil))));
+        // Signed in already: straight on, to this server's catalog.
+        assert!(b.url().starts_with(&s.base), "{evil} -> {}", b.url());
+        assert!(b.url().ends_with("/catalog"), "{evil} -> {}", b.url());
+    }
+
+    // A page's script calls the API with the cookie; without the CSRF token a change is refused.
+    let refused = b.js(
+        "return fetch('/api/admin/observability/views', {method: 'POST', headers: {'Content-Type': 'application/json'},
+           body: JSON.stringify({name: 'x', query: {}})}).then(r => r.status);",
+        json!([]),
+    );
+    assert_eq!(refused, json!(403));
+    let admin = s.admin_token();
+    let (_, views) = s.get_json("/api/admin/observability/views", &admin);
+    assert_eq!(views["views"], json!([]), "nothing saved without the token");
+    // A form without its token is refused with a page, and changes nothing.
+    let forged = b.js(
+        "return fetch('/admin/tables/delete', {method: 'POST', headers: {'Content-Type': 'application/x-www-form-urlencoded'},
+           body: 'id=svc_audit_log&csrf=forged'}).then(r => r.status);",
+        json!([]),
+    );
+    assert_eq!(forged, json!(403));
+
+    // A non-admin gets a 403 page on admin pages, and the catalog.
+    let ana = Browser::start();
+    log_in(&ana, &s, "ana@example.com");
+    visit(&ana, &s, "/admin/activity", "forbidden");
+    assert!(ana.source().contains("Administrators only"));
+    let (status, _) = s.send(s.http.get(s.url("/admin/activity")).header("cookie", "svc_session=expired.token.value"));
+    assert_eq!(status, 302, "an unusable cookie goes back to login, not a 500");
+
+    // Logging out ends the browser's session.
+    b.goto(&s.url("/catalog"));
+    b.click(".who form button");
+    b.wait_until("the login page", "return location.pathname === '/login'");
+    b.goto(&s.url("/catalog"));
+    assert!(b.url().contains("/login?next="), "{}", b.url());
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[test]
+fn catalog_and_tables_pages_show_tables_and_stream_the_warmup_log() {
+    let s = server();
+    let admin = s.admin_token();
+    let (status, body) = s.post_json(
+        "/api/admin/register-table",
+        &admin,
+        &json!({"id": "orders", "bucket": "sales", "description": XSS}),
+    );
+    assert!(status < 300, "{body}");
+    let b = Browser::start();
+    log_in(&b, &s, "admin@localhost");
+
+    visit(&b, &s, "/catalog", "catalog");
+    assert_eq!(b.text("section[aria-labelledby=business] h3").split(' ').next(), Some("sales"));
+    assert!(b.source().contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the description is shown as text");
+    b.click("a[href='/catalog/svc_audit_log']");
+    b.wait_for("#schema");
+    b.screenshot("catalog-table");
+    assert_clean(&b, &s, "/catalog/svc_audit_log");
+
+    visit(&b, &s, "/admin/tables", "tables");
+    let tabs = b.js("return [...document.querySelectorAll('.tabs a')].map(a => a.textContent.split(' ')[0]);", json!([]));
+    assert!(tabs.as_array().unwrap().iter().any(|t| t == "internal"), "{tabs}");
+    assert!(tabs.as_array().unwrap().iter().any(|t| t == "local"), "{tabs}");
+    // Register from the page: the row appears, audited as a web change.
+    b.type_into("input[name=name]", "events_page");
+    b.type_into("input[name=description]", "registered from the page");
+    b.click("form[action='/admin/tables/register'] button[type=submit]");
+    b.wait_for("#table-events_page");
+    let rows = s.audit_rows("registry.register", 1);
+    assert!(rows.iter().any(|r| r["client_kind"] == "web"), "{rows:?}");
+
+    // The warmup log shows new lines while a warmup runs.
+    b.wait_until("the stream to open", "return document.querySelector('[data-sse-state]').textContent === 'live'");
+    b.click("button[data-post='/api/admin/cache-warmup/run']");
+    b.wait_until(
+        "warmup lines",
+        "return [...document.querySelectorAll('#warmup-log li')].some(li => li.textContent.startsWith('warmup finished'))",
+    );
+    b.screenshot("tables-warmup");
+    assert_clean(&b, &s, "/admin/tables after a warmup");
+}
+
+#[test]
+fn activity_page_filters_pages_opens_the_json_panel_and_restores_a_saved_view() {
+    let s = server();
+    let admin = s.admin_token();
+    // Rows to page through, one of them carrying markup in its parameters.
+    for i in 0..60 {
+        s.get_json(&format!("/api/v2/schema/missing_{i}"), &admin);
+    }
+    s.post_json("/api/admin/register-table", &admin, &json!({"id": "xss_probe", "description": XSS}));
+    let b = Browser::start();
+    log_in(&b, &s, "admin@localhost");
+
+    visit(&b, &s, "/admin/activity", "activity");
+    let count = |b: &Browser| b.js("return document.querySelectorAll('#activity-rows tr').length", json!([]));
+    assert_eq!(count(&b), json!(50));
+    b.click("button[data-more]");
+    b.wait_until("the next page", "return document.querySelectorAll('#activity-rows tr').length > 50");
+    assert_clean(&b, &s, "load more");
+
+    // Filter by result: the select submits the form and the URL holds the filter.
+    b.js("const s = document.querySelector('select[name=result]'); s.value = 'error'; s.dispatchEvent(new Event('change', {bubbles: true}));", json!([]));
+    b.wait_until("the filtered page", "return location.search.includes('result=error')");
+    let results = b.js("return [...document.querySelectorAll('#activity-rows tr')].map(r => r.dataset.result)", json!([]));
+    assert!(!results.as_array().unwrap().is_empty());
+    assert!(results.as_array().unwrap().iter().all(|r| r.as_str().unwrap().starts_with("error")), "{results}");
+
+    // The JSON panel of the registration shows its params as text.
+    b.goto(&s.url("/admin/activity?action_prefix=registry.register"));
+    b.click("#activity-rows tr details summary");
+    let panel = b.text("#activity-rows tr details pre");
+    assert!(panel.contains("xss_probe"), "{panel}");
+    b.screenshot("activity-json-panel");
+    assert_clean(&b, &s, "JSON panel");
+
+    // Save the view, reset, and restore it from its link.
+    b.type_into("form[data-save-view] input[name=name]", "<b>registrations</b>");
+    b.click("form[data-save-view] button");
+    b.wait_until("the saved view", "return document.querySelectorAll('[data-delete-view]').length === 1");
+    b.goto(&s.url("/admin/activity"));
+    let link = b.text("#views-h + p + ul a");
+    assert_eq!(link, "<b>registrations</b>", "the name is text, not markup");
+    b.click("#views-h + p + ul a");
+    b.wait_until("the restored filter", "return location.search.includes('action_prefix=registry.register')");
+    assert_eq!(
+        b.js("return document.querySelector('select[name=action_prefix]').value", json!([])),
+        json!("registry.register")
+    );
+    let rows = s.audit_rows("activity.read", 1);
+    assert!(rows.iter().any(|r| r["client_kind"] == "web"), "page reads are audited as web");
+
+    // Old paths redirect permanently, keeping the query.
+    let no_redirects = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    for (from, to) in [
+        ("/activity-center?window=60", "/admin/activity?window=60"),
+        ("/admin/scheduler-runs", "/admin/activity?source=scheduler"),
+        ("/admin/usage?window=10080", "/admin/telemetry?window=10080"),
+    ] {
+        let r = no_redirects.get(s.url(from)).send().unwrap();
+        assert_eq!(r.status().as_u16(), 308, "{from}");
+        assert_eq!(r.headers()["location"], to, "{from}");
+    }
+}
+
+#[test]
+fn memory_page_decides_items_and_escapes_their_content() {
+    let s = server();
+    let ana = s.user_token("bo@example.com", false);
+    let mut ids = Vec::new();
+    for title in [format!("Revenue rule {XSS}"), "Fiscal year starts in April".into()] {
+        let (status, item) = s.post_json(
+            "/api/memory",
+            &ana,
+            &json!({"title": title, "content": format!("content {XSS}"), "category": "finance"}),
+        );
+        assert_eq!(status, 201, "{item}");
+        ids.push(item["id"].as_str().unwrap().to_owned());
+    }
+    let b = Browser::start();
+    log_in(&b, &s, "admin@localhost");
+    visit(&b, &s, "/corporate-memory", "memory");
+    assert_eq!(b.js("return document.querySelectorAll('tbody tr').length", json!([])), json!(2));
+    assert!(b.text(&format!("#item-{} .item-title", ids[0])).contains("<script>"), "shown as text");
+
+    // Approve one from its row: the item's state changes, audited with the reason.
+    b.type_into("input[name=reason]", "checked with finance");
+    b.click(&format!("button[value='approve:{}']", ids[0]));
+    b.wait_until("the outcome", "return document.querySelector('.flash.ok') !== null");
+    let admin = s.admin_token();
+    let (_, item) = s.get_json(&format!("/api/memory/{}", ids[0]), &admin);
+    assert_eq!(item["status"], "approved", "{item}");
+    let rows = s.audit_rows("corporate_memory.approve", 1);
+    assert_eq!(rows[0]["client_kind"], "web");
+    let params: Value = rows[0]["params"].clone();
+    assert!(params.to_string().contains("checked with finance"), "{params}");
+    b.screenshot("memory-decided");
+    assert_clean(&b, &s, "memory after a decision");
+
+    // Batch: tick the remaining pending item and reject it.
+    b.click(&format!("input[name=ids][value='{}']", ids[1]));
+    b.click("button[value='reject:*']");
+    b.wait_until("the outcome", "return document.querySelector('.flash.ok') !== null");
+    let (_, item) = s.get_json(&format!("/api/memory/{}", ids[1]), &admin);
+    assert_eq!(item["status"], "rejected", "{item}");
+
+    // Only the moves the transition graph allows are offered: an approved item cannot be
+    // approved again, a rejected one can.
+    b.goto(&s.url("/corporate-memory?status=any"));
+    let offered = |id: &str, d: &str| {
+        b.js(&format!("return document.querySelector(\"button[value='{d}:{id}']\") !== null"), json!([]))
+    };
+    assert_eq!(offered(&ids[0], "approve"), json!(false));
+    assert_eq!(offered(&ids[0], "mandate"), json!(true));
+    assert_eq!(offered(&ids[1], "approve"), json!(true));
+}
+
+#[test]
+fn sessions_page_lists_failed_sessions_and_the_viewer_jumps_between_errors() {
+    let s = crate::telemetry::server(crate::support::Backend::Sqlite, &[]);
+    let set = s.cli(
+        &["users", "set-password", "--email", "admin@localhost", "--password-stdin"],
+        Some(&format!("{PASSWORD}\n")),
+    );
+    assert!(set.status.success());
+    let admin = s.admin_token();
+    let ana = s.user_token("ana@example.com", false);
+    let ana_id = crate::telemetry::user_id(&s, &ana);
+    let transcript = String::from_utf8_lossy(crate::telemetry::LABELLED).replace("hello", XSS);
+    assert_eq!(crate::telemetry::upload_raw(&s, &ana, "a.jsonl", transcript.as_bytes()).0, 200);
+    crate::telemetry::run(&s, &admin);
+    let (_, api) = s.get_json(&format!("/api/admin/sessions/{ana_id}/a.jsonl/transcript"), &admin);
+    let errors: Vec<u64> = api["error_ordinals"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert!(!errors.is_empty(), "{api}");
+
+    let b = Browser::start();
+    log_in(&b, &s, "admin@localhost");
+    visit(&b, &s, "/admin/sessions?window=525600", "sessions");
+    b.click("tbody tr a");
+    b.wait_for(".transcript");
+    b.screenshot("transcript");
+    assert_clean(&b, &s, "transcript");
+    // `n` jumps to the first failed call, the button to the next one (wrapping round).
+    b.key("n");
+    let focused = || b.js("return document.activeElement.dataset.ordinal", json!([]));
+    assert_eq!(focused(), json!(errors[0].to_string()));
+    b.click("button[data-error-step='1']");
+    assert_eq!(focused(), json!(errors[1 % errors.len()].to_string()));
+    // A path that names no session is a 404 page.
+    b.goto(&s.url(&format!("/admin/sessions/{ana_id}/missing.jsonl")));
+    assert!(b.source().contains("Session not found"));
+}

@@ -76,9 +76,7 @@ impl Login {
         origin: Origin,
     ) -> Result<Session, Error> {
         let started = Instant::now();
-        let ip = origin
-            .ip
-            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
+        let ip = origin.ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into());
         let attempt = self.limiter.attempt(ip, email).map_err(|refused| {
             let from = match refused.by {
                 LimitedBy::Address => "from this address",

@@ -73,7 +73,10 @@ mod tests {
     #[test]
     fn names_carry_the_content_hash_and_resolve() {
         let css = css();
-        assert!(css.starts_with("/static/app.") && css.ends_with(".css"), "{css}");
+        assert!(
+            css.starts_with("/static/app.") && css.ends_with(".css"),
+            "{css}"
+        );
         assert_eq!(find(css).unwrap().body, include_bytes!("../assets/app.css"));
         assert!(find("/static/app.css").is_none());
         let js = find(js()).unwrap();

@@ -80,7 +80,13 @@ pub struct Chrome {
 
 impl Chrome {
     /// The frame of `page` for a user.
-    pub fn new(page: Page, title: impl Into<String>, user: &str, is_admin: bool, csrf: String) -> Self {
+    pub fn new(
+        page: Page,
+        title: impl Into<String>,
+        user: &str,
+        is_admin: bool,
+        csrf: String,
+    ) -> Self {
         Self {
             title: title.into(),
             user: user.to_owned(),

@@ -93,8 +93,11 @@ impl Filters {
     }
 
     fn api_url(&self) -> String {
-        self.url_with("", None)
-            .replacen("/admin/activity?window=", "/api/admin/activity?since_minutes=", 1)
+        self.url_with("", None).replacen(
+            "/admin/activity?window=",
+            "/api/admin/activity?since_minutes=",
+            1,
+        )
     }
 }
 
@@ -209,7 +212,9 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
                 .saved_views(&session.caller.user.id)
                 .await
                 .unwrap_or_default();
-            render(&state, &session, &q, &f, kpis, facets, views, rows, next_page)
+            render(
+                &state, &session, &q, &f, kpis, facets, views, rows, next_page,
+            )
         }
         Err(e) => respond::from_error(&state, &session, e),
     }
@@ -219,7 +224,10 @@ async fn summary(
     state: &AppState,
     filter: &AuditFilter,
 ) -> Result<(svc_store::audit::AuditKpis, svc_store::audit::AuditFacets), Error> {
-    let (kpis, facets) = tokio::join!(state.store.audit_kpis(filter), state.store.audit_facets(filter));
+    let (kpis, facets) = tokio::join!(
+        state.store.audit_kpis(filter),
+        state.store.audit_facets(filter)
+    );
     Ok((kpis?, facets?))
 }
 
@@ -256,20 +264,42 @@ fn render(
     let mut users: Vec<Choice> = facets
         .users
         .iter()
-        .map(|u| Choice::new(&u.id, format!("{} ({})", u.label, u.count), &current("user_id")))
+        .map(|u| {
+            Choice::new(
+                &u.id,
+                format!("{} ({})", u.label, u.count),
+                &current("user_id"),
+            )
+        })
         .collect();
     let mut actions: Vec<Choice> = facets
         .actions
         .iter()
-        .map(|a| Choice::new(&a.value, format!("{} ({})", a.value, a.count), &current("action_prefix")))
+        .map(|a| {
+            Choice::new(
+                &a.value,
+                format!("{} ({})", a.value, a.count),
+                &current("action_prefix"),
+            )
+        })
         .collect();
     let mut sources: Vec<Choice> = facets
         .sources
         .iter()
-        .map(|s| Choice::new(&s.value, format!("{} ({})", s.value, s.count), &current("source")))
+        .map(|s| {
+            Choice::new(
+                &s.value,
+                format!("{} ({})", s.value, s.count),
+                &current("source"),
+            )
+        })
         .collect();
     // A filter the facets no longer list (nothing matched) stays selectable and selected.
-    for (list, key) in [(&mut users, "user_id"), (&mut actions, "action_prefix"), (&mut sources, "source")] {
+    for (list, key) in [
+        (&mut users, "user_id"),
+        (&mut actions, "action_prefix"),
+        (&mut sources, "source"),
+    ] {
         let v = current(key);
         if !v.is_empty() && !list.iter().any(|c| c.selected) {
             list.insert(0, Choice::new(v.clone(), v, &current(key)));
@@ -321,7 +351,11 @@ fn render(
 fn view_url(query: &Value) -> String {
     let mut parts = Vec::new();
     for key in std::iter::once("window").chain(KEYS) {
-        if let Some(v) = query.get(key).and_then(Value::as_str).filter(|v| !v.is_empty()) {
+        if let Some(v) = query
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|v| !v.is_empty())
+        {
             parts.push(format!("{key}={}", urlencode(v)));
         }
     }

@@ -114,11 +114,7 @@ fn cell(v: &Value) -> String {
 }
 
 #[handler]
-pub async fn table(
-    req: &Request,
-    table_id: Path<String>,
-    state: Data<&Arc<AppState>>,
-) -> Response {
+pub async fn table(req: &Request, table_id: Path<String>, state: Data<&Arc<AppState>>) -> Response {
     let session = match session::signed_in(&state, req).await {
         Ok(s) => s,
         Err(r) => return r,
@@ -133,18 +129,22 @@ pub async fn table(
         Ok(row) => row,
         Err(e) => return respond::from_error(&state, &session, e),
     };
-    let (columns, schema_error): (Vec<(String, String, bool)>, _) = match api.schema_for(&session.caller, &table_id).await {
-        Ok(s) => (
-            s.columns
-                .iter()
-                .map(|c| (c.name.clone(), c.data_type.clone(), c.nullable))
-                .collect(),
-            None,
-        ),
-        Err(e) => (Vec::new(), Some(e.0.to_string())),
-    };
+    let (columns, schema_error): (Vec<(String, String, bool)>, _) =
+        match api.schema_for(&session.caller, &table_id).await {
+            Ok(s) => (
+                s.columns
+                    .iter()
+                    .map(|c| (c.name.clone(), c.data_type.clone(), c.nullable))
+                    .collect(),
+                None,
+            ),
+            Err(e) => (Vec::new(), Some(e.0.to_string())),
+        };
     // The schema's order (a JSON object's keys come back sorted).
-    let mut sample_columns: Vec<String> = columns.iter().map(|c: &(String, String, bool)| c.0.clone()).collect();
+    let mut sample_columns: Vec<String> = columns
+        .iter()
+        .map(|c: &(String, String, bool)| c.0.clone())
+        .collect();
     let (mut sample_rows, mut sample_error) = (Vec::new(), None);
     match api.sample_for(&session.caller, &table_id, 10).await {
         Ok(sample) => {

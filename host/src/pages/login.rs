@@ -42,8 +42,14 @@ pub async fn form_page(req: &Request, state: Data<&Arc<AppState>>) -> Response {
 
 /// A login form from another site is refused: the browser names the page that sent it.
 fn cross_site(req: &Request) -> bool {
-    let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok());
-    let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok());
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok());
     match (origin, host) {
         (Some("null"), _) => true,
         (Some(origin), Some(host)) => origin.split_once("://").map(|(_, h)| h) != Some(host),

@@ -110,7 +110,11 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
                 .list(
                     caller,
                     ItemQuery {
-                        statuses: if status == "any" { vec![] } else { vec![status.clone()] },
+                        statuses: if status == "any" {
+                            vec![]
+                        } else {
+                            vec![status.clone()]
+                        },
                         search: (!search.is_empty()).then(|| search.clone()),
                         offset: page * PAGE_ITEMS,
                         limit: PAGE_ITEMS,
@@ -140,7 +144,11 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
             }
             Err(e) => return respond::from_error(&state, &session, e),
         },
-        _ => match state.memory.duplicate_candidates(Some(false), false, PAIRS).await {
+        _ => match state
+            .memory
+            .duplicate_candidates(Some(false), false, PAIRS)
+            .await
+        {
             Ok(list) => {
                 pairs = list
                     .iter()
@@ -162,8 +170,16 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         .collect();
     let tabs = [
         ("items", "Review queue", "/corporate-memory".to_owned()),
-        ("contradictions", "Contradictions", "/corporate-memory?tab=contradictions".into()),
-        ("duplicates", "Duplicates", "/corporate-memory?tab=duplicates".into()),
+        (
+            "contradictions",
+            "Contradictions",
+            "/corporate-memory?tab=contradictions".into(),
+        ),
+        (
+            "duplicates",
+            "Duplicates",
+            "/corporate-memory?tab=duplicates".into(),
+        ),
     ]
     .into_iter()
     .map(|(key, label, href)| Tab {
@@ -290,7 +306,11 @@ pub async fn resolve(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> 
         (back, done)
     };
     match result {
-        Ok(_) => respond::see_other(&with_outcome(back, true, &format!("Resolved: {resolution}"))),
+        Ok(_) => respond::see_other(&with_outcome(
+            back,
+            true,
+            &format!("Resolved: {resolution}"),
+        )),
         Err(e) => respond::see_other(&with_outcome(back, false, &e.to_string())),
     }
 }

@@ -64,7 +64,13 @@ pub fn error_page(
     message: &str,
 ) -> Response {
     let Some(session) = session else {
-        return html(status, format!("<!doctype html><title>{0} · svc</title><h1>{0}</h1>", status.as_u16()));
+        return html(
+            status,
+            format!(
+                "<!doctype html><title>{0} · svc</title><h1>{0}</h1>",
+                status.as_u16()
+            ),
+        );
     };
     let t = ErrorPage {
         chrome: session.chrome(state, Page::Error, heading),

@@ -221,8 +221,18 @@ mod tests {
 
     #[test]
     fn next_stays_on_this_server() {
-        assert_eq!(safe_next(Some("/admin/activity?window=60")), "/admin/activity?window=60");
-        for bad in ["//evil.example", "/\\evil", "https://evil.example/", "evil", "", "/login?next=/x"] {
+        assert_eq!(
+            safe_next(Some("/admin/activity?window=60")),
+            "/admin/activity?window=60"
+        );
+        for bad in [
+            "//evil.example",
+            "/\\evil",
+            "https://evil.example/",
+            "evil",
+            "",
+            "/login?next=/x",
+        ] {
             assert_eq!(safe_next(Some(bad)), "/catalog", "{bad}");
         }
         assert_eq!(safe_next(None), "/catalog");

@@ -71,7 +71,12 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
     ];
     state
         .audit
-        .write_read_outcome(&session.caller.actor, browse_event("list", &asked), started, &result)
+        .write_read_outcome(
+            &session.caller.actor,
+            browse_event("list", &asked),
+            started,
+            &result,
+        )
         .await;
     let page = match result {
         Ok(p) => p,
@@ -132,7 +137,13 @@ fn turn(e: &TranscriptEvent) -> TurnView {
         role: e.role.clone(),
         ts: e.ts.clone().unwrap_or_default(),
         tool: e.tool_name.clone(),
-        preview: text.lines().next().unwrap_or("").chars().take(160).collect(),
+        preview: text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(160)
+            .collect(),
         long,
         text,
         input: e
@@ -167,20 +178,23 @@ pub async fn transcript(
         .outcome(&result, |e, t| e.param("events", t.page.total_events))
         .timed(started);
     state.audit.write_read(&session.caller.actor, event).await;
-    let t = match result {
-        Ok(t) => t,
-        Err(e) if e.status() == 404 || e.status() == 422 => {
-            return respond::error_page(
+    let t =
+        match result {
+            Ok(t) => t,
+            Err(e) if e.status() == 404 || e.status() == 422 => return respond::error_page(
                 &state,
                 Some(&session),
                 StatusCode::NOT_FOUND,
                 "Session not found",
                 "No session file has this path. It may have been removed, or the link is wrong.",
-            )
-        }
-        Err(e) => return respond::from_error(&state, &session, e),
-    };
-    let base = format!("/admin/sessions/{}/{}", urlencode(&username), urlencode(&file));
+            ),
+            Err(e) => return respond::from_error(&state, &session, e),
+        };
+    let base = format!(
+        "/admin/sessions/{}/{}",
+        urlencode(&username),
+        urlencode(&file)
+    );
     let events: Vec<TurnView> = t.page.events.iter().map(turn).collect();
     let first = t.page.offset + 1;
     let last = t.page.offset + events.len();
@@ -204,7 +218,8 @@ pub async fn transcript(
         events,
         first,
         last,
-        prev_page: (offset > 0).then(|| format!("{base}?offset={}", offset.saturating_sub(PAGE_EVENTS))),
+        prev_page: (offset > 0)
+            .then(|| format!("{base}?offset={}", offset.saturating_sub(PAGE_EVENTS))),
         next_page: t.page.next_offset.map(|n| format!("{base}?offset={n}")),
     })
 }

@@ -40,7 +40,10 @@ fn row(state: &AppState, r: &RegistryRow) -> TableRow {
         registered: format!(
             "{} {}",
             r.registered_by.as_deref().unwrap_or("—"),
-            r.registered_at.as_deref().and_then(|t| t.get(..10)).unwrap_or("")
+            r.registered_at
+                .as_deref()
+                .and_then(|t| t.get(..10))
+                .unwrap_or("")
         ),
         synced: data,
         error,
@@ -172,7 +175,11 @@ pub async fn warmup_log(req: &Request, state: Data<&Arc<AppState>>) -> Response 
     if let Err(r) = session::admin(&state, req).await {
         return r;
     }
-    let after = last_event_id(req.headers().get("last-event-id").and_then(|v| v.to_str().ok()));
+    let after = last_event_id(
+        req.headers()
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok()),
+    );
     let events = warmup_events(&state.warmer, after, true).map(sse_event);
     SSE::new(events)
         .keep_alive(std::time::Duration::from_secs(15))

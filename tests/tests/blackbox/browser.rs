@@ -146,7 +146,11 @@ impl Browser {
             if let Some(id) = self.element(css) {
                 return id;
             }
-            assert!(Instant::now() < deadline, "no element {css} on {}", self.url());
+            assert!(
+                Instant::now() < deadline,
+                "no element {css} on {}",
+                self.url()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -163,7 +167,11 @@ impl Browser {
     /// Clicks an element.
     pub fn click(&self, css: &str) {
         let id = self.wait_for(css);
-        self.ok(reqwest::Method::POST, &format!("/element/{id}/click"), Some(json!({})));
+        self.ok(
+            reqwest::Method::POST,
+            &format!("/element/{id}/click"),
+            Some(json!({})),
+        );
     }
 
     /// Types into an element.

@@ -17,10 +17,20 @@ fn server() -> Server {
     let s = Server::start();
     let set = |email: &str| {
         let out = s.cli(
-            &["users", "set-password", "--email", email, "--password-stdin"],
+            &[
+                "users",
+                "set-password",
+                "--email",
+                email,
+                "--password-stdin",
+            ],
             Some(&format!("{PASSWORD}\n")),
         );
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     set("admin@localhost");
     s.cli_ok(&["users", "create", "--email", "ana@example.com"]);
@@ -33,7 +43,10 @@ fn log_in(b: &Browser, s: &Server, email: &str) {
     b.type_into("#email", email);
     b.type_into("#password", PASSWORD);
     b.click("form button[type=submit]");
-    b.wait_until("leaving the login page", "return !location.pathname.startsWith('/login')");
+    b.wait_until(
+        "leaving the login page",
+        "return !location.pathname.startsWith('/login')",
+    );
 }
 
 /// Loads `path`, saves a screenshot, and checks the page asked nothing of another host, logged
@@ -45,9 +58,20 @@ fn visit(b: &Browser, s: &Server, path: &str, shot: &str) {
 }
 
 fn assert_clean(b: &Browser, s: &Server, what: &str) {
-    assert!(!b.dialog_open(), "{what}: a dialog opened (injected script ran?)");
-    assert_eq!(b.foreign_requests(&s.base), Vec::<String>::new(), "{what}: requests off this server");
-    assert_eq!(b.console_errors(), Vec::<String>::new(), "{what}: console errors");
+    assert!(
+        !b.dialog_open(),
+        "{what}: a dialog opened (injected script ran?)"
+    );
+    assert_eq!(
+        b.foreign_requests(&s.base),
+        Vec::<String>::new(),
+        "{what}: requests off this server"
+    );
+    assert_eq!(
+        b.console_errors(),
+        Vec::<String>::new(),
+        "{what}: console errors"
+    );
 }
 
 #[test]
@@ -57,7 +81,12 @@ fn login_redirects_with_next_and_refuses_open_redirects_and_forged_forms() {
 
     // An unauthenticated page goes to the login form and comes back after it.
     b.goto(&s.url("/admin/activity?window=60"));
-    assert!(b.url().contains("/login?next=%2Fadmin%2Factivity%3Fwindow%3D60"), "{}", b.url());
+    assert!(
+        b.url()
+            .contains("/login?next=%2Fadmin%2Factivity%3Fwindow%3D60"),
+        "{}",
+        b.url()
+    );
     b.screenshot("login");
     assert_clean(&b, &s, "/login");
     b.type_into("#email", "admin@localhost");
@@ -66,13 +95,28 @@ fn login_redirects_with_next_and_refuses_open_redirects_and_forged_forms() {
     assert_eq!(b.text("#login-error"), "Invalid email or password");
     b.type_into("#password", PASSWORD);
     b.click("form button[type=submit]");
-    b.wait_until("the activity page", "return location.pathname === '/admin/activity'");
-    assert!(b.url().ends_with("/admin/activity?window=60"), "{}", b.url());
+    b.wait_until(
+        "the activity page",
+        "return location.pathname === '/admin/activity'",
+    );
+    assert!(
+        b.url().ends_with("/admin/activity?window=60"),
+        "{}",
+        b.url()
+    );
     let rows = s.audit_rows("auth.login", 2);
-    assert!(rows.iter().any(|r| r["client_kind"] == "web" && r["result"] == "success"), "{rows:?}");
+    assert!(
+        rows.iter()
+            .any(|r| r["client_kind"] == "web" && r["result"] == "success"),
+        "{rows:?}"
+    );
 
     // `next` pointing elsewhere is ignored.
-    for evil in ["//evil.example/x", "https://evil.example/", "/\\evil.example"] {
+    for evil in [
+        "//evil.example/x",
+        "https://evil.example/",
+        "/\\evil.example",
+    ] {
         b.goto(&s.url(&format!("/login?next={}", urlencode(evil))));
         // Signed in already: straight on, to this server's catalog.
         assert!(b.url().starts_with(&s.base), "{evil} -> {}", b.url());
@@ -102,8 +146,15 @@ fn login_redirects_with_next_and_refuses_open_redirects_and_forged_forms() {
     log_in(&ana, &s, "ana@example.com");
     visit(&ana, &s, "/admin/activity", "forbidden");
     assert!(ana.source().contains("Administrators only"));
-    let (status, _) = s.send(s.http.get(s.url("/admin/activity")).header("cookie", "svc_session=expired.token.value"));
-    assert_eq!(status, 302, "an unusable cookie goes back to login, not a 500");
+    let (status, _) = s.send(
+        s.http
+            .get(s.url("/admin/activity"))
+            .header("cookie", "svc_session=expired.token.value"),
+    );
+    assert_eq!(
+        status, 302,
+        "an unusable cookie goes back to login, not a 500"
+    );
 
     // Logging out ends the browser's session.
     b.goto(&s.url("/catalog"));
@@ -136,17 +187,34 @@ fn catalog_and_tables_pages_show_tables_and_stream_the_warmup_log() {
     log_in(&b, &s, "admin@localhost");
 
     visit(&b, &s, "/catalog", "catalog");
-    assert_eq!(b.text("section[aria-labelledby=business] h3").split(' ').next(), Some("sales"));
-    assert!(b.source().contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the description is shown as text");
+    assert_eq!(
+        b.text("section[aria-labelledby=business] h3")
+            .split(' ')
+            .next(),
+        Some("sales")
+    );
+    assert!(
+        b.source().contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "the description is shown as text"
+    );
     b.click("a[href='/catalog/svc_audit_log']");
     b.wait_for("#schema");
     b.screenshot("catalog-table");
     assert_clean(&b, &s, "/catalog/svc_audit_log");
 
     visit(&b, &s, "/admin/tables", "tables");
-    let tabs = b.js("return [...document.querySelectorAll('.tabs a')].map(a => a.textContent.split(' ')[0]);", json!([]));
-    assert!(tabs.as_array().unwrap().iter().any(|t| t == "internal"), "{tabs}");
-    assert!(tabs.as_array().unwrap().iter().any(|t| t == "local"), "{tabs}");
+    let tabs = b.js(
+        "return [...document.querySelectorAll('.tabs a')].map(a => a.textContent.split(' ')[0]);",
+        json!([]),
+    );
+    assert!(
+        tabs.as_array().unwrap().iter().any(|t| t == "internal"),
+        "{tabs}"
+    );
+    assert!(
+        tabs.as_array().unwrap().iter().any(|t| t == "local"),
+        "{tabs}"
+    );
     // Register from the page: the row appears, audited as a web change.
     b.type_into("input[name=name]", "events_page");
     b.type_into("input[name=description]", "registered from the page");
@@ -156,7 +224,10 @@ fn catalog_and_tables_pages_show_tables_and_stream_the_warmup_log() {
     assert!(rows.iter().any(|r| r["client_kind"] == "web"), "{rows:?}");
 
     // The warmup log shows new lines while a warmup runs.
-    b.wait_until("the stream to open", "return document.querySelector('[data-sse-state]').textContent === 'live'");
+    b.wait_until(
+        "the stream to open",
+        "return document.querySelector('[data-sse-state]').textContent === 'live'",
+    );
     b.click("button[data-post='/api/admin/cache-warmup/run']");
     b.wait_until(
         "warmup lines",
@@ -174,23 +245,48 @@ fn activity_page_filters_pages_opens_the_json_panel_and_restores_a_saved_view() 
     for i in 0..60 {
         s.get_json(&format!("/api/v2/schema/missing_{i}"), &admin);
     }
-    s.post_json("/api/admin/register-table", &admin, &json!({"id": "xss_probe", "description": XSS}));
+    s.post_json(
+        "/api/admin/register-table",
+        &admin,
+        &json!({"id": "xss_probe", "description": XSS}),
+    );
     let b = Browser::start();
     log_in(&b, &s, "admin@localhost");
 
     visit(&b, &s, "/admin/activity", "activity");
-    let count = |b: &Browser| b.js("return document.querySelectorAll('#activity-rows tr').length", json!([]));
+    let count = |b: &Browser| {
+        b.js(
+            "return document.querySelectorAll('#activity-rows tr').length",
+            json!([]),
+        )
+    };
     assert_eq!(count(&b), json!(50));
     b.click("button[data-more]");
-    b.wait_until("the next page", "return document.querySelectorAll('#activity-rows tr').length > 50");
+    b.wait_until(
+        "the next page",
+        "return document.querySelectorAll('#activity-rows tr').length > 50",
+    );
     assert_clean(&b, &s, "load more");
 
     // Filter by result: the select submits the form and the URL holds the filter.
     b.js("const s = document.querySelector('select[name=result]'); s.value = 'error'; s.dispatchEvent(new Event('change', {bubbles: true}));", json!([]));
-    b.wait_until("the filtered page", "return location.search.includes('result=error')");
-    let results = b.js("return [...document.querySelectorAll('#activity-rows tr')].map(r => r.dataset.result)", json!([]));
+    b.wait_until(
+        "the filtered page",
+        "return location.search.includes('result=error')",
+    );
+    let results = b.js(
+        "return [...document.querySelectorAll('#activity-rows tr')].map(r => r.dataset.result)",
+        json!([]),
+    );
     assert!(!results.as_array().unwrap().is_empty());
-    assert!(results.as_array().unwrap().iter().all(|r| r.as_str().unwrap().starts_with("error")), "{results}");
+    assert!(
+        results
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r.as_str().unwrap().starts_with("error")),
+        "{results}"
+    );
 
     // The JSON panel of the registration shows its params as text.
     b.goto(&s.url("/admin/activity?action_prefix=registry.register"));
@@ -201,20 +297,35 @@ fn activity_page_filters_pages_opens_the_json_panel_and_restores_a_saved_view() 
     assert_clean(&b, &s, "JSON panel");
 
     // Save the view, reset, and restore it from its link.
-    b.type_into("form[data-save-view] input[name=name]", "<b>registrations</b>");
+    b.type_into(
+        "form[data-save-view] input[name=name]",
+        "<b>registrations</b>",
+    );
     b.click("form[data-save-view] button");
-    b.wait_until("the saved view", "return document.querySelectorAll('[data-delete-view]').length === 1");
+    b.wait_until(
+        "the saved view",
+        "return document.querySelectorAll('[data-delete-view]').length === 1",
+    );
     b.goto(&s.url("/admin/activity"));
     let link = b.text("#views-h + p + ul a");
     assert_eq!(link, "<b>registrations</b>", "the name is text, not markup");
     b.click("#views-h + p + ul a");
-    b.wait_until("the restored filter", "return location.search.includes('action_prefix=registry.register')");
+    b.wait_until(
+        "the restored filter",
+        "return location.search.includes('action_prefix=registry.register')",
+    );
     assert_eq!(
-        b.js("return document.querySelector('select[name=action_prefix]').value", json!([])),
+        b.js(
+            "return document.querySelector('select[name=action_prefix]').value",
+            json!([])
+        ),
         json!("registry.register")
     );
     let rows = s.audit_rows("activity.read", 1);
-    assert!(rows.iter().any(|r| r["client_kind"] == "web"), "page reads are audited as web");
+    assert!(
+        rows.iter().any(|r| r["client_kind"] == "web"),
+        "page reads are audited as web"
+    );
 
     // Old paths redirect permanently, keeping the query.
     let no_redirects = reqwest::blocking::Client::builder()
@@ -237,7 +348,10 @@ fn memory_page_decides_items_and_escapes_their_content() {
     let s = server();
     let ana = s.user_token("bo@example.com", false);
     let mut ids = Vec::new();
-    for title in [format!("Revenue rule {XSS}"), "Fiscal year starts in April".into()] {
+    for title in [
+        format!("Revenue rule {XSS}"),
+        "Fiscal year starts in April".into(),
+    ] {
         let (status, item) = s.post_json(
             "/api/memory",
             &ana,
@@ -249,27 +363,46 @@ fn memory_page_decides_items_and_escapes_their_content() {
     let b = Browser::start();
     log_in(&b, &s, "admin@localhost");
     visit(&b, &s, "/corporate-memory", "memory");
-    assert_eq!(b.js("return document.querySelectorAll('tbody tr').length", json!([])), json!(2));
-    assert!(b.text(&format!("#item-{} .item-title", ids[0])).contains("<script>"), "shown as text");
+    assert_eq!(
+        b.js(
+            "return document.querySelectorAll('tbody tr').length",
+            json!([])
+        ),
+        json!(2)
+    );
+    assert!(
+        b.text(&format!("#item-{} .item-title", ids[0]))
+            .contains("<script>"),
+        "shown as text"
+    );
 
     // Approve one from its row: the item's state changes, audited with the reason.
     b.type_into("input[name=reason]", "checked with finance");
     b.click(&format!("button[value='approve:{}']", ids[0]));
-    b.wait_until("the outcome", "return document.querySelector('.flash.ok') !== null");
+    b.wait_until(
+        "the outcome",
+        "return document.querySelector('.flash.ok') !== null",
+    );
     let admin = s.admin_token();
     let (_, item) = s.get_json(&format!("/api/memory/{}", ids[0]), &admin);
     assert_eq!(item["status"], "approved", "{item}");
     let rows = s.audit_rows("corporate_memory.approve", 1);
     assert_eq!(rows[0]["client_kind"], "web");
     let params: Value = rows[0]["params"].clone();
-    assert!(params.to_string().contains("checked with finance"), "{params}");
+    assert!(
+        params.to_string().contains("checked with finance"),
+        "{params}"
+    );
     b.screenshot("memory-decided");
     assert_clean(&b, &s, "memory after a decision");
 
     // Batch: tick the remaining pending item and reject it.
     b.click(&format!("input[name=ids][value='{}']", ids[1]));
     b.click("button[value='reject:*']");
-    b.wait_until("the outcome", "return document.querySelector('.flash.ok') !== null");
+    b.wait_until(
+        "the outcome",
+        "return document.querySelector('.flash.ok') !== null",
+    );
     let (_, item) = s.get_json(&format!("/api/memory/{}", ids[1]), &admin);
     assert_eq!(item["status"], "rejected", "{item}");
 
@@ -277,7 +410,10 @@ fn memory_page_decides_items_and_escapes_their_content() {
     // approved again, a rejected one can.
     b.goto(&s.url("/corporate-memory?status=any"));
     let offered = |id: &str, d: &str| {
-        b.js(&format!("return document.querySelector(\"button[value='{d}:{id}']\") !== null"), json!([]))
+        b.js(
+            &format!("return document.querySelector(\"button[value='{d}:{id}']\") !== null"),
+            json!([]),
+        )
     };
     assert_eq!(offered(&ids[0], "approve"), json!(false));
     assert_eq!(offered(&ids[0], "mandate"), json!(true));
@@ -288,7 +424,13 @@ fn memory_page_decides_items_and_escapes_their_content() {
 fn sessions_page_lists_failed_sessions_and_the_viewer_jumps_between_errors() {
     let s = crate::telemetry::server(crate::support::Backend::Sqlite, &[]);
     let set = s.cli(
-        &["users", "set-password", "--email", "admin@localhost", "--password-stdin"],
+        &[
+            "users",
+            "set-password",
+            "--email",
+            "admin@localhost",
+            "--password-stdin",
+        ],
         Some(&format!("{PASSWORD}\n")),
     );
     assert!(set.status.success());
@@ -296,10 +438,21 @@ fn sessions_page_lists_failed_sessions_and_the_viewer_jumps_between_errors() {
     let ana = s.user_token("ana@example.com", false);
     let ana_id = crate::telemetry::user_id(&s, &ana);
     let transcript = String::from_utf8_lossy(crate::telemetry::LABELLED).replace("hello", XSS);
-    assert_eq!(crate::telemetry::upload_raw(&s, &ana, "a.jsonl", transcript.as_bytes()).0, 200);
+    assert_eq!(
+        crate::telemetry::upload_raw(&s, &ana, "a.jsonl", transcript.as_bytes()).0,
+        200
+    );
     crate::telemetry::run(&s, &admin);
-    let (_, api) = s.get_json(&format!("/api/admin/sessions/{ana_id}/a.jsonl/transcript"), &admin);
-    let errors: Vec<u64> = api["error_ordinals"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    let (_, api) = s.get_json(
+        &format!("/api/admin/sessions/{ana_id}/a.jsonl/transcript"),
+        &admin,
+    );
+    let errors: Vec<u64> = api["error_ordinals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
     assert!(!errors.is_empty(), "{api}");
 
     let b = Browser::start();

@@ -13,7 +13,7 @@ pub use auth::{ErrorPage, LoginPage};
 pub use catalog::{Bucket, CatalogEntry, CatalogPage, TablePage};
 pub use memory::{MemoryPage, MemoryRow, Pair};
 pub use sessions::{SessionRow, SessionsPage, TranscriptPage, TurnView};
-pub use tables::{TableTab, TablesPage, TableRow};
+pub use tables::{TableRow, TableTab, TablesPage};
 
 /// An option of a `<select>`.
 #[derive(Debug, Clone)]

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use crate::support::{free_port, TempDir};
 
 /// The W3C key of an element reference.
-const ELEMENT: &str = "element-6066-11e4-a52e-4a5f5c4d9e4c";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// One browser session with its own chromedriver and profile.
 pub struct Browser {

@@ -112,6 +112,27 @@ for (const button of document.querySelectorAll("button[data-delete-view]")) {
   });
 }
 
+// Personal access tokens through the JSON API: a new token is shown once, here.
+for (const form of document.querySelectorAll("form[data-create-token]")) {
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const days = Number(form.elements.days.value) || undefined;
+    try {
+      const t = await api("POST", "/api/tokens", { name: form.elements.name.value, expires_in_days: days });
+      document.getElementById("new-token").textContent = t.token;
+      say(document.getElementById("token-status"), "Copy the token now: it is not shown again.", true);
+    } catch (err) { say(document.getElementById("token-status"), err.message, false); }
+  });
+}
+for (const button of document.querySelectorAll("button[data-revoke-token]")) {
+  button.addEventListener("click", async () => {
+    try {
+      await api("DELETE", `/api/tokens/${encodeURIComponent(button.dataset.revokeToken)}`);
+      location.reload();
+    } catch (err) { say(document.getElementById("token-status"), err.message, false); }
+  });
+}
+
 // Buttons that call the API and report in place (warmup, sync…).
 for (const button of document.querySelectorAll("button[data-post]")) {
   button.addEventListener("click", async () => {

@@ -62,7 +62,7 @@ enum Registered {
     Created(Json<Value>),
 }
 
-fn sort_of(s: Option<&str>) -> Result<MarketSort, Error> {
+pub(crate) fn sort_of(s: Option<&str>) -> Result<MarketSort, Error> {
     match s.unwrap_or("recent") {
         "recent" => Ok(MarketSort::Recent),
         "most_used" => Ok(MarketSort::MostUsed),

@@ -12,7 +12,7 @@ pub mod encoded;
 pub mod error;
 mod export;
 mod health;
-mod marketplace;
+pub(crate) mod marketplace;
 mod me;
 mod memory;
 mod metadata;
@@ -25,7 +25,7 @@ mod scheduler;
 mod scripts;
 mod sessions;
 mod sync;
-mod telemetry;
+pub(crate) mod telemetry;
 mod types;
 mod upload;
 pub(crate) mod warmup;
@@ -360,7 +360,7 @@ pub fn app(
             async move {
                 if let Err(refused) = bridged {
                     drop(busy);
-                    return Ok(refused);
+                    return Ok(*refused);
                 }
                 let resp = pipeline(ep, req, max_body, trust_proxy).await;
                 drop(busy);

@@ -153,7 +153,7 @@ impl TelemetryApi {
 
 /// The shared filters from their query parameters (reference §5.1).
 #[allow(clippy::too_many_arguments)]
-fn filters(
+pub(crate) fn filters(
     since_minutes: Option<u32>,
     username: Option<String>,
     tool_name: Option<String>,
@@ -176,7 +176,7 @@ fn filters(
 
 /// The `usage.read` row of a telemetry read: the endpoint and the filters as given, paging
 /// left out (paging through one result is one read; the writer suppresses repeats).
-fn read_event(endpoint: &str, f: &Filters, extra: &[(&str, Option<String>)]) -> Event {
+pub(crate) fn read_event(endpoint: &str, f: &Filters, extra: &[(&str, Option<String>)]) -> Event {
     let pairs = [
         ("since_minutes", json!(f.since_minutes)),
         ("username", json!(f.username)),

@@ -110,7 +110,7 @@ pub async fn logout(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> R
         Err(to_login) => return to_login,
     };
     if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
-        return refused;
+        return *refused;
     }
     let mut resp = respond::see_other("/login");
     session::set_cookie(&mut resp, &session::clear_cookie(req));

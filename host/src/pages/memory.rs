@@ -216,7 +216,7 @@ pub async fn decide(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> R
         Err(r) => return r,
     };
     if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
-        return refused;
+        return *refused;
     }
     let back = safe_next(form.get("back"));
     let Some((decision, target)) = form
@@ -277,7 +277,7 @@ pub async fn resolve(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> 
         Err(r) => return r,
     };
     if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
-        return refused;
+        return *refused;
     }
     let id = form.get("id").unwrap_or_default();
     let resolution = form.get("resolution").unwrap_or_default();

@@ -2,14 +2,18 @@
 //! embedded assets and the old paths' redirects. What a page shows comes from the same
 //! services and store reads as its JSON twin (named on every page); `svc-pages` renders it.
 
+mod access;
 mod activity;
 mod catalog;
 mod login;
+mod marketplace;
 mod memory;
+mod profile;
 pub mod respond;
 pub mod session;
 mod sessions;
 mod tables;
+mod telemetry;
 
 use std::sync::Arc;
 
@@ -33,6 +37,12 @@ pub fn routes(route: Route) -> Route {
         .at("/corporate-memory/resolve", post(memory::resolve))
         .at("/admin/sessions", get(sessions::index))
         .at("/admin/sessions/:username/:file", get(sessions::transcript))
+        .at("/admin/telemetry", get(telemetry::index))
+        .at("/marketplace", get(marketplace::index))
+        .at("/marketplace/item", get(marketplace::item))
+        .at("/profile", get(profile::index))
+        .at("/tokens", get(profile::index))
+        .at("/admin/access", get(access::index).post(access::save))
         .at("/admin/tables", get(tables::index))
         .at("/admin/tables/register", post(tables::register))
         .at("/admin/tables/delete", post(tables::delete))

@@ -46,17 +46,21 @@ impl PageSession {
     }
 
     /// Refuses (403 page) a form whose `csrf` field is not this session's token.
-    pub fn check_csrf(&self, state: &AppState, presented: Option<&str>) -> Result<(), Response> {
+    pub fn check_csrf(
+        &self,
+        state: &AppState,
+        presented: Option<&str>,
+    ) -> Result<(), Box<Response>> {
         if presented.is_some_and(|p| state.auth.csrf_ok(&self.token, p)) {
             Ok(())
         } else {
-            Err(respond::error_page(
+            Err(Box::new(respond::error_page(
                 state,
                 Some(self),
                 StatusCode::FORBIDDEN,
                 "Request refused",
                 "The form's security token is missing or out of date. Reload the page and try again.",
-            ))
+            )))
         }
     }
 }
@@ -187,7 +191,7 @@ pub fn urlencode(s: &str) -> String {
 /// Lets a page's script call `/api/…` with its session cookie: the cookie's token becomes the
 /// bearer token, and a state-changing method must carry the session's CSRF token in
 /// `X-CSRF-Token` (403 otherwise). A request with its own `Authorization` is left alone.
-pub fn bridge(req: &mut Request, auth: &svc_auth::Authenticator) -> Result<(), Response> {
+pub fn bridge(req: &mut Request, auth: &svc_auth::Authenticator) -> Result<(), Box<Response>> {
     if req.headers().contains_key(header::AUTHORIZATION) {
         return Ok(());
     }
@@ -205,7 +209,9 @@ pub fn bridge(req: &mut Request, auth: &svc_auth::Authenticator) -> Result<(), R
             let refused = Error::forbidden(
                 "CSRF token missing or invalid: a page must send its X-CSRF-Token with the session cookie",
             );
-            return Err(poem::error::ResponseError::as_response(&ApiError(refused)));
+            return Err(Box::new(poem::error::ResponseError::as_response(
+                &ApiError(refused),
+            )));
         }
     }
     if let Ok(v) = HeaderValue::from_str(&format!("Bearer {token}")) {

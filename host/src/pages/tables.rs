@@ -118,7 +118,7 @@ pub async fn register(req: &Request, body: Body, state: Data<&Arc<AppState>>) ->
         Err(r) => return r,
     };
     if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
-        return refused;
+        return *refused;
     }
     let back = safe_next(form.get("back"));
     let Some(id) = form.text("name") else {
@@ -159,7 +159,7 @@ pub async fn delete(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> R
         Err(r) => return r,
     };
     if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
-        return refused;
+        return *refused;
     }
     let back = safe_next(form.get("back"));
     let id = form.get("id").unwrap_or_default();

@@ -490,7 +490,187 @@ fn sessions_page_lists_failed_sessions_and_the_viewer_jumps_between_errors() {
     assert_eq!(focused(), json!(errors[0].to_string()));
     b.click("button[data-error-step='1']");
     assert_eq!(focused(), json!(errors[1 % errors.len()].to_string()));
+    // Telemetry of the same upload: by day, then by tool; a tool's row filters to its events.
+    visit(&b, &s, "/admin/telemetry?window=525600", "telemetry");
+    assert!(
+        b.js(
+            "return document.querySelectorAll('#telemetry-groups tbody tr').length",
+            json!([])
+        )
+        .as_u64()
+        .unwrap()
+            >= 1
+    );
+    b.js(
+        "const g = document.querySelector('select[name=group_by]'); g.value = 'tool_name'; g.dispatchEvent(new Event('change', {bubbles: true}));",
+        json!([]),
+    );
+    b.wait_until(
+        "the tool grouping",
+        "return location.search.includes('group_by=tool_name')",
+    );
+    let tool = b.text("#telemetry-groups tbody tr td a");
+    b.click("#telemetry-groups tbody tr td a");
+    b.wait_for("#telemetry-raw");
+    let shown = b.js(
+        "return [...document.querySelectorAll('#telemetry-raw tbody tr')].length",
+        json!([]),
+    );
+    assert!(shown.as_u64().unwrap() >= 1, "{shown}");
+    assert!(
+        b.url().contains(&format!("tool_name={}", urlencode(&tool))),
+        "{}",
+        b.url()
+    );
+    b.screenshot("telemetry-raw");
+    assert_clean(&b, &s, "telemetry");
+
     // A path that names no session is a 404 page.
     b.goto(&s.url(&format!("/admin/sessions/{ana_id}/missing.jsonl")));
     assert!(b.source().contains("Session not found"));
+}
+
+#[test]
+fn marketplace_page_lists_searches_and_shows_an_items_series() {
+    let s = server();
+    let admin = s.admin_token();
+    let bo = s.user_token("bo@example.com", false);
+    let mut ids = Vec::new();
+    for (name, description) in [("sql-helper", XSS), ("chart-maker", "Draws charts.")] {
+        let (status, e) = s.post_json(
+            "/api/marketplace/flea",
+            &bo,
+            &json!({"type": "skill", "name": name, "description": description, "content": "Text.", "category": "data"}),
+        );
+        assert_eq!(status, 201, "{e}");
+        let id = e["id"].as_str().unwrap().to_owned();
+        let (status, d) = s.post_json(
+            &format!("/api/admin/marketplace/flea/{id}/approve"),
+            &admin,
+            &json!({}),
+        );
+        assert!(status < 300, "{d}");
+        ids.push(id);
+    }
+    let b = Browser::start();
+    log_in(&b, &s, "ana@example.com");
+    visit(&b, &s, "/marketplace?tab=flea", "marketplace");
+    let names = || {
+        b.js(
+            "return [...document.querySelectorAll('.market-item h2')].map(h => h.textContent)",
+            json!([]),
+        )
+    };
+    assert_eq!(names().as_array().unwrap().len(), 2, "{}", names());
+    assert!(
+        b.source().contains("&lt;script&gt;"),
+        "descriptions are text"
+    );
+    // Search narrows the list (and stays in the URL); sorting by use keeps both.
+    b.type_into("input[name=q]", "chart");
+    b.wait_until("the search", "return location.search.includes('q=chart')");
+    assert_eq!(names(), json!(["chart-maker"]));
+    b.js("const s = document.querySelector('select[name=sort]'); s.value = 'most_used'; s.dispatchEvent(new Event('change', {bubbles: true}));", json!([]));
+    b.wait_until(
+        "the order",
+        "return location.search.includes('sort=most_used')",
+    );
+    assert_eq!(names(), json!(["chart-maker"]), "the search is kept");
+    // The item's page shows its 30 zero-filled days.
+    b.click(".market-item h2 a");
+    b.wait_for("#daily-series");
+    assert_eq!(
+        b.js(
+            "return document.querySelectorAll('#daily-series tbody tr').length",
+            json!([])
+        ),
+        json!(30)
+    );
+    b.screenshot("marketplace-item");
+    assert_clean(&b, &s, "marketplace item");
+}
+
+#[test]
+fn a_grant_checkbox_on_the_access_page_changes_what_a_user_can_read() {
+    let s = server();
+    let admin = s.admin_token();
+    for (path, body) in [
+        ("/api/admin/register-table", json!({"id": "orders"})),
+        ("/api/admin/groups", json!({"name": "analysts"})),
+    ] {
+        let (status, b) = s.post_json(path, &admin, &body);
+        assert!(status < 300, "{b}");
+    }
+    s.cli_ok(&[
+        "groups",
+        "add-member",
+        "--group",
+        "analysts",
+        "--email",
+        "ana@example.com",
+    ]);
+    let ana = s.cli_ok(&["tokens", "create", "--email", "ana@example.com"]);
+    assert_eq!(s.get_json("/api/v2/schema/orders", &ana).0, 403);
+
+    let b = Browser::start();
+    log_in(&b, &s, "admin@localhost");
+    visit(&b, &s, "/admin/access", "access");
+    let rows = b.js(
+        "return [...document.querySelectorAll('#grants tbody th')].map(t => t.textContent)",
+        json!([]),
+    );
+    assert_eq!(rows, json!(["orders"]), "internal tables are not listed");
+    let box_for = "#access-orders input[aria-label='analysts may read orders']";
+    b.click(box_for);
+    b.wait_until(
+        "the saved grant",
+        "return (document.querySelector('.flash.ok')?.textContent ?? '').includes('1 granted')",
+    );
+    assert_ne!(
+        s.get_json("/api/v2/schema/orders", &ana).0,
+        403,
+        "the grant took effect"
+    );
+    let rows = s.audit_rows("resource_grant.created", 1);
+    assert_eq!(rows[0]["client_kind"], "web");
+    // Unticking revokes it.
+    b.click(box_for);
+    b.wait_until(
+        "the revoked grant",
+        "return (document.querySelector('.flash.ok')?.textContent ?? '').includes('1 revoked')",
+    );
+    assert_eq!(
+        b.js(
+            "return document.querySelector('#access-orders input:checked')",
+            json!([])
+        ),
+        Value::Null
+    );
+    assert_eq!(s.get_json("/api/v2/schema/orders", &ana).0, 403);
+    b.screenshot("access-revoked");
+    assert_clean(&b, &s, "access");
+
+    // Tokens: created on the page (shown once), usable, then revoked on the page.
+    visit(&b, &s, "/tokens", "tokens");
+    b.type_into("form[data-create-token] input[name=name]", "<i>laptop</i>");
+    b.click("form[data-create-token] button");
+    b.wait_until(
+        "the new token",
+        "return document.getElementById('new-token').textContent.length > 20",
+    );
+    let token = b.text("#new-token");
+    assert_eq!(s.get_json("/api/me", &token).0, 200);
+    b.goto(&s.url("/tokens"));
+    assert_eq!(
+        b.text("#tokens tbody tr td"),
+        "<i>laptop</i>",
+        "the name is text"
+    );
+    b.click("button[data-revoke-token]");
+    b.wait_until(
+        "the revoked state",
+        "return document.querySelector('#tokens .pill.err') !== null",
+    );
+    assert_eq!(s.get_json("/api/me", &token).0, 401);
+    assert_clean(&b, &s, "tokens");
 }

@@ -1,19 +1,27 @@
 //! One module per page: its template struct and the rows it lists. Every field is plain,
 //! already-formatted data; templates escape it.
 
+mod access;
 mod activity;
 mod auth;
 mod catalog;
+mod marketplace;
 mod memory;
+mod profile;
 mod sessions;
 mod tables;
+mod telemetry;
 
+pub use access::{AccessPage, AccessRow, GrantCell};
 pub use activity::{ActivityPage, ActivityRow, ActivityRows, Kpis, SavedView};
 pub use auth::{ErrorPage, LoginPage};
 pub use catalog::{Bucket, CatalogEntry, CatalogPage, TablePage};
+pub use marketplace::{MarketCard, MarketItemPage, MarketplacePage};
 pub use memory::{MemoryPage, MemoryRow, Pair};
+pub use profile::{ProfilePage, TokenView};
 pub use sessions::{SessionRow, SessionsPage, TranscriptPage, TurnView};
 pub use tables::{TableRow, TableTab, TablesPage};
+pub use telemetry::{TelemetryPage, TelemetryRow};
 
 /// An option of a `<select>`.
 #[derive(Debug, Clone)]

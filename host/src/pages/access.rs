@@ -1,0 +1,131 @@
+//! `/admin/access`: tables × groups as checkboxes. Saving applies the difference through the
+//! same [`svc_auth::admin::Admin`] grant calls as `/api/admin/grants` (one audit row per
+//! grant made or revoked, the access caches flushed). Internal tables are not listed: their
+//! security is the row filter, not a grant.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use poem::web::Data;
+use poem::{handler, Body, Request, Response};
+use svc_pages::views::{AccessPage, AccessRow, GrantCell};
+use svc_pages::Page;
+use svc_store::registry::QueryMode;
+
+use super::{outcome, query, respond, session, with_outcome, Form};
+use crate::state::AppState;
+
+const TABLE: &str = "table";
+
+#[handler]
+pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
+    let session = match session::admin(&state, req).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let (groups, tables, grants) = match tokio::try_join!(
+        state.store.list_groups(),
+        state.store.list_tables(),
+        state.store.list_grants(None, Some(TABLE)),
+    ) {
+        Ok(all) => all,
+        Err(e) => return respond::from_error(&state, &session, e.into()),
+    };
+    let granted: BTreeSet<(String, String)> = grants
+        .into_iter()
+        .map(|g| (g.group_id, g.resource_id))
+        .collect();
+    let rows = tables
+        .iter()
+        .filter(|t| t.query_mode != QueryMode::Internal)
+        .map(|t| AccessRow {
+            id: t.id.clone(),
+            cells: groups
+                .iter()
+                .map(|g| GrantCell {
+                    value: format!("{}|{}", g.id, t.id),
+                    checked: granted.contains(&(g.id.clone(), t.id.clone())),
+                    label: format!("{} may read {}", g.name, t.id),
+                })
+                .collect(),
+        })
+        .collect();
+    respond::page(&AccessPage {
+        chrome: session
+            .chrome(&state, Page::Users, "Resource access")
+            .with_flash(outcome(&query(req))),
+        groups: groups.into_iter().map(|g| (g.id, g.name)).collect(),
+        tables: rows,
+    })
+}
+
+/// Makes the table grants what the checked boxes say.
+#[handler]
+pub async fn save(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> Response {
+    let form = Form::read(body).await;
+    let session = match session::admin(&state, req).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
+        return *refused;
+    }
+    let back = "/admin/access";
+    let wanted: BTreeSet<(String, String)> = form
+        .all("grant")
+        .iter()
+        .filter_map(|v| v.split_once('|'))
+        .map(|(g, t)| (g.to_owned(), t.to_owned()))
+        .collect();
+    let result = async {
+        let groups = state.store.list_groups().await?;
+        let grantable: BTreeSet<String> = state
+            .store
+            .list_tables()
+            .await?
+            .into_iter()
+            .filter(|t| t.query_mode != QueryMode::Internal)
+            .map(|t| t.id)
+            .collect();
+        let current = state.store.list_grants(None, Some(TABLE)).await?;
+        let (mut added, mut removed) = (0, 0);
+        for grant in &current {
+            if !wanted.contains(&(grant.group_id.clone(), grant.resource_id.clone())) {
+                state
+                    .admin
+                    .delete_grant(&session.caller.actor, grant)
+                    .await?;
+                removed += 1;
+            }
+        }
+        for (group_id, table_id) in &wanted {
+            let exists = current
+                .iter()
+                .any(|g| &g.group_id == group_id && &g.resource_id == table_id);
+            // A box for a table or group that no longer exists changes nothing.
+            let Some(group) = groups.iter().find(|g| &g.id == group_id) else {
+                continue;
+            };
+            if !grantable.contains(table_id) {
+                continue;
+            }
+            if !exists {
+                state
+                    .admin
+                    .create_grant(&session.caller.actor, group, TABLE, table_id)
+                    .await?;
+                added += 1;
+            }
+        }
+        Ok::<_, svc_core::Error>((added, removed))
+    }
+    .await;
+    match result {
+        Ok((added, removed)) => respond::see_other(&with_outcome(
+            back,
+            true,
+            &format!("Saved: {added} granted, {removed} revoked"),
+        )),
+        Err(e) => respond::see_other(&with_outcome(back, false, &e.to_string())),
+    }
+}

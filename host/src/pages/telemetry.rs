@@ -179,8 +179,10 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         .map(|r| {
             if grouped {
                 let bucket = cell(&r["bucket"]);
+                // A null bucket (events without that field) cannot be filtered to.
+                let linkable = filterable && !r["bucket"].is_null();
                 TelemetryRow {
-                    href: filterable.then(|| {
+                    href: linkable.then(|| {
                         format!(
                             "/admin/telemetry?{}",
                             v.qs(&[

@@ -361,3 +361,14 @@ fn view_url(query: &Value) -> String {
     }
     format!("/admin/activity?{}", parts.join("&"))
 }
+
+/// Audit rows as the activity table shows them, their filter links scoped to one user
+/// (the per-user page).
+pub(super) fn user_rows(rows: &[AuditRow], user_id: &str) -> Vec<ActivityRow> {
+    let f = Filters {
+        window: 43200,
+        values: vec![("user_id", user_id.to_owned())],
+    };
+    let today = Utc::now().format("%Y-%m-%d").to_string();
+    rows.iter().map(|r| row(r, &f, &today)).collect()
+}

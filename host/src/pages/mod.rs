@@ -14,6 +14,7 @@ pub mod session;
 mod sessions;
 mod tables;
 mod telemetry;
+mod users;
 
 use std::sync::Arc;
 
@@ -42,6 +43,12 @@ pub fn routes(route: Route) -> Route {
         .at("/marketplace/item", get(marketplace::item))
         .at("/profile", get(profile::index))
         .at("/tokens", get(profile::index))
+        .at("/admin/users", get(users::index))
+        .at("/admin/users/:id", get(users::detail))
+        .at(
+            "/admin/groups",
+            get(users::groups_page).post(users::create_group),
+        )
         .at("/admin/access", get(access::index).post(access::save))
         .at("/admin/tables", get(tables::index))
         .at("/admin/tables/register", post(tables::register))

@@ -525,6 +525,42 @@ fn sessions_page_lists_failed_sessions_and_the_viewer_jumps_between_errors() {
     b.screenshot("telemetry-raw");
     assert_clean(&b, &s, "telemetry");
 
+    // The user's page: their files with downloads (the API, through the session cookie).
+    visit(&b, &s, "/admin/users", "users");
+    b.click(&format!("a[href='/admin/users/{ana_id}']"));
+    b.wait_for("#user-sessions");
+    b.screenshot("user");
+    assert_clean(&b, &s, "user page");
+    let download = b.js(
+        "return fetch(document.querySelector('#user-sessions a[href$=\"/download\"]').href).then(r => r.text())",
+        json!([]),
+    );
+    assert_eq!(
+        download.as_str().unwrap(),
+        transcript,
+        "the download is the file uploaded"
+    );
+    assert!(
+        b.js(
+            "return document.querySelectorAll('#activity-rows tr').length",
+            json!([])
+        )
+        .as_u64()
+        .unwrap()
+            >= 1
+    );
+    b.goto(&s.url("/admin/users/no-such-user"));
+    assert!(b.source().contains("User not found"));
+    // Groups: created from the page.
+    b.goto(&s.url("/admin/groups"));
+    b.type_into("input[name=name]", "<b>finance</b>");
+    b.click("form[action='/admin/groups'] button");
+    b.wait_until(
+        "the new group",
+        "return document.querySelector('.flash.ok') !== null",
+    );
+    assert!(b.text("#groups").contains("<b>finance</b>"));
+
     // A path that names no session is a 404 page.
     b.goto(&s.url(&format!("/admin/sessions/{ana_id}/missing.jsonl")));
     assert!(b.source().contains("Session not found"));

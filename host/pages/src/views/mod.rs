@@ -11,6 +11,7 @@ mod profile;
 mod sessions;
 mod tables;
 mod telemetry;
+mod users;
 
 pub use access::{AccessPage, AccessRow, GrantCell};
 pub use activity::{ActivityPage, ActivityRow, ActivityRows, Kpis, SavedView};
@@ -22,6 +23,7 @@ pub use profile::{ProfilePage, TokenView};
 pub use sessions::{SessionRow, SessionsPage, TranscriptPage, TurnView};
 pub use tables::{TableRow, TableTab, TablesPage};
 pub use telemetry::{TelemetryPage, TelemetryRow};
+pub use users::{GroupView, GroupsPage, UserPage, UserSessionView, UserView, UsersPage};
 
 /// An option of a `<select>`.
 #[derive(Debug, Clone)]

@@ -1,0 +1,212 @@
+//! `/admin/users`, `/admin/users/<id>` (the user's session files with single and ZIP
+//! downloads, and their latest activity) and `/admin/groups`; read like `/api/admin/users`,
+//! `/api/admin/users/{id}/sessions` and `/activity` and audited the same way.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use poem::http::StatusCode;
+use poem::web::{Data, Path};
+use poem::{handler, Body, Request, Response};
+use serde_json::json;
+use svc_core::Error;
+use svc_pages::views::{GroupView, GroupsPage, UserPage, UserSessionView, UserView, UsersPage};
+use svc_pages::Page;
+use svc_store::audit::{AuditFilter, Event};
+use svc_store::users::User;
+
+use super::catalog::bytes;
+use super::session::urlencode;
+use super::{activity, outcome, query, respond, session, with_outcome, Form};
+use crate::api::admin_sessions::browse_event;
+use crate::state::AppState;
+
+async fn view(state: &AppState, u: User) -> Result<UserView, Error> {
+    let groups = state.store.groups_of_user(&u.id).await?;
+    Ok(UserView {
+        has_password: u.password_hash.is_some(),
+        id: u.id,
+        email: u.email,
+        name: u.name.unwrap_or_else(|| "—".into()),
+        groups: groups.into_iter().map(|g| g.name).collect(),
+        active: u.active,
+        created: u.created_at.unwrap_or_default().chars().take(10).collect(),
+    })
+}
+
+#[handler]
+pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
+    let session = match session::admin(&state, req).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let result = async {
+        let mut out = Vec::new();
+        for u in state.store.list_users().await? {
+            out.push(view(&state, u).await?);
+        }
+        Ok::<_, Error>(out)
+    }
+    .await;
+    match result {
+        Ok(users) => respond::page(&UsersPage {
+            chrome: session.chrome(&state, Page::Users, "Users"),
+            users,
+        }),
+        Err(e) => respond::from_error(&state, &session, e),
+    }
+}
+
+#[handler]
+pub async fn detail(req: &Request, id: Path<String>, state: Data<&Arc<AppState>>) -> Response {
+    let session = match session::admin(&state, req).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let user = match state.store.user_by_id(&id).await {
+        Ok(Some(u)) => u,
+        Ok(None) => {
+            return respond::error_page(
+                &state,
+                Some(&session),
+                StatusCode::NOT_FOUND,
+                "User not found",
+                "No user has this id.",
+            )
+        }
+        Err(e) => return respond::from_error(&state, &session, e.into()),
+    };
+    let actor = &session.caller.actor;
+    let started = Instant::now();
+    let files = state.sessions.user_sessions(&user.id, 50, 0).await;
+    let event = browse_event("user_sessions", &[("user_id", json!(user.id))]);
+    state
+        .audit
+        .write_read_outcome(actor, event, started, &files)
+        .await;
+    let started = Instant::now();
+    let filter = AuditFilter {
+        user_id: Some(user.id.clone()),
+        ..AuditFilter::default()
+    };
+    let activity = state
+        .store
+        .audit_page(&filter, None, 20)
+        .await
+        .map_err(Error::from);
+    let event = Event::new("admin.user_activity_read")
+        .resource(format!("users/{}/activity", user.id))
+        .param("target_user_id", user.id.as_str());
+    state
+        .audit
+        .write_read_outcome(actor, event, started, &activity)
+        .await;
+    let (files, activity) = match (files, activity) {
+        (Ok(f), Ok(a)) => (f, a),
+        (Err(e), _) | (_, Err(e)) => return respond::from_error(&state, &session, e),
+    };
+    let uid = urlencode(&user.id);
+    let sessions = files
+        .rows
+        .iter()
+        .map(|s| {
+            let on_disk = s.on_disk.then_some(());
+            UserSessionView {
+                href: on_disk.map(|_| format!("/admin/sessions/{uid}/{}", urlencode(&s.name))),
+                download: on_disk.map(|_| {
+                    format!(
+                        "/api/admin/users/{uid}/sessions/{}/download",
+                        urlencode(&s.name)
+                    )
+                }),
+                name: s.name.clone(),
+                modified: s.modified_at.clone().unwrap_or_default(),
+                size: s.bytes.map_or_else(|| "—".into(), |b| bytes(b as i64)),
+                calls: s
+                    .summary
+                    .as_ref()
+                    .map_or_else(|| "—".into(), |x| x.tool_calls.to_string()),
+                errors: s
+                    .summary
+                    .as_ref()
+                    .map_or_else(|| "—".into(), |x| x.tool_errors.to_string()),
+            }
+        })
+        .collect();
+    let rows = activity::user_rows(&activity.rows, &user.id);
+    let user = match view(&state, user).await {
+        Ok(v) => v,
+        Err(e) => return respond::from_error(&state, &session, e),
+    };
+    respond::page(&UserPage {
+        chrome: session.chrome(&state, Page::Users, &user.email),
+        download_all: format!("/api/admin/users/{uid}/sessions/download-all"),
+        sessions_api: format!("/api/admin/users/{uid}/sessions"),
+        activity_api: format!("/api/admin/users/{uid}/activity"),
+        activity_page: format!("/admin/activity?window=43200&user_id={uid}"),
+        user,
+        sessions,
+        rows,
+    })
+}
+
+#[handler]
+pub async fn groups_page(req: &Request, state: Data<&Arc<AppState>>) -> Response {
+    let session = match session::admin(&state, req).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let result = async {
+        let mut out = Vec::new();
+        for g in state.store.list_groups().await? {
+            let members = state.store.members(&g.id).await?;
+            out.push(GroupView {
+                grants: state.store.count_grants(&g.id).await?,
+                members: members
+                    .into_iter()
+                    .map(|m| m.email.unwrap_or(m.user_id))
+                    .collect(),
+                name: g.name,
+                description: g.description.unwrap_or_default(),
+                system: g.is_system,
+            });
+        }
+        Ok::<_, Error>(out)
+    }
+    .await;
+    match result {
+        Ok(groups) => respond::page(&GroupsPage {
+            chrome: session
+                .chrome(&state, Page::Users, "Groups")
+                .with_flash(outcome(&query(req))),
+            groups,
+        }),
+        Err(e) => respond::from_error(&state, &session, e),
+    }
+}
+
+#[handler]
+pub async fn create_group(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> Response {
+    let form = Form::read(body).await;
+    let session = match session::admin(&state, req).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
+        return *refused;
+    }
+    let name = form.text("name").unwrap_or_default();
+    let description = form.text("description");
+    match state
+        .admin
+        .create_group(&session.caller.actor, &name, description.as_deref())
+        .await
+    {
+        Ok(g) => respond::see_other(&with_outcome(
+            "/admin/groups",
+            true,
+            &format!("Created {}", g.name),
+        )),
+        Err(e) => respond::see_other(&with_outcome("/admin/groups", false, &e.to_string())),
+    }
+}

@@ -43,6 +43,7 @@ pub fn routes(route: Route) -> Route {
         .at("/marketplace/item", get(marketplace::item))
         .at("/profile", get(profile::index))
         .at("/tokens", get(profile::index))
+        .at("/profile/sessions", get(users::mine))
         .at("/admin/users", get(users::index))
         .at("/admin/users/:id", get(users::detail))
         .at(

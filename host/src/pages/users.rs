@@ -10,16 +10,38 @@ use poem::web::{Data, Path};
 use poem::{handler, Body, Request, Response};
 use serde_json::json;
 use svc_core::Error;
-use svc_pages::views::{GroupView, GroupsPage, UserPage, UserSessionView, UserView, UsersPage};
+use svc_pages::views::{
+    GroupView, GroupsPage, MySessionsPage, UserPage, UserSessionView, UserView, UsersPage,
+};
 use svc_pages::Page;
 use svc_store::audit::{AuditFilter, Event};
 use svc_store::users::User;
+use svc_telemetry::sessions::UserSession;
 
 use super::catalog::bytes;
 use super::session::urlencode;
 use super::{activity, outcome, query, respond, session, with_outcome, Form};
 use crate::api::admin_sessions::browse_event;
 use crate::state::AppState;
+
+/// A session file as a row; links only while the file is on disk.
+fn file_row(s: &UserSession, href: Option<String>, download: String) -> UserSessionView {
+    UserSessionView {
+        href: href.filter(|_| s.on_disk),
+        download: s.on_disk.then_some(download),
+        name: s.name.clone(),
+        modified: s.modified_at.clone().unwrap_or_default(),
+        size: s.bytes.map_or_else(|| "—".into(), |b| bytes(b as i64)),
+        calls: s
+            .summary
+            .as_ref()
+            .map_or_else(|| "—".into(), |x| x.tool_calls.to_string()),
+        errors: s
+            .summary
+            .as_ref()
+            .map_or_else(|| "—".into(), |x| x.tool_errors.to_string()),
+    }
+}
 
 async fn view(state: &AppState, u: User) -> Result<UserView, Error> {
     let groups = state.store.groups_of_user(&u.id).await?;
@@ -110,27 +132,12 @@ pub async fn detail(req: &Request, id: Path<String>, state: Data<&Arc<AppState>>
         .rows
         .iter()
         .map(|s| {
-            let on_disk = s.on_disk.then_some(());
-            UserSessionView {
-                href: on_disk.map(|_| format!("/admin/sessions/{uid}/{}", urlencode(&s.name))),
-                download: on_disk.map(|_| {
-                    format!(
-                        "/api/admin/users/{uid}/sessions/{}/download",
-                        urlencode(&s.name)
-                    )
-                }),
-                name: s.name.clone(),
-                modified: s.modified_at.clone().unwrap_or_default(),
-                size: s.bytes.map_or_else(|| "—".into(), |b| bytes(b as i64)),
-                calls: s
-                    .summary
-                    .as_ref()
-                    .map_or_else(|| "—".into(), |x| x.tool_calls.to_string()),
-                errors: s
-                    .summary
-                    .as_ref()
-                    .map_or_else(|| "—".into(), |x| x.tool_errors.to_string()),
-            }
+            let href = format!("/admin/sessions/{uid}/{}", urlencode(&s.name));
+            let download = format!(
+                "/api/admin/users/{uid}/sessions/{}/download",
+                urlencode(&s.name)
+            );
+            file_row(s, Some(href), download)
         })
         .collect();
     let rows = activity::user_rows(&activity.rows, &user.id);
@@ -209,4 +216,40 @@ pub async fn create_group(req: &Request, body: Body, state: Data<&Arc<AppState>>
         )),
         Err(e) => respond::see_other(&with_outcome("/admin/groups", false, &e.to_string())),
     }
+}
+
+/// `/profile/sessions`: the signed-in user's own files, as `GET /api/me/sessions` lists them.
+#[handler]
+pub async fn mine(req: &Request, state: Data<&Arc<AppState>>) -> Response {
+    let session = match session::signed_in(&state, req).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    const PAGE: usize = 50;
+    let offset: usize = query(req)
+        .get("offset")
+        .and_then(|o| o.parse().ok())
+        .unwrap_or(0);
+    let files = match state
+        .sessions
+        .user_sessions(&session.caller.user.id, PAGE, offset)
+        .await
+    {
+        Ok(f) => f,
+        Err(e) => return respond::from_error(&state, &session, e),
+    };
+    let sessions = files
+        .rows
+        .iter()
+        .map(|s| file_row(s, None, format!("/api/me/sessions/{}", urlencode(&s.name))))
+        .collect();
+    respond::page(&MySessionsPage {
+        chrome: session.chrome(&state, Page::Profile, "My sessions"),
+        sessions,
+        prev_page: (offset > 0)
+            .then(|| format!("/profile/sessions?offset={}", offset.saturating_sub(PAGE))),
+        next_page: files
+            .next_offset
+            .map(|n| format!("/profile/sessions?offset={n}")),
+    })
 }

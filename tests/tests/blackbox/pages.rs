@@ -551,6 +551,11 @@ fn sessions_page_lists_failed_sessions_and_the_viewer_jumps_between_errors() {
     );
     b.goto(&s.url("/admin/users/no-such-user"));
     assert!(b.source().contains("User not found"));
+    let errors = b.console_errors();
+    assert!(
+        errors.iter().all(|e| e.contains("status of 404")),
+        "only the 404 itself: {errors:?}"
+    );
     // Groups: created from the page.
     b.goto(&s.url("/admin/groups"));
     b.type_into("input[name=name]", "<b>finance</b>");
@@ -560,6 +565,20 @@ fn sessions_page_lists_failed_sessions_and_the_viewer_jumps_between_errors() {
         "return document.querySelector('.flash.ok') !== null",
     );
     assert!(b.text("#groups").contains("<b>finance</b>"));
+
+    // The admin's own files on their profile, downloaded through `/api/me/sessions`.
+    let own = b"{\"type\":\"user\",\"uuid\":\"m1\",\"sessionId\":\"M\",\"timestamp\":\"2026-11-02T09:00:00Z\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n";
+    assert_eq!(
+        crate::telemetry::upload_raw(&s, &admin, "mine.jsonl", own).0,
+        200
+    );
+    visit(&b, &s, "/profile/sessions", "my-sessions");
+    assert_eq!(b.text("#my-sessions tbody tr td"), "mine.jsonl");
+    let mine = b.js(
+        "return fetch(document.querySelector('#my-sessions a').href).then(r => r.text())",
+        json!([]),
+    );
+    assert_eq!(mine.as_str().unwrap().as_bytes(), own);
 
     // A path that names no session is a 404 page.
     b.goto(&s.url(&format!("/admin/sessions/{ana_id}/missing.jsonl")));

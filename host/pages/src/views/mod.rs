@@ -23,7 +23,9 @@ pub use profile::{ProfilePage, TokenView};
 pub use sessions::{SessionRow, SessionsPage, TranscriptPage, TurnView};
 pub use tables::{TableRow, TableTab, TablesPage};
 pub use telemetry::{TelemetryPage, TelemetryRow};
-pub use users::{GroupView, GroupsPage, UserPage, UserSessionView, UserView, UsersPage};
+pub use users::{
+    GroupView, GroupsPage, MySessionsPage, UserPage, UserSessionView, UserView, UsersPage,
+};
 
 /// An option of a `<select>`.
 #[derive(Debug, Clone)]

@@ -97,3 +97,17 @@ pub struct GroupsPage {
     /// Every group.
     pub groups: Vec<GroupView>,
 }
+
+/// `/profile/sessions`: the signed-in user's own session files.
+#[derive(Template)]
+#[template(path = "my_sessions.html")]
+pub struct MySessionsPage {
+    /// The frame.
+    pub chrome: Chrome,
+    /// Their files, newest first.
+    pub sessions: Vec<UserSessionView>,
+    /// Newer files.
+    pub prev_page: Option<String>,
+    /// Older files.
+    pub next_page: Option<String>,
+}

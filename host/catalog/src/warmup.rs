@@ -88,6 +88,8 @@ pub enum WarmupEvent {
 pub struct LogLine {
     /// Its number.
     pub id: u64,
+    /// When it was written (RFC 3339, microseconds).
+    pub at: String,
     /// What happened.
     pub event: WarmupEvent,
 }
@@ -120,6 +122,7 @@ impl Progress {
         log.last_id += 1;
         let line = LogLine {
             id: log.last_id,
+            at: svc_core::clock::now(),
             event,
         };
         if log.lines.len() == LOG_LINES {

@@ -24,6 +24,7 @@ fn line_json(line: &LogLine) -> Value {
         }
     };
     v["id"] = line.id.into();
+    v["at"] = line.at.clone().into();
     v
 }
 
@@ -36,7 +37,8 @@ struct Reader {
     follow: bool,
 }
 
-/// `snapshot` first, then the log lines after `after` (the current run's when None) and
+/// `snapshot` first, then the log lines (each with its `id` and the time it was written,
+/// `at`) after `after` (the current run's when None) and
 /// those still to come. Without `follow` (the API's contract) it ends after `complete`, or
 /// at once when no run is going; with it (the page) it waits for the next run. Either way
 /// it ends after 30 s without a line.

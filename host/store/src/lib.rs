@@ -298,6 +298,108 @@ pub mod testing {
     //! `SVC_TEST_DATABASE_URL` is set.
     use super::*;
 
+    /// Days the seeded audit rows span.
+    const DAYS: i64 = 90;
+    /// Rows per seeding statement.
+    const SEED_CHUNK: i64 = 500_000;
+
+    /// The seeding INSERT for rows `$1..=$2` of `n` spread over the 90 days ending at `end`
+    /// (unix seconds): one statement per chunk, every value derived from the row number.
+    fn seed_sql(backend: Backend, n: i64, end: i64) -> String {
+        let span = DAYS * 86_400;
+        let base = end - span;
+        // h: a well-mixed hash of the row number; every column below is a function of it.
+        let (source, ts) = match backend {
+            Backend::Sqlite => (
+                "(WITH RECURSIVE seq(i) AS (SELECT CAST($1 AS INTEGER) UNION ALL SELECT i + 1 FROM seq WHERE i < CAST($2 AS INTEGER)) \
+                 SELECT i, (i * 2654435761) % 4294967296 AS h FROM seq)".to_owned(),
+                format!(
+                    "strftime('%Y-%m-%dT%H:%M:%S', {base} + (i * {span}) / {n}, 'unixepoch') || '.' || \
+                     printf('%06d', ((i * {span}) % {n}) * 1000000 / {n}) || 'Z'"
+                ),
+            ),
+            Backend::Postgres => (
+                "(SELECT i, (i * 2654435761) % 4294967296 AS h FROM generate_series(CAST($1 AS BIGINT), CAST($2 AS BIGINT)) AS g(i))".to_owned(),
+                format!(
+                    "to_char(to_timestamp({base} + (i * {span}) / {n}) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || '.' || \
+                     lpad((((i * {span}) % {n}) * 1000000 / {n})::text, 6, '0') || 'Z'"
+                ),
+            ),
+        };
+        let user = "CASE WHEN h % 100 < 5 THEN NULL \
+                    ELSE 'user-' || (((h / 100) % 500) * ((h / 100) % 500) / 500) END";
+        let kind = "CASE WHEN h % 100 < 5 THEN 'scheduler' WHEN h % 100 < 55 THEN 'cli' \
+                    WHEN h % 100 < 85 THEN 'web' ELSE 'api' END";
+        let action = "CASE WHEN (h / 7) % 100 < 35 THEN 'catalog.sample' \
+                      WHEN (h / 7) % 100 < 50 THEN 'catalog.schema' \
+                      WHEN (h / 7) % 100 < 58 THEN 'catalog.list' \
+                      WHEN (h / 7) % 100 < 75 THEN 'query.local' \
+                      WHEN (h / 7) % 100 < 79 THEN 'query.remote' \
+                      WHEN (h / 7) % 100 < 84 THEN 'scan' \
+                      WHEN (h / 7) % 100 < 87 THEN 'activity.read' \
+                      WHEN (h / 7) % 100 < 89 THEN 'session.upload' \
+                      WHEN (h / 7) % 100 < 92 THEN 'sync.table' \
+                      WHEN (h / 7) % 100 < 94 THEN 'data.download' \
+                      WHEN (h / 7) % 100 < 96 THEN 'usage.summary' \
+                      WHEN (h / 7) % 100 < 98 THEN 'token.create' ELSE 'user.update' END";
+        let resource = "CASE WHEN (h / 7) % 100 BETWEEN 50 AND 57 THEN 'catalog' \
+                        ELSE 'table:t' || ((h / 13) % 2000) END";
+        // Query rows carry their SQL (one of 20 tables: what `q` looks for), others a count.
+        let params = "CASE WHEN (h / 7) % 100 BETWEEN 58 AND 78 \
+                      THEN '{\"sql\":\"SELECT count(*) FROM orders_' || ((h / 17) % 20) || ' WHERE day > 1\",\"rows_returned\":' || (h % 1000) || '}' \
+                      ELSE '{\"rows_returned\":' || (h % 1000) || '}' END";
+        let result = "CASE WHEN (h / 19) % 1000 < 15 THEN 'error.500' \
+                      WHEN (h / 19) % 1000 < 25 THEN 'error.403' \
+                      WHEN (h / 19) % 1000 < 30 THEN 'error.400' ELSE 'success' END";
+        let duration = "CASE WHEN (h / 23) % 100 < 90 THEN (h / 29) % 50 \
+                        WHEN (h / 23) % 100 < 99 THEN 50 + (h / 29) % 500 \
+                        ELSE 500 + (h / 29) % 10000 END";
+        format!(
+            "INSERT INTO audit_log (id, timestamp, user_id, action, resource, params, client_ip, \
+             client_kind, correlation_id, result, duration_ms) \
+             SELECT 'seed-' || i, {ts}, {user}, {action}, {resource}, {params}, \
+             '10.0.' || (h % 256) || '.' || ((h / 256) % 256), {kind}, 'req-' || i, {result}, {duration} \
+             FROM {source} AS s"
+        )
+    }
+
+    /// Seeds `n` audit rows over the 90 days before now (500 users, a realistic mix of
+    /// actions, results and durations), in chunks; prints how long it took. For benchmarks.
+    pub async fn seed_audit(store: &Store, n: i64) {
+        let started = std::time::Instant::now();
+        let sql = seed_sql(store.backend(), n, chrono::Utc::now().timestamp());
+        let mut from = 1;
+        while from <= n {
+            let to = (from + SEED_CHUNK - 1).min(n);
+            let mut tx = store.pool().begin().await.unwrap();
+            sqlx::query(&sql)
+                .bind(from)
+                .bind(to)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            eprint!(
+                "\r  seeding: {to}/{n} rows ({:.0} rows/s)   ",
+                to as f64 / started.elapsed().as_secs_f64()
+            );
+            from = to + 1;
+        }
+        if store.backend() == Backend::Postgres {
+            // What autovacuum does after a bulk load; SQLite's planner runs without statistics,
+            // as the server's store does.
+            sqlx::query("ANALYZE audit_log")
+                .execute(store.pool())
+                .await
+                .unwrap();
+        }
+        eprintln!();
+        println!(
+            "  seeded {n} rows over {DAYS} days in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+
     /// A migrated store on a temporary SQLite file; keep the directory alive.
     pub async fn sqlite() -> (Store, TempDir) {
         let dir = TempDir::new();

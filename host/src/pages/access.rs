@@ -12,7 +12,7 @@ use svc_pages::views::{AccessPage, AccessRow, GrantCell};
 use svc_pages::Page;
 use svc_store::registry::QueryMode;
 
-use super::{outcome, query, respond, session, with_outcome, Form};
+use super::{outcome, query, respond, session, with_outcome};
 use crate::state::AppState;
 
 const TABLE: &str = "table";
@@ -62,14 +62,10 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
 /// Makes the table grants what the checked boxes say.
 #[handler]
 pub async fn save(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> Response {
-    let form = Form::read(body).await;
-    let session = match session::admin(&state, req).await {
-        Ok(s) => s,
+    let (session, form) = match session::admin_form(&state, req, body).await {
+        Ok(ok) => ok,
         Err(r) => return r,
     };
-    if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
-        return *refused;
-    }
     let back = "/admin/access";
     let wanted: BTreeSet<(String, String)> = form
         .all("grant")

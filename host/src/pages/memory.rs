@@ -13,7 +13,7 @@ use svc_pages::Page;
 use svc_store::memory::{ItemQuery, KnowledgeItem};
 
 use super::session::{safe_next, urlencode};
-use super::{outcome, query, respond, session, with_outcome, Form};
+use super::{outcome, query, respond, session, with_outcome};
 use crate::state::AppState;
 
 const PAGE_ITEMS: u64 = 25;
@@ -210,14 +210,10 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
 /// One decision (`approve:<id>`) or the same decision on every ticked item (`approve:*`).
 #[handler]
 pub async fn decide(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> Response {
-    let form = Form::read(body).await;
-    let session = match session::admin(&state, req).await {
-        Ok(s) => s,
+    let (session, form) = match session::admin_form(&state, req, body).await {
+        Ok(ok) => ok,
         Err(r) => return r,
     };
-    if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
-        return *refused;
-    }
     let back = safe_next(form.get("back"));
     let Some((decision, target)) = form
         .get("act")
@@ -271,14 +267,10 @@ pub async fn decide(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> R
 /// Resolves a contradiction (`kind=contradiction`) or a duplicate candidate.
 #[handler]
 pub async fn resolve(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> Response {
-    let form = Form::read(body).await;
-    let session = match session::admin(&state, req).await {
-        Ok(s) => s,
+    let (session, form) = match session::admin_form(&state, req, body).await {
+        Ok(ok) => ok,
         Err(r) => return r,
     };
-    if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
-        return *refused;
-    }
     let id = form.get("id").unwrap_or_default();
     let resolution = form.get("resolution").unwrap_or_default();
     let caller = &session.caller;

@@ -131,6 +131,21 @@ pub async fn admin(state: &AppState, req: &Request) -> Result<PageSession, Respo
     }
 }
 
+/// A form an administrator's page posted: the session and the fields, once the form's CSRF
+/// token is checked (the login redirect, a 403 page or the refusal otherwise).
+pub(crate) async fn admin_form(
+    state: &AppState,
+    req: &Request,
+    body: poem::Body,
+) -> Result<(PageSession, super::Form), Response> {
+    let form = super::Form::read(body).await;
+    let session = admin(state, req).await?;
+    session
+        .check_csrf(state, form.get("csrf"))
+        .map_err(|refused| *refused)?;
+    Ok((session, form))
+}
+
 /// Where to go after logging in: a path on this server, never another host (`//evil`,
 /// `/\evil`, `https://…` all fall back to the catalog).
 pub fn safe_next(next: Option<&str>) -> String {

@@ -15,7 +15,7 @@ use svc_store::registry::{QueryMode, RegistryRow};
 
 use super::catalog::bytes;
 use super::session::{safe_next, urlencode};
-use super::{outcome, query, respond, session, with_outcome, Form};
+use super::{outcome, query, respond, session, with_outcome};
 use crate::api::warmup::{last_event_id, sse_event, warmup_events};
 use crate::state::AppState;
 
@@ -112,14 +112,10 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
 
 #[handler]
 pub async fn register(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> Response {
-    let form = Form::read(body).await;
-    let session = match session::admin(&state, req).await {
-        Ok(s) => s,
+    let (session, form) = match session::admin_form(&state, req, body).await {
+        Ok(ok) => ok,
         Err(r) => return r,
     };
-    if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
-        return *refused;
-    }
     let back = safe_next(form.get("back"));
     let Some(id) = form.text("name") else {
         return respond::see_other(&with_outcome(&back, false, "A table needs a name."));
@@ -153,14 +149,10 @@ pub async fn register(req: &Request, body: Body, state: Data<&Arc<AppState>>) ->
 
 #[handler]
 pub async fn delete(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> Response {
-    let form = Form::read(body).await;
-    let session = match session::admin(&state, req).await {
-        Ok(s) => s,
+    let (session, form) = match session::admin_form(&state, req, body).await {
+        Ok(ok) => ok,
         Err(r) => return r,
     };
-    if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
-        return *refused;
-    }
     let back = safe_next(form.get("back"));
     let id = form.get("id").unwrap_or_default();
     match state.registry.unregister(&session.caller.actor, id).await {

@@ -20,7 +20,7 @@ use svc_telemetry::sessions::UserSession;
 
 use super::catalog::bytes;
 use super::session::urlencode;
-use super::{activity, outcome, query, respond, session, with_outcome, Form};
+use super::{activity, outcome, query, respond, session, with_outcome};
 use crate::api::admin_sessions::browse_event;
 use crate::state::AppState;
 
@@ -194,14 +194,10 @@ pub async fn groups_page(req: &Request, state: Data<&Arc<AppState>>) -> Response
 
 #[handler]
 pub async fn create_group(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> Response {
-    let form = Form::read(body).await;
-    let session = match session::admin(&state, req).await {
-        Ok(s) => s,
+    let (session, form) = match session::admin_form(&state, req, body).await {
+        Ok(ok) => ok,
         Err(r) => return r,
     };
-    if let Err(refused) = session.check_csrf(&state, form.get("csrf")) {
-        return *refused;
-    }
     let name = form.text("name").unwrap_or_default();
     let description = form.text("description");
     match state

@@ -17,7 +17,7 @@ use svc_pages::{Page, Template};
 use svc_store::audit::{AuditFilter, AuditRow};
 
 use super::session::urlencode;
-use super::{outcome, query, respond, session, Form};
+use super::{outcome, query, respond, session, window_label, Form};
 use crate::api::activity::filter::read_event;
 use crate::api::activity::{parse_cursor, Params};
 use crate::state::AppState;
@@ -244,11 +244,7 @@ fn render(
     next_page: Option<String>,
 ) -> Response {
     let current = |k: &str| f.get(k).unwrap_or_default();
-    let window_label = WINDOWS
-        .iter()
-        .find(|(m, _)| *m == f.window)
-        .map_or("", |(_, l)| l)
-        .to_lowercase();
+    let window_label = window_label(&WINDOWS, f.window);
     let sentence = if kpis.events_total == 0 {
         format!("No activity in the {window_label}.")
     } else {
@@ -261,50 +257,28 @@ fn render(
                 .map_or_else(|| "—".into(), |p| format!("{p} ms"))
         )
     };
-    let mut users: Vec<Choice> = facets
-        .users
-        .iter()
-        .map(|u| {
-            Choice::new(
-                &u.id,
-                format!("{} ({})", u.label, u.count),
-                &current("user_id"),
-            )
-        })
-        .collect();
-    let mut actions: Vec<Choice> = facets
-        .actions
-        .iter()
-        .map(|a| {
-            Choice::new(
-                &a.value,
-                format!("{} ({})", a.value, a.count),
-                &current("action_prefix"),
-            )
-        })
-        .collect();
-    let mut sources: Vec<Choice> = facets
-        .sources
-        .iter()
-        .map(|s| {
-            Choice::new(
-                &s.value,
-                format!("{} ({})", s.value, s.count),
-                &current("source"),
-            )
-        })
-        .collect();
-    // A filter the facets no longer list (nothing matched) stays selectable and selected.
-    for (list, key) in [
-        (&mut users, "user_id"),
-        (&mut actions, "action_prefix"),
-        (&mut sources, "source"),
-    ] {
-        let v = current(key);
-        if !v.is_empty() && !list.iter().any(|c| c.selected) {
-            list.insert(0, Choice::new(v.clone(), v, &current(key)));
-        }
-    }
+    let counted = |v: &str, label: &str, n: i64| (v.to_owned(), format!("{label} ({n})"));
+    let users = Choice::facet(
+        facets
+            .users
+            .iter()
+            .map(|u| counted(&u.id, &u.label, u.count)),
+        &current("user_id"),
+    );
+    let actions = Choice::facet(
+        facets
+            .actions
+            .iter()
+            .map(|a| counted(&a.value, &a.value, a.count)),
+        &current("action_prefix"),
+    );
+    let sources = Choice::facet(
+        facets
+            .sources
+            .iter()
+            .map(|a| counted(&a.value, &a.value, a.count)),
+        &current("source"),
+    );
     let results = [("", "Any"), ("success", "success"), ("error", "error")]
         .iter()
         .map(|(v, l)| Choice::new(*v, *l, &current("result")))

@@ -183,3 +183,12 @@ pub(crate) fn outcome(q: &Form) -> Option<svc_pages::Flash> {
     q.text("error")
         .map(|text| svc_pages::Flash { text, ok: false })
 }
+
+/// The lower-case label of a window among those a page offers (`last 24 hours`).
+pub(crate) fn window_label(windows: &[(u32, &str)], minutes: u32) -> String {
+    windows
+        .iter()
+        .find(|(m, _)| *m == minutes)
+        .map_or("", |(_, l)| l)
+        .to_lowercase()
+}

@@ -14,7 +14,7 @@ use svc_pages::Page;
 use svc_telemetry::browse::{Count, GroupBy};
 
 use super::session::urlencode;
-use super::{query, respond, session, Form};
+use super::{query, respond, session, window_label, Form};
 use crate::api::telemetry::{filters, read_event};
 use crate::state::AppState;
 
@@ -113,14 +113,12 @@ impl View {
 }
 
 fn choices(counts: &[Count], current: &str) -> Vec<Choice> {
-    let mut out: Vec<Choice> = counts
-        .iter()
-        .map(|c| Choice::new(&c.value, format!("{} ({})", c.value, c.count), current))
-        .collect();
-    if !current.is_empty() && !out.iter().any(|c| c.selected) {
-        out.insert(0, Choice::new(current, current, current));
-    }
-    out
+    Choice::facet(
+        counts
+            .iter()
+            .map(|c| (c.value.clone(), format!("{} ({})", c.value, c.count))),
+        current,
+    )
 }
 
 fn cell(v: &Value) -> String {
@@ -213,11 +211,7 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         })
         .collect();
     let max = rows.iter().map(|r| r.value).max().unwrap_or(0).max(1);
-    let window_label = WINDOWS
-        .iter()
-        .find(|(m, _)| *m == v.window)
-        .map_or("", |(_, l)| l)
-        .to_lowercase();
+    let window_label = window_label(&WINDOWS, v.window);
     let sentence = if kpis.events_total == 0 {
         format!("No events in the {window_label}.")
     } else {

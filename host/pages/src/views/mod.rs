@@ -48,6 +48,20 @@ impl Choice {
             value,
         }
     }
+
+    /// The options of a facet filter (value, label), the `current` one selected. A current
+    /// value the facet no longer lists (nothing matched it) stays first and selected, so the
+    /// filter shown is the filter applied.
+    pub fn facet(options: impl IntoIterator<Item = (String, String)>, current: &str) -> Vec<Self> {
+        let mut out: Vec<Self> = options
+            .into_iter()
+            .map(|(value, label)| Self::new(value, label, current))
+            .collect();
+        if !current.is_empty() && !out.iter().any(|c| c.selected) {
+            out.insert(0, Self::new(current, current, current));
+        }
+        out
+    }
 }
 
 /// A tab of a page.

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use commands::{
-    admin, auth, discovery, marketplace, me, memory, pull, query, sessions, snapshot, Ctx,
+    admin, auth, discovery, marketplace, mcp, me, memory, pull, query, sessions, snapshot, Ctx,
 };
 
 const EXIT_CODES: &str = "\
@@ -123,6 +123,9 @@ enum Command {
     /// Administration (admins only).
     #[command(subcommand)]
     Admin(admin::Command),
+    /// Serve MCP on standard input/output for an agent host, forwarding to the server with
+    /// your token (`claude mcp add svc -- svc mcp`).
+    Mcp,
     /// Removed: admins are the members of the Admin group (`svc admin group add-member`).
     #[command(hide = true)]
     SetRole {
@@ -158,6 +161,7 @@ fn run(cli: Cli) -> exit::Result<()> {
         Command::Memory(c) => memory::run(&ctx, c),
         Command::Marketplace(c) => marketplace::run(&ctx, c),
         Command::Admin(c) => admin::run(&ctx, c),
+        Command::Mcp => mcp::run(&ctx),
         Command::SetRole { args } => Err(admin::set_role_removed(&args)),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "svc", &mut std::io::stdout());

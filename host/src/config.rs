@@ -34,6 +34,11 @@ pub struct InstanceConfig {
     data_source: RawSettings,
     /// `[llm]`, as written.
     llm: LlmSection,
+    /// `[mcp]`, as written.
+    mcp: McpSection,
+    /// The bounds of MCP results, resolved (filled by [`InstanceConfig::load`]).
+    #[serde(skip)]
+    pub mcp_limits: crate::mcp::McpLimits,
     /// Every driver's settings, resolved (filled by [`InstanceConfig::load`]).
     #[serde(skip)]
     pub drivers: DriverSettings,
@@ -97,6 +102,43 @@ impl LlmSection {
     }
 }
 
+/// `[mcp]`: how much one MCP result may hold. A model may ask for less, never for more.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct McpSection {
+    /// Rows per result at most.
+    max_rows: Option<usize>,
+    /// Bytes of result text at most.
+    max_bytes: Option<usize>,
+}
+
+impl McpSection {
+    /// The limits with `SVC_MCP_MAX_ROWS` / `SVC_MCP_MAX_BYTES` applied over the file's.
+    fn resolve(
+        self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<crate::mcp::McpLimits> {
+        let defaults = crate::mcp::McpLimits::default();
+        let pick = |key: &str, file: Option<usize>, default: usize| -> anyhow::Result<usize> {
+            match env(key).filter(|v| !v.is_empty()) {
+                Some(v) => match v.parse::<usize>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => anyhow::bail!("{key} must be a positive whole number, not '{v}'"),
+                },
+                None => match file {
+                    Some(0) => anyhow::bail!("[mcp] {} must be positive", &key[8..].to_lowercase()),
+                    Some(n) => Ok(n),
+                    None => Ok(default),
+                },
+            }
+        };
+        Ok(crate::mcp::McpLimits {
+            max_rows: pick("SVC_MCP_MAX_ROWS", self.max_rows, defaults.max_rows)?,
+            max_bytes: pick("SVC_MCP_MAX_BYTES", self.max_bytes, defaults.max_bytes)?,
+        })
+    }
+}
+
 impl InstanceConfig {
     /// Reads `path` (which must exist when given) or `DATA_DIR/svc.toml` (when present), then
     /// applies the environment. Errors name the file and the key.
@@ -119,6 +161,9 @@ impl InstanceConfig {
             None => "[llm] settings from the environment".to_owned(),
         };
         config.ask_llm = std::mem::take(&mut config.llm)
+            .resolve(&|k| std::env::var(k).ok())
+            .with_context(where_)?;
+        config.mcp_limits = std::mem::take(&mut config.mcp)
             .resolve(&|k| std::env::var(k).ok())
             .with_context(where_)?;
         let raw = std::mem::take(&mut config.data_source);

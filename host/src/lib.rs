@@ -3,6 +3,8 @@
 //! - [`api`]: HTTP only — routes, extractors, the error envelope and its one status mapping.
 //! - [`pages`]: the web pages over HTTP — browser sessions, CSRF, assets, redirects; what
 //!   they show is read through the same services as the API and rendered by `svc-pages`.
+//! - [`mcp`]: the Model Context Protocol for agents (rmcp over streamable HTTP), its tools
+//!   calling the same code paths as the API.
 //! - [`jobs`]: sync passes, scripts and the scheduler loop.
 //! - [`state`]: the composition root, assembling the services of the crates below.
 //! - [`config`], [`server`], [`connections`]: settings, start-up and the listener.
@@ -15,6 +17,7 @@ pub mod config;
 pub mod connections;
 pub mod discovery;
 pub mod jobs;
+pub mod mcp;
 pub mod pages;
 pub mod server;
 pub mod state;

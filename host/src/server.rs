@@ -137,6 +137,7 @@ pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
         drivers: Default::default(),
         metadata_refresh_concurrency: svc_catalog::warmup::DEFAULT_REFRESH_CONCURRENCY,
         ask_llm: Default::default(),
+        mcp: Default::default(),
     }
 }
 
@@ -178,6 +179,7 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
     let config = RuntimeConfig {
         drivers: instance.drivers,
         ask_llm: instance.ask_llm,
+        mcp: instance.mcp_limits,
         metadata_refresh_concurrency: args.metadata_refresh_concurrency,
         data_dir: store_args.data_dir.clone(),
         max_body_bytes: args.max_body_bytes,

@@ -55,6 +55,8 @@ pub struct RuntimeConfig {
     pub metadata_refresh_concurrency: usize,
     /// The LLM behind ask (`[llm]`, `SVC_LLM_*`); unconfigured by default.
     pub ask_llm: svc_ask::LlmConfig,
+    /// How much one MCP result may hold (`[mcp]`, `SVC_MCP_*`).
+    pub mcp: crate::mcp::McpLimits,
 }
 
 /// Everything the endpoints share.

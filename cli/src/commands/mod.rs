@@ -8,6 +8,7 @@ pub mod auth;
 pub mod discovery;
 pub mod local;
 pub mod marketplace;
+pub mod mcp;
 pub mod me;
 pub mod memory;
 pub mod pull;

@@ -125,9 +125,9 @@ pub fn token_hash(token: &str) -> String {
 #[derive(Clone)]
 pub struct Authenticator {
     keys: JwtKeys,
-    /// Keys the CSRF tokens of browser sessions (derived from the signing secret, so every
-    /// replica with the same secret accepts the same tokens).
-    csrf_key: [u8; 32],
+    /// Keys [`Authenticator::seal`] (derived from the signing secret, so every replica with
+    /// the same secret accepts the same CSRF tokens and cursors).
+    seal_key: [u8; 32],
     store: Store,
     identities: moka::sync::Cache<IdentityKey, Arc<Identity>>,
 }
@@ -145,7 +145,7 @@ impl Authenticator {
     pub fn new(store: Store, secret: &[u8]) -> Self {
         Self {
             keys: JwtKeys::new(secret),
-            csrf_key: Sha256::new()
+            seal_key: Sha256::new()
                 .chain_update(b"svc-csrf\0")
                 .chain_update(secret)
                 .finalize()
@@ -195,21 +195,36 @@ impl Authenticator {
         (self.keys.sign(&claims), format_ts(exp))
     }
 
-    /// The CSRF token of a browser session: bound to its session token, so a token read from
-    /// one session is worthless in another, and nothing needs storing.
-    pub fn csrf_token(&self, session_token: &str) -> String {
+    /// A keyed digest of `message` for `purpose`: how the server recognises a value it
+    /// handed out (a CSRF token, a result cursor) as its own without storing it. The
+    /// purpose keeps a value minted for one use from passing for another.
+    pub fn seal(&self, purpose: &str, message: &str) -> String {
         let digest = Sha256::new()
-            .chain_update(self.csrf_key)
-            .chain_update(session_token.as_bytes())
+            .chain_update(self.seal_key)
+            .chain_update(purpose.as_bytes())
+            .chain_update([0])
+            .chain_update(message.as_bytes())
             .finalize();
         hex::encode(&digest[..20])
     }
 
-    /// Whether `presented` is the CSRF token of `session_token` (compared in constant time).
-    pub fn csrf_ok(&self, session_token: &str, presented: &str) -> bool {
-        let expected = self.csrf_token(session_token);
+    /// Whether `presented` is [`Authenticator::seal`] of `message` for `purpose`
+    /// (compared in constant time).
+    pub fn sealed(&self, purpose: &str, message: &str, presented: &str) -> bool {
+        let expected = self.seal(purpose, message);
         expected.len() == presented.len()
             && bool::from(expected.as_bytes().ct_eq(presented.as_bytes()))
+    }
+
+    /// The CSRF token of a browser session: bound to its session token, so a token read from
+    /// one session is worthless in another, and nothing needs storing.
+    pub fn csrf_token(&self, session_token: &str) -> String {
+        self.seal("csrf", session_token)
+    }
+
+    /// Whether `presented` is the CSRF token of `session_token` (compared in constant time).
+    pub fn csrf_ok(&self, session_token: &str, presented: &str) -> bool {
+        self.sealed("csrf", session_token, presented)
     }
 
     /// Creates a PAT; returns the stored row and the token, which is shown once.

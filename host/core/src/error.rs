@@ -60,6 +60,26 @@ impl ErrorKind {
         }
     }
 
+    /// Its name where a program reads it (an MCP tool error's `error` when the error has
+    /// no code of its own).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::BadRequest => "bad_request",
+            Self::Unauthorized => "unauthorized",
+            Self::Forbidden => "forbidden",
+            Self::NotFound => "not_found",
+            Self::Conflict => "conflict",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::Invalid => "invalid",
+            Self::TooMany => "too_many_requests",
+            Self::Internal => "internal",
+            Self::NotImplemented => "not_implemented",
+            Self::Upstream => "upstream",
+            Self::Unavailable => "unavailable",
+            Self::Timeout => "timeout",
+        }
+    }
+
     /// Whether the failure is the server's (logged, alerting) rather than the caller's.
     pub fn is_server_error(self) -> bool {
         self.status() >= 500

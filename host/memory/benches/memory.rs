@@ -84,7 +84,12 @@ async fn seed(store: &Store, n: i64) {
     ] {
         exec(
             store,
-            &format!("INSERT INTO knowledge_item_tags (item_id, tag) SELECT id, {tag} FROM knowledge_items"),
+            &format!(
+                "INSERT INTO knowledge_item_tags (item_id, tag, item_updated_at, status, is_personal, \
+                 audience, domain, source_type) \
+                 SELECT id, {tag}, updated_at, status, is_personal, audience, domain, source_type \
+                 FROM knowledge_items"
+            ),
         )
         .await;
     }

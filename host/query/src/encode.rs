@@ -182,6 +182,22 @@ pub fn rows_as_objects(batches: &[RecordBatch]) -> Vec<Value> {
     out
 }
 
+/// Rows as arrays of values in column order, in batch order.
+pub fn rows_as_arrays(batches: &[RecordBatch]) -> Vec<Vec<Value>> {
+    let mut out = Vec::with_capacity(batches.iter().map(|b| b.num_rows()).sum());
+    for batch in batches {
+        let columns: Vec<Vec<Value>> = batch
+            .columns()
+            .iter()
+            .map(|c| column_values(c.as_ref()))
+            .collect();
+        for row in 0..batch.num_rows() {
+            out.push(columns.iter().map(|values| values[row].clone()).collect());
+        }
+    }
+    out
+}
+
 /// Writes one column's cell `i` as JSON into a buffer.
 type CellWriter<'a> = Box<dyn Fn(&mut Vec<u8>, usize) + 'a>;
 

@@ -174,6 +174,20 @@ impl Engine {
         plan: &mut Option<QueryPlan>,
         quota: Option<&Permit>,
     ) -> Result<RowStream> {
+        self.run_window(caller, sql, 0, limit, plan, quota).await
+    }
+
+    /// [`Engine::run`] from row `offset` of the result on: the skip is part of the plan, so
+    /// a later page of a large result reads no more than the rows up to its end.
+    pub async fn run_window(
+        &self,
+        caller: &Caller,
+        sql: &str,
+        offset: usize,
+        limit: usize,
+        plan: &mut Option<QueryPlan>,
+        quota: Option<&Permit>,
+    ) -> Result<RowStream> {
         let limits = self.limits;
         let deadline = Instant::now() + limits.timeout;
         // Parsed on the query runtime: its threads have the stack a deeply nested statement
@@ -261,7 +275,7 @@ impl Engine {
             ) {
                 df
             } else {
-                df.limit(0, Some(limit.saturating_add(1)))
+                df.limit(offset, Some(limit.saturating_add(1)))
                     .map_err(engine_error)?
             };
             let df = without_futile_topk_filters(df);

@@ -362,6 +362,18 @@ impl DiscoveryApi {
         result
     }
 
+    /// One table's catalog entry for a caller (404, then 403, as every table read): the
+    /// MCP `describe_table` takes its size, freshness and WHERE examples from it.
+    pub(crate) async fn catalog_entry(
+        &self,
+        caller: &Caller,
+        table_id: &str,
+    ) -> svc_core::Result<CatalogRow> {
+        let row = self.readable(caller, table_id).await?;
+        let metadata = self.state.store.all_metadata().await?;
+        Ok(self.catalog_row(&row, metadata.get(&row.id)))
+    }
+
     /// A table's schema for a caller, audited as `catalog.schema`.
     pub(crate) async fn schema_for(
         &self,

@@ -17,10 +17,10 @@ mod me;
 mod memory;
 mod metadata;
 mod observability;
-mod query;
+pub(crate) mod query;
 mod registry;
 mod result_body;
-mod scan;
+pub(crate) mod scan;
 mod scheduler;
 mod scripts;
 mod sessions;
@@ -335,6 +335,7 @@ pub fn app(
             "/api/admin/usage/*rest",
             poem::endpoint::make_sync(usage_alias),
         )
+        .at("/mcp", crate::mcp::endpoint(state.clone()))
         .nest("/", svc)
         .data(state)
         .around(move |ep, mut req| {

@@ -39,19 +39,36 @@ fn default_limit() -> u64 {
 /// Longest SQL text accepted.
 const MAX_SQL_BYTES: usize = 256 * 1024;
 
+/// Refuses SQL text longer than [`MAX_SQL_BYTES`] (413), before anything parses it.
+pub(crate) fn check_sql_size(sql: &str) -> svc_core::Result<()> {
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(Error::new(
+            ErrorKind::PayloadTooLarge,
+            format!(
+                "The SQL is {} bytes; the most accepted is {MAX_SQL_BYTES}",
+                sql.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The audit event of a query: its route's action, the statement's start and tables.
+pub(crate) fn query_event(sql: &str, plan: Option<&QueryPlan>, caller_is_admin: bool) -> Event {
+    let mut event = Event::new(plan.map_or("query.local", |p| p.route.action()))
+        .resource("query")
+        .param("sql_preview", sql.chars().take(200).collect::<String>())
+        .param("tables", plan.map(|p| p.tables.clone()).unwrap_or_default());
+    if plan.is_some_and(|p| p.route == Route::Internal) {
+        event = event.param("is_admin", caller_is_admin);
+    }
+    event
+}
+
 impl QueryApi {
     /// Request checks the engine does not make: SQL size and the row cap.
     fn checked(&self, sql: &str, limit: usize) -> ApiResult<()> {
-        if sql.len() > MAX_SQL_BYTES {
-            return Err(Error::new(
-                ErrorKind::PayloadTooLarge,
-                format!(
-                    "The SQL is {} bytes; the most accepted is {MAX_SQL_BYTES}",
-                    sql.len()
-                ),
-            )
-            .into());
-        }
+        check_sql_size(sql)?;
         let max = self.state.config.query.max_rows;
         if limit > max {
             return Err(Error::invalid(format!(
@@ -89,20 +106,8 @@ impl QueryApi {
             },
         };
 
-        let mut event = Event::new(plan.as_ref().map_or("query.local", |p| p.route.action()))
-            .resource("query")
-            .param(
-                "sql_preview",
-                body.sql.chars().take(200).collect::<String>(),
-            )
-            .param(
-                "tables",
-                plan.as_ref().map(|p| p.tables.clone()).unwrap_or_default(),
-            )
+        let event = query_event(&body.sql, plan.as_ref(), caller.is_admin)
             .param("format", Format::from(format).name());
-        if plan.as_ref().is_some_and(|p| p.route == Route::Internal) {
-            event = event.param("is_admin", caller.is_admin);
-        }
         serve_rows(
             &self.state,
             &caller.actor,

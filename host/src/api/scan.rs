@@ -15,7 +15,7 @@ use svc_store::registry::RegistryRow;
 use super::result_body::{serve_rows, ResultBody};
 use super::types::FormatParam;
 use super::types::Str;
-use super::{ApiError, ApiResult, BearerAuth, Tag};
+use super::{ApiResult, BearerAuth, Tag};
 use crate::state::AppState;
 
 pub struct ScanApi {
@@ -64,11 +64,11 @@ impl ScanRequest {
 
 /// What a scan would read.
 #[derive(Object)]
-struct EstimateResponse {
+pub(crate) struct EstimateResponse {
     /// Registry id.
     table_id: String,
     /// Bytes the scan would read; null when the source cannot tell.
-    estimated_bytes: Option<u64>,
+    pub(crate) estimated_bytes: Option<u64>,
     /// Rows it would return (an upper bound unless `exact`); null when unknown.
     estimated_rows: Option<u64>,
     /// Whether the figures are exact rather than bounds.
@@ -80,45 +80,82 @@ struct EstimateResponse {
 }
 
 /// A table the caller may read, and the scan checked against its columns.
-struct Prepared {
-    row: RegistryRow,
-    scan: ValidScan,
+pub(crate) struct Prepared {
+    pub(crate) row: RegistryRow,
+    pub(crate) scan: ValidScan,
     schema: svc_plugin_api::arrow::datatypes::SchemaRef,
+}
+
+/// Checks a scan: the table readable by the caller (404, then 403), its parts valid
+/// against the table's columns, the limit within `max_rows`.
+pub(crate) async fn prepare(
+    state: &AppState,
+    caller: &Caller,
+    ask: ScanAsk<'_>,
+    max_rows: usize,
+) -> ApiResult<Prepared> {
+    let row = state.access.readable_table(caller, ask.table_id).await?;
+    let driver = state
+        .drivers
+        .get(&row.source_type)
+        .cloned()
+        .ok_or_else(|| {
+            Error::bad_request(format!(
+                "Table '{}' has source type '{}', which this server has no driver for",
+                row.id, row.source_type
+            ))
+        })?;
+    let provider = driver
+        .table_provider(&row.table_ref(), &caller.into())
+        .await?;
+    let schema = provider.schema();
+    let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+    let scan = ValidScan::new(ask, &columns, max_rows)?;
+    Ok(Prepared { row, scan, schema })
+}
+
+/// Guards a remote scan on its estimate.
+pub(crate) async fn guard(state: &AppState, p: &Prepared) -> svc_core::Result<()> {
+    state
+        .engine
+        .guard_remote(&[(&p.row, p.scan.spec(&p.schema)?)])
+        .await
+}
+
+/// What a prepared scan would read, and whether a remote one would pass its guard.
+pub(crate) async fn estimate(state: &AppState, p: &Prepared) -> ApiResult<EstimateResponse> {
+    let estimate = state
+        .engine
+        .estimate(&p.row, &p.scan.spec(&p.schema)?)
+        .await?;
+    let would_exceed = match &estimate {
+        Some(e) if p.row.query_mode.is_remote() => check_guard(&[Guarded {
+            table_id: &p.row.id,
+            is_view: state.engine.is_view(&p.row.id).await,
+            estimate: e,
+        }])
+        .is_err(),
+        _ => false,
+    };
+    Ok(EstimateResponse {
+        table_id: p.row.id.clone(),
+        estimated_bytes: estimate.as_ref().map(|e| e.bytes),
+        estimated_rows: estimate.as_ref().and_then(|e| e.rows),
+        exact: estimate.as_ref().is_some_and(|e| e.exact),
+        guard_bytes: estimate.as_ref().and_then(|e| e.guard_bytes),
+        would_exceed_guard: would_exceed,
+    })
 }
 
 impl ScanApi {
     async fn prepare(&self, caller: &Caller, req: &ScanRequest) -> ApiResult<Prepared> {
-        let row = self
-            .state
-            .access
-            .readable_table(caller, &req.table_id)
-            .await?;
-        let driver = self
-            .state
-            .drivers
-            .get(&row.source_type)
-            .cloned()
-            .ok_or_else(|| {
-                Error::bad_request(format!(
-                    "Table '{}' has source type '{}', which this server has no driver for",
-                    row.id, row.source_type
-                ))
-            })?;
-        let provider = driver
-            .table_provider(&row.table_ref(), &caller.into())
-            .await?;
-        let schema = provider.schema();
-        let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-        let scan = ValidScan::new(req.ask(), &columns, self.state.config.query.scan_max_rows)?;
-        Ok(Prepared { row, scan, schema })
-    }
-
-    /// Guards a remote scan on its estimate.
-    async fn guard(&self, p: &Prepared) -> svc_core::Result<()> {
-        self.state
-            .engine
-            .guard_remote(&[(&p.row, p.scan.spec(&p.schema)?)])
-            .await
+        prepare(
+            &self.state,
+            caller,
+            req.ask(),
+            self.state.config.query.scan_max_rows,
+        )
+        .await
     }
 }
 
@@ -135,7 +172,7 @@ impl ScanApi {
         let mut cap = None;
         let rows = async {
             let p = self.prepare(caller, &body).await?;
-            self.guard(&p).await?;
+            guard(&self.state, &p).await?;
             if p.scan.capped {
                 cap = Some(p.scan.limit);
             }
@@ -187,28 +224,7 @@ impl ScanApi {
         let caller = &auth.0;
         let result = async {
             let p = self.prepare(caller, &body).await?;
-            let estimate = self
-                .state
-                .engine
-                .estimate(&p.row, &p.scan.spec(&p.schema)?)
-                .await?;
-            let would_exceed = match &estimate {
-                Some(e) if p.row.query_mode.is_remote() => check_guard(&[Guarded {
-                    table_id: &p.row.id,
-                    is_view: self.state.engine.is_view(&p.row.id).await,
-                    estimate: e,
-                }])
-                .is_err(),
-                _ => false,
-            };
-            Ok::<_, ApiError>(EstimateResponse {
-                table_id: p.row.id.clone(),
-                estimated_bytes: estimate.as_ref().map(|e| e.bytes),
-                estimated_rows: estimate.as_ref().and_then(|e| e.rows),
-                exact: estimate.as_ref().is_some_and(|e| e.exact),
-                guard_bytes: estimate.as_ref().and_then(|e| e.guard_bytes),
-                would_exceed_guard: would_exceed,
-            })
+            estimate(&self.state, &p).await
         }
         .await;
         let event = body.event("scan.estimate");

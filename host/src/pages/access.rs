@@ -1,7 +1,8 @@
-//! `/admin/access`: tables × groups as checkboxes. Saving applies the difference through the
-//! same [`svc_auth::admin::Admin`] grant calls as `/api/admin/grants` (one audit row per
-//! grant made or revoked, the access caches flushed). Internal tables are not listed: their
-//! security is the row filter, not a grant.
+//! `/admin/access`: tables × groups as checkboxes, a page of tables at a time (filtered by
+//! id). Saving applies the difference for the tables the form showed — never those on other
+//! pages — through the same [`svc_auth::admin::Admin`] grant calls as `/api/admin/grants`
+//! (one audit row per grant made or revoked, the access caches flushed). Internal tables are
+//! not listed: their security is the row filter, not a grant.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,6 +18,14 @@ use crate::state::AppState;
 
 const TABLE: &str = "table";
 
+/// Tables per page: a thousand tables times the groups would be a heavy page of boxes.
+const PAGE_TABLES: usize = 100;
+
+/// The page's link for a filter and page.
+fn here(search: &str, page: usize) -> String {
+    format!("/admin/access?q={}&page={page}", session::urlencode(search))
+}
+
 #[handler]
 pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
     let session = match session::admin(&state, req).await {
@@ -31,13 +40,23 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         Ok(all) => all,
         Err(e) => return respond::from_error(&state, &session, e.into()),
     };
+    let q = query(req);
+    let search = q.text("q").unwrap_or_default();
+    let page = q.page();
     let granted: BTreeSet<(String, String)> = grants
         .into_iter()
         .map(|g| (g.group_id, g.resource_id))
         .collect();
-    let rows = tables
+    let needle = search.to_lowercase();
+    let listed: Vec<_> = tables
         .iter()
         .filter(|t| t.query_mode != QueryMode::Internal)
+        .filter(|t| needle.is_empty() || t.id.to_lowercase().contains(&needle))
+        .collect();
+    let rows = listed
+        .iter()
+        .skip((page - 1) * PAGE_TABLES)
+        .take(PAGE_TABLES)
         .map(|t| AccessRow {
             id: t.id.clone(),
             cells: groups
@@ -53,20 +72,29 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
     respond::page(&AccessPage {
         chrome: session
             .chrome(&state, Page::Users, "Resource access")
-            .with_flash(outcome(&query(req))),
+            .with_flash(outcome(&q)),
         groups: groups.into_iter().map(|g| (g.id, g.name)).collect(),
         tables: rows,
+        q: search.clone(),
+        page,
+        matching: listed.len(),
+        prev_page: (page > 1).then(|| here(&search, page - 1)),
+        next_page: (page * PAGE_TABLES < listed.len()).then(|| here(&search, page + 1)),
     })
 }
 
-/// Makes the table grants what the checked boxes say.
+/// Makes the grants of the tables the form showed (`shown`) what its checked boxes say.
 #[handler]
 pub async fn save(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> Response {
     let (session, form) = match session::admin_form(&state, req, body).await {
         Ok(ok) => ok,
         Err(r) => return r,
     };
-    let back = "/admin/access";
+    let back = here(
+        &form.text("q").unwrap_or_default(),
+        form.get("page").and_then(|p| p.parse().ok()).unwrap_or(1),
+    );
+    let shown: BTreeSet<String> = form.all("shown").into_iter().collect();
     let wanted: BTreeSet<(String, String)> = form
         .all("grant")
         .iter()
@@ -80,12 +108,15 @@ pub async fn save(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> Res
             .list_tables()
             .await?
             .into_iter()
-            .filter(|t| t.query_mode != QueryMode::Internal)
+            .filter(|t| t.query_mode != QueryMode::Internal && shown.contains(&t.id))
             .map(|t| t.id)
             .collect();
         let current = state.store.list_grants(None, Some(TABLE)).await?;
         let (mut added, mut removed) = (0, 0);
-        for grant in &current {
+        for grant in current
+            .iter()
+            .filter(|g| grantable.contains(&g.resource_id))
+        {
             if !wanted.contains(&(grant.group_id.clone(), grant.resource_id.clone())) {
                 state
                     .admin
@@ -118,10 +149,10 @@ pub async fn save(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> Res
     .await;
     match result {
         Ok((added, removed)) => respond::see_other(&with_outcome(
-            back,
+            &back,
             true,
             &format!("Saved: {added} granted, {removed} revoked"),
         )),
-        Err(e) => respond::see_other(&with_outcome(back, false, &e.to_string())),
+        Err(e) => respond::see_other(&with_outcome(&back, false, &e.to_string())),
     }
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use svc_pages::views::{Bucket, CatalogEntry, CatalogPage, TablePage};
 use svc_pages::Page;
 
-use super::{respond, session};
+use super::{query, respond, session};
 use crate::api::discovery::{CatalogRow, DiscoveryApi};
 use crate::state::AppState;
 
@@ -60,12 +60,18 @@ fn entry(row: &CatalogRow) -> CatalogEntry {
     }
 }
 
+/// Business tables per page: a thousand-table catalog stays a light page.
+const PAGE_TABLES: usize = 200;
+
 #[handler]
 pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
     let session = match session::signed_in(&state, req).await {
         Ok(s) => s,
         Err(r) => return r,
     };
+    let q = query(req);
+    let search = q.text("q").unwrap_or_default();
+    let page = q.page();
     let rows = match api(&state).catalog_for(&session.caller).await {
         Ok(rows) => rows,
         Err(e) => return respond::from_error(&state, &session, e.0),
@@ -78,9 +84,15 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
             .collect::<BTreeMap<_, _>>(),
         Err(e) => return respond::from_error(&state, &session, e),
     };
-    let mut buckets: BTreeMap<String, Vec<CatalogEntry>> = BTreeMap::new();
+    let needle = search.to_lowercase();
+    let matches = |row: &CatalogRow| {
+        needle.is_empty()
+            || row.id.to_lowercase().contains(&needle)
+            || row.description.to_lowercase().contains(&needle)
+    };
+    let mut business: Vec<(String, &CatalogRow)> = Vec::new();
     let mut internal = Vec::new();
-    for row in &rows {
+    for row in rows.iter().filter(|r| matches(r)) {
         if row.query_mode == "internal" {
             internal.push(entry(row));
             continue;
@@ -90,17 +102,39 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
             .cloned()
             .flatten()
             .unwrap_or_else(|| "default".into());
-        buckets.entry(bucket).or_default().push(entry(row));
+        business.push((bucket, row));
     }
-    let business_count = buckets.values().map(Vec::len).sum();
+    // Pages cut the bucket-ordered list; a bucket split over two pages says how many
+    // tables it holds in all.
+    business.sort_by(|(ba, a), (bb, b)| ba.cmp(bb).then(a.id.cmp(&b.id)));
+    let mut bucket_sizes: BTreeMap<&str, usize> = BTreeMap::new();
+    for (bucket, _) in &business {
+        *bucket_sizes.entry(bucket.as_str()).or_default() += 1;
+    }
+    let mut buckets: Vec<Bucket> = Vec::new();
+    for (bucket, row) in business
+        .iter()
+        .skip((page - 1) * PAGE_TABLES)
+        .take(PAGE_TABLES)
+    {
+        match buckets.last_mut() {
+            Some(b) if &b.name == bucket => b.tables.push(entry(row)),
+            _ => buckets.push(Bucket {
+                name: bucket.clone(),
+                total: bucket_sizes[bucket.as_str()],
+                tables: vec![entry(row)],
+            }),
+        }
+    }
+    let here = |page: usize| format!("/catalog?q={}&page={page}", session::urlencode(&search));
     respond::page(&CatalogPage {
         chrome: session.chrome(&state, Page::Catalog, "Catalog"),
-        buckets: buckets
-            .into_iter()
-            .map(|(name, tables)| Bucket { name, tables })
-            .collect(),
+        q: search.clone(),
+        buckets,
         internal,
-        business_count,
+        business_count: business.len(),
+        prev_page: (page > 1).then(|| here(page - 1)),
+        next_page: (page * PAGE_TABLES < business.len()).then(|| here(page + 1)),
     })
 }
 

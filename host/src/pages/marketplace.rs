@@ -50,11 +50,7 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         .text("sort")
         .filter(|s| SORTS.iter().any(|(k, _)| k == s))
         .unwrap_or_else(|| "recent".into());
-    let page: u64 = q
-        .get("page")
-        .and_then(|p| p.parse().ok())
-        .filter(|p| *p >= 1)
-        .unwrap_or(1);
+    let page = q.page() as u64;
     let market_tab = match tab {
         "flea" => MarketTab::Flea,
         "my" => MarketTab::Mine(session.caller.user.id.clone()),

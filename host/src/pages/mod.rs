@@ -149,6 +149,14 @@ impl Form {
             .map(str::to_owned)
     }
 
+    /// The 1-based page number a list was asked for (`page`), 1 when absent or not one.
+    pub(crate) fn page(&self) -> usize {
+        self.get("page")
+            .and_then(|p| p.parse().ok())
+            .filter(|p| *p >= 1)
+            .unwrap_or(1)
+    }
+
     /// Every value of a field.
     pub(crate) fn all(&self, name: &str) -> Vec<String> {
         self.0

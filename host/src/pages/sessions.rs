@@ -28,7 +28,7 @@ const WINDOWS: [(u32, &str); 4] = [
     (525_600, "Last year"),
 ];
 const PAGE_ROWS: usize = 50;
-const PAGE_EVENTS: usize = 200;
+const PAGE_EVENTS: usize = 100;
 /// Texts longer than this are folded.
 const FOLD_CHARS: usize = 600;
 

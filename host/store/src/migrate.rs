@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 52;
+pub const CURRENT_SCHEMA_VERSION: i64 = 53;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -78,6 +78,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 52,
         name: "corporate memory tags, contradictions, duplicates; the plugin marketplace",
+    },
+    Step {
+        version: 53,
+        name: "corporate memory: tag rows carry their item's visibility and change time",
     },
 ];
 
@@ -201,6 +205,17 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             ensure_indices(tx, schema::MARKETPLACE_INDICES).await?;
             // Items stored before v52 get their tag rows and duplicate keys from what they hold.
             crate::memory::backfill_v52(tx).await?;
+        }
+        53 => {
+            ensure_columns(
+                tx,
+                b,
+                "knowledge_item_tags",
+                schema::KNOWLEDGE_V53_TAG_COLUMNS,
+            )
+            .await?;
+            ensure_indices(tx, schema::KNOWLEDGE_V53_INDICES).await?;
+            crate::memory::sync_tag_rows(tx, None).await?;
         }
         other => anyhow::bail!("no migration step {other}"),
     }

@@ -655,6 +655,36 @@ pub(super) const KNOWLEDGE_V52_INDICES: &[Index] = &[
     },
 ];
 
+/// Corporate memory, third part (v53): each tag row carries a copy of its item's change time
+/// and the columns the readers' visibility filters on, kept in step with the item in the
+/// same transaction, so the tag tree counts and lists a tag's items from one index instead
+/// of joining a hundred thousand items to their tags.
+pub(super) const KNOWLEDGE_V53_TAG_COLUMNS: &[Column] = &[
+    col("item_updated_at", Text),
+    col("status", Text),
+    with_default("is_personal", Bool, Default::Bool(false)),
+    col("audience", Text),
+    col("domain", Text),
+    col("source_type", Text),
+];
+
+pub(super) const KNOWLEDGE_V53_INDICES: &[Index] = &[Index {
+    // Walked backwards per tag for a group's newest items; covers the visibility
+    // filters, so counting a reader's groups never reads a row.
+    name: "idx_knowledge_tags_recent",
+    table: "knowledge_item_tags",
+    columns: &[
+        "tag",
+        "item_updated_at",
+        "item_id",
+        "status",
+        "is_personal",
+        "audience",
+        "domain",
+        "source_type",
+    ],
+}];
+
 /// The plugin marketplace (v52): registered curated marketplaces and the plugins a sync
 /// found in them, user-submitted ("flea") entities, and each item's 30-day usage figures,
 /// refreshed from the daily rollups.

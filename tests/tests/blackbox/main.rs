@@ -13,6 +13,7 @@ mod drivers;
 mod emulator;
 mod hostile;
 mod marketplace;
+mod mcp;
 mod memory;
 mod memory_review;
 mod observability;

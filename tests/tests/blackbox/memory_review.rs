@@ -106,6 +106,27 @@ fn tree_batch_bulk_duplicates_and_contradictions() {
         );
         assert_eq!(groups(&t), [(Some("revenue".into()), 1), (None, 1)], "{t}");
         assert_eq!(t["groups"][1]["items"][0]["id"], d.as_str());
+        // Tag groups follow their items' changes: made personal, `a` leaves bo's tree.
+        let personal = |on: bool| {
+            let (status, e) = s.post_json(
+                &format!("/api/memory/{a}/personal"),
+                &ana,
+                &json!({"is_personal": on}),
+            );
+            assert_eq!(status, 200, "{e}");
+        };
+        personal(true);
+        let (_, t) = s.get_json("/api/memory/tree?axis=tag", &bo);
+        assert_eq!(
+            groups(&t),
+            [
+                (Some("deploy".into()), 1),
+                (Some("kpi".into()), 1),
+                (None, 1)
+            ],
+            "{t}"
+        );
+        personal(false);
         let (status, e) = s.get_json("/api/memory/tree?axis=colour", &bo);
         assert_eq!(status, 422, "{e}");
         assert!(
@@ -122,6 +143,16 @@ fn tree_batch_bulk_duplicates_and_contradictions() {
         assert_eq!(status, 200, "{out}");
         assert_eq!(out["success"].as_array().unwrap().len(), 2, "{out}");
         assert_eq!(out["not_found"], json!(["nope"]));
+        let (_, t) = s.get_json("/api/memory/tree?axis=tag&status_filter=approved", &bo);
+        assert_eq!(
+            groups(&t),
+            [
+                (Some("deploy".into()), 1),
+                (Some("kpi".into()), 1),
+                (Some("revenue".into()), 1)
+            ],
+            "the approved items' tags only: {t}"
+        );
         let (_, _) = s.post_json(
             &format!("/api/memory/admin/reject?item_id={c}"),
             &admin,

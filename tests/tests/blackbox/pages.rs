@@ -219,6 +219,21 @@ fn catalog_and_tables_pages_show_tables_and_stream_the_warmup_log() {
         b.source().contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
         "the description is shown as text"
     );
+    visit(&b, &s, "/catalog?q=zzz-none", "catalog-filtered-empty");
+    assert!(
+        b.text("section[aria-labelledby=business] .empty")
+            .contains("No table matches"),
+        "an empty filter says so"
+    );
+    visit(&b, &s, "/catalog?q=ORDERS", "catalog-filtered");
+    assert_eq!(
+        b.js(
+            "return [...document.querySelectorAll('section[aria-labelledby=business] tbody code')].map(c => c.textContent)",
+            json!([])
+        ),
+        json!(["orders"])
+    );
+    b.goto(&s.url("/catalog?q=svc_aud"));
     b.click("a[href='/catalog/svc_audit']");
     b.wait_for("#schema");
     b.screenshot("catalog-table");
@@ -651,11 +666,25 @@ fn a_grant_checkbox_on_the_access_page_changes_what_a_user_can_read() {
     let admin = s.admin_token();
     for (path, body) in [
         ("/api/admin/register-table", json!({"id": "orders"})),
+        ("/api/admin/register-table", json!({"id": "returns"})),
         ("/api/admin/groups", json!({"name": "analysts"})),
     ] {
         let (status, b) = s.post_json(path, &admin, &body);
         assert!(status < 300, "{b}");
     }
+    // A grant on a table the filtered page does not show: saving that page leaves it alone.
+    let (_, groups) = s.get_json("/api/admin/groups", &admin);
+    let analysts = groups
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["name"] == "analysts"))
+        .map(|g| g["id"].as_str().unwrap().to_owned())
+        .expect("the analysts group");
+    let (status, grant) = s.post_json(
+        "/api/admin/grants",
+        &admin,
+        &json!({"group_id": analysts, "resource_type": "table", "resource_id": "returns"}),
+    );
+    assert_eq!(status, 201, "{grant}");
     s.cli_ok(&[
         "groups",
         "add-member",
@@ -670,11 +699,19 @@ fn a_grant_checkbox_on_the_access_page_changes_what_a_user_can_read() {
     let b = Browser::start();
     log_in(&b, &s, "admin@localhost");
     visit(&b, &s, "/admin/access", "access");
-    let rows = b.js(
-        "return [...document.querySelectorAll('#grants tbody th')].map(t => t.textContent)",
-        json!([]),
+    let rows = || {
+        b.js(
+            "return [...document.querySelectorAll('#grants tbody th')].map(t => t.textContent)",
+            json!([]),
+        )
+    };
+    assert_eq!(
+        rows(),
+        json!(["orders", "returns"]),
+        "internal tables are not listed"
     );
-    assert_eq!(rows, json!(["orders"]), "internal tables are not listed");
+    visit(&b, &s, "/admin/access?q=ORD", "access-filtered");
+    assert_eq!(rows(), json!(["orders"]), "the filter ignores case");
     let box_for = "#access-orders input[aria-label='analysts may read orders']";
     b.click(box_for);
     b.wait_until(
@@ -702,6 +739,16 @@ fn a_grant_checkbox_on_the_access_page_changes_what_a_user_can_read() {
         Value::Null
     );
     assert_eq!(s.get_json("/api/v2/schema/orders", &ana).0, 403);
+    assert!(
+        b.url().contains("q=ORD"),
+        "the filter survives a save: {}",
+        b.url()
+    );
+    assert_ne!(
+        s.get_json("/api/v2/schema/returns", &ana).0,
+        403,
+        "a table the page did not show keeps its grant"
+    );
     b.screenshot("access-revoked");
     assert_clean(&b, &s, "access");
 

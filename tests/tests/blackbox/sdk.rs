@@ -15,7 +15,7 @@ use crate::discovery::{register, write_parquet};
 use crate::support::{Server, TempDir};
 
 /// A tool directory from `var`, else `~/.cache/<default>`.
-fn tools(var: &str, default: &str) -> PathBuf {
+pub(crate) fn tools(var: &str, default: &str) -> PathBuf {
     std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
         PathBuf::from(std::env::var_os("HOME").unwrap())
             .join(".cache")

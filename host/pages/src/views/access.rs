@@ -30,6 +30,16 @@ pub struct AccessPage {
     pub chrome: Chrome,
     /// Group ids and names, the columns.
     pub groups: Vec<(String, String)>,
-    /// The tables, the rows.
+    /// This page's tables, the rows.
     pub tables: Vec<AccessRow>,
+    /// The text table ids were filtered by.
+    pub q: String,
+    /// This page's number (1-based), sent back with the form.
+    pub page: usize,
+    /// How many tables match the filter.
+    pub matching: usize,
+    /// The previous page's link.
+    pub prev_page: Option<String>,
+    /// The next page's link.
+    pub next_page: Option<String>,
 }

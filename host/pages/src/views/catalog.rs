@@ -24,7 +24,9 @@ pub struct CatalogEntry {
 pub struct Bucket {
     /// The bucket (`default` when unset).
     pub name: String,
-    /// Its tables.
+    /// How many tables it holds in all (a page may show part of them).
+    pub total: usize,
+    /// Its tables on this page.
     pub tables: Vec<CatalogEntry>,
 }
 
@@ -34,12 +36,18 @@ pub struct Bucket {
 pub struct CatalogPage {
     /// The frame.
     pub chrome: Chrome,
-    /// Business tables by bucket.
+    /// The text tables were filtered by (id or description).
+    pub q: String,
+    /// This page's business tables by bucket.
     pub buckets: Vec<Bucket>,
     /// The internal tables.
     pub internal: Vec<CatalogEntry>,
-    /// How many business tables.
+    /// How many business tables match.
     pub business_count: usize,
+    /// The previous page's link.
+    pub prev_page: Option<String>,
+    /// The next page's link.
+    pub next_page: Option<String>,
 }
 
 /// `/catalog/<id>`: a table's schema and sample.

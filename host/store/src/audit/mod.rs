@@ -63,6 +63,8 @@ pub enum ClientKind {
     Scheduler,
     /// `svc-server` administration commands run in a shell on the server.
     Console,
+    /// An agent's Model Context Protocol call (`/mcp`, or `svc mcp` forwarding to it).
+    Mcp,
 }
 
 impl ClientKind {
@@ -74,6 +76,7 @@ impl ClientKind {
             Self::Api => "api",
             Self::Scheduler => "scheduler",
             Self::Console => "console",
+            Self::Mcp => "mcp",
         }
     }
 }

@@ -290,6 +290,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         replace_tags(&mut tx, &id, &new.tags).await?;
+        sync_tag_rows(&mut tx, Some(&id)).await?;
         count_chars(&mut tx, Some(&id)).await?;
         tx.commit().await?;
         self.knowledge_item(&id)
@@ -440,6 +441,7 @@ impl Store {
         if let Some(tags) = &change.tags {
             replace_tags(&mut tx, id, tags).await?;
         }
+        sync_tag_rows(&mut tx, Some(id)).await?;
         if change.title.is_some() || change.content.is_some() {
             count_chars(&mut tx, Some(id)).await?;
         }
@@ -676,6 +678,27 @@ async fn replace_tags(
             .execute(&mut **tx)
             .await?;
     }
+    Ok(())
+}
+
+/// Copies an item's change time and visibility columns onto its tag rows (every item's
+/// when `id` is None). Called in the transaction of every change to an item, so the tag
+/// tree, which reads only tag rows, sees what the item says.
+pub(crate) async fn sync_tag_rows(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    id: Option<&str>,
+) -> Result<(), StoreError> {
+    let set = "UPDATE knowledge_item_tags SET item_updated_at = k.updated_at, status = k.status, \
+               is_personal = k.is_personal, audience = k.audience, domain = k.domain, \
+               source_type = k.source_type \
+               FROM knowledge_items k WHERE k.id = knowledge_item_tags.item_id";
+    let one = format!("{set} AND knowledge_item_tags.item_id = $1");
+    match id {
+        Some(id) => sqlx::query(&one).bind(id),
+        None => sqlx::query(set),
+    }
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 

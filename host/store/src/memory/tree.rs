@@ -2,6 +2,7 @@
 //! counted in SQL, paginated, each with its most recently changed items. The tag axis puts
 //! an item in every tag's group; items without a value form one group whose key is null.
 
+use futures::{StreamExt as _, TryStreamExt as _};
 use serde::Serialize;
 use sqlx::Row;
 
@@ -42,22 +43,13 @@ impl TreeAxis {
         Self::ALL.into_iter().find(|a| a.as_str() == s)
     }
 
-    /// The grouped column: an item column, or the joined tag.
+    /// The grouped item column (the tag axis reads tag rows instead).
     fn column(self) -> &'static str {
         match self {
             Self::Domain => "domain",
             Self::Category => "category",
-            Self::Tag => "t.tag",
+            Self::Tag => "tag",
             Self::Audience => "audience",
-        }
-    }
-
-    fn tables(self) -> &'static str {
-        match self {
-            Self::Tag => {
-                "knowledge_items LEFT JOIN knowledge_item_tags t ON t.item_id = knowledge_items.id"
-            }
-            _ => "knowledge_items",
         }
     }
 }
@@ -136,6 +128,15 @@ fn filtered(visibility: &Visibility, q: &TreeQuery) -> Where {
     w
 }
 
+/// Group item reads one tree runs at once (the SQLite pool holds eight connections).
+const GROUP_READS_AT_ONCE: usize = 4;
+
+/// Whether `q`'s filters can be applied to tag rows alone: they carry every column the
+/// filters read except the text (`search`) and the duplicate relations.
+fn on_tag_rows(q: &TreeQuery) -> bool {
+    q.search.as_deref().is_none_or(str::is_empty) && q.has_duplicate.is_none()
+}
+
 impl Store {
     /// A page of groups of the items `visibility` allows under `q`.
     pub async fn knowledge_tree(
@@ -144,44 +145,91 @@ impl Store {
         q: &TreeQuery,
     ) -> Result<TreePage, StoreError> {
         let w = filtered(visibility, q);
-        let (column, from) = (q.axis.column(), q.axis.tables());
         // Every group's count in one pass (the axes have tens to hundreds of values); the
         // page is cut here. Grouping by `column || ''` keeps SQLite from walking the
-        // column's index (a random row read per item) instead of the table. The null group
-        // sorts after every key on both backends (they order NULLs differently by default).
-        let groups_sql = format!(
-            "SELECT {column} || '' AS k, COUNT(*) AS n FROM {from}{} GROUP BY {column} || '' \
-             ORDER BY n DESC, CASE WHEN {column} || '' IS NULL THEN 1 ELSE 0 END, {column} || ''",
+        // column's index (a random row read per item) instead of the table. Tag rows are
+        // counted from their covering index, and filtered items' tags through `IN`, whose
+        // inner scope resolves the filter's columns to the items.
+        let groups_sql = match q.axis {
+            TreeAxis::Tag if on_tag_rows(q) => format!(
+                "SELECT tag AS k, COUNT(*) AS n FROM knowledge_item_tags{} GROUP BY tag",
+                w.sql
+            ),
+            TreeAxis::Tag => format!(
+                "SELECT tag AS k, COUNT(*) AS n FROM knowledge_item_tags \
+                 WHERE item_id IN (SELECT id FROM knowledge_items{}) GROUP BY tag",
+                w.sql
+            ),
+            axis => format!(
+                "SELECT {c} || '' AS k, COUNT(*) AS n FROM knowledge_items{} GROUP BY {c} || ''",
+                w.sql,
+                c = axis.column()
+            ),
+        };
+        // On the tag axis the item count is a second scan, run beside the first: an item
+        // is in exactly one group on every other axis, so there the counts add up.
+        let items_sql = format!(
+            "SELECT COUNT(*) AS n, \
+             SUM(CASE WHEN tags IS NULL OR tags = '[]' THEN 1 ELSE 0 END) AS untagged \
+             FROM knowledge_items{}",
             w.sql
         );
-        let rows = bound(&groups_sql, &w.binds).fetch_all(self.pool()).await?;
-        let mut all = Vec::with_capacity(rows.len());
+        let item_count = async {
+            match q.axis {
+                TreeAxis::Tag => bound(&items_sql, &w.binds)
+                    .fetch_one(self.pool())
+                    .await
+                    .map(Some),
+                _ => Ok(None),
+            }
+        };
+        let (rows, item_count) = tokio::try_join!(
+            bound(&groups_sql, &w.binds).fetch_all(self.pool()),
+            item_count
+        )?;
+        let mut all = Vec::with_capacity(rows.len() + 1);
         for r in rows {
             let key: Option<String> = r.try_get("k")?;
             let count: i64 = r.try_get("n")?;
             all.push((key, count));
         }
-        // An item is in exactly one group on every axis but tags.
-        let total_items = match q.axis {
-            TreeAxis::Tag => bound(
-                &format!("SELECT COUNT(*) AS n FROM knowledge_items{}", w.sql),
-                &w.binds,
-            )
-            .fetch_one(self.pool())
-            .await?
-            .try_get("n")?,
-            _ => all.iter().map(|(_, n)| n).sum(),
+        let total_items = match item_count {
+            // The items without a tag (no tag rows: their tag list is empty) form the null
+            // group.
+            Some(r) => {
+                let untagged: Option<i64> = r.try_get("untagged")?;
+                if let Some(n) = untagged.filter(|n| *n > 0) {
+                    all.push((None, n));
+                }
+                r.try_get("n")?
+            }
+            None => all.iter().map(|(_, n)| n).sum(),
         };
+        // Largest first, ties by key in byte order, the null group last: the same order on
+        // both backends, whatever their collations.
+        all.sort_by(|(ka, na), (kb, nb)| {
+            nb.cmp(na)
+                .then(ka.is_none().cmp(&kb.is_none()))
+                .then(ka.cmp(kb))
+        });
         let total_groups = all.len() as i64;
-        let mut groups = Vec::new();
-        for (key, count) in all
-            .into_iter()
-            .skip(q.offset as usize)
-            .take(q.limit as usize)
-        {
-            let items = self.tree_group_items(&w, q, key.as_deref()).await?;
-            groups.push(TreeGroup { key, count, items });
-        }
+        // The page's groups read their items a few at a time, in order, so one tree neither
+        // waits on fifty reads in a row nor takes every connection of the pool.
+        let groups = futures::stream::iter(
+            all.into_iter()
+                .skip(q.offset as usize)
+                .take(q.limit as usize),
+        )
+        .map(|(key, count)| {
+            let w = &w;
+            async move {
+                let items = self.tree_group_items(w, q, key.as_deref()).await?;
+                Ok::<_, StoreError>(TreeGroup { key, count, items })
+            }
+        })
+        .buffered(GROUP_READS_AT_ONCE)
+        .try_collect()
+        .await?;
         Ok(TreePage {
             groups,
             total_groups,
@@ -196,22 +244,41 @@ impl Store {
         q: &TreeQuery,
         key: Option<&str>,
     ) -> Result<Vec<KnowledgeItem>, StoreError> {
-        let mut w = w.clone();
-        match (q.axis, key) {
-            (TreeAxis::Tag, Some(k)) => w.push(
-                "id IN (SELECT item_id FROM knowledge_item_tags WHERE tag = $?)",
-                k.to_owned(),
-            ),
-            (TreeAxis::Tag, None) => w.push_fixed(
-                "NOT EXISTS (SELECT 1 FROM knowledge_item_tags t WHERE t.item_id = knowledge_items.id)",
-            ),
-            (axis, Some(k)) => w.push(&format!("{} = $?", axis.column()), k.to_owned()),
-            (axis, None) => w.push_fixed(&format!("{} IS NULL", axis.column())),
-        }
-        let sql = format!(
-            "SELECT {COLUMNS} FROM knowledge_items{} ORDER BY updated_at DESC, id DESC LIMIT {}",
-            w.sql, q.items_per_group
+        let newest = format!(
+            "ORDER BY updated_at DESC, id DESC LIMIT {}",
+            q.items_per_group
         );
+        let mut w = w.clone();
+        let sql = match (q.axis, key) {
+            // The tag's rows walked newest first on their index, then those items read.
+            (TreeAxis::Tag, Some(k)) if on_tag_rows(q) => {
+                w.push("tag = $?", k.to_owned());
+                format!(
+                    "SELECT {COLUMNS} FROM knowledge_items WHERE id IN (SELECT item_id FROM \
+                     knowledge_item_tags{} ORDER BY item_updated_at DESC, item_id DESC LIMIT {}) {newest}",
+                    w.sql, q.items_per_group
+                )
+            }
+            (TreeAxis::Tag, Some(k)) => {
+                w.push(
+                    "id IN (SELECT item_id FROM knowledge_item_tags WHERE tag = $?)",
+                    k.to_owned(),
+                );
+                format!("SELECT {COLUMNS} FROM knowledge_items{} {newest}", w.sql)
+            }
+            (TreeAxis::Tag, None) => {
+                w.push_fixed("(tags IS NULL OR tags = '[]')");
+                format!("SELECT {COLUMNS} FROM knowledge_items{} {newest}", w.sql)
+            }
+            (axis, Some(k)) => {
+                w.push(&format!("{} = $?", axis.column()), k.to_owned());
+                format!("SELECT {COLUMNS} FROM knowledge_items{} {newest}", w.sql)
+            }
+            (axis, None) => {
+                w.push_fixed(&format!("{} IS NULL", axis.column()));
+                format!("SELECT {COLUMNS} FROM knowledge_items{} {newest}", w.sql)
+            }
+        };
         let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
         rows.iter().map(item).collect()
     }

@@ -1,0 +1,775 @@
+//! The tools and resources an agent sees, each a thin call into the code path the HTTP API
+//! uses for the same operation (so the same audit action: `catalog.list`, `catalog.schema`,
+//! `catalog.sample`, `query.*`, `scan`, `scan.estimate`; plus `memory.bundle`), written with
+//! `client_kind = mcp`. A call refused before it reaches an operation (an unknown tool, a bad
+//! argument, a foreign cursor) is audited as `mcp.call`.
+//!
+//! A user's mistake is a tool result with `isError: true` and svc's error kind, message and
+//! a hint for the model — never a protocol error, which clients hide from the model.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use poem_openapi::types::ToJSON as _;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{json, Value};
+use svc_auth::Caller;
+use svc_core::{Error, ErrorKind};
+use svc_query::encode::rows_as_arrays;
+use svc_query::scan::ScanAsk;
+use svc_query::stream::RowStream;
+use svc_store::audit::Event;
+
+use super::results::{self, RowFormat};
+use crate::api::discovery::DiscoveryApi;
+use crate::api::{query, scan, ApiError};
+use crate::state::AppState;
+
+/// Rows `describe_table` shows of a table.
+const DESCRIBE_SAMPLE_ROWS: usize = 5;
+/// The widest token budget `memory_bundle` accepts (as `GET /api/memory/bundle`).
+const MAX_BUNDLE_TOKENS: u64 = 200_000;
+
+/// The MCP server of one request: the tools over the shared state.
+#[derive(Clone)]
+pub struct Tools {
+    state: Arc<AppState>,
+}
+
+impl Tools {
+    pub(super) fn new(state: Arc<AppState>) -> Self {
+        Self { state }
+    }
+
+    fn discovery(&self) -> DiscoveryApi {
+        DiscoveryApi {
+            state: self.state.clone(),
+        }
+    }
+}
+
+/// The caller the endpoint authenticated, from the HTTP request rmcp hands the tool.
+fn caller_of(context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+    context
+        .extensions
+        .get::<poem::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
+        .cloned()
+        .ok_or_else(|| ErrorData::internal_error("the request carries no caller", None))
+}
+
+fn schema(properties: Value, required: &[&str]) -> Arc<JsonObject> {
+    let Value::Object(object) = json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    }) else {
+        unreachable!("a JSON object literal")
+    };
+    Arc::new(object)
+}
+
+fn read_only(tool: Tool) -> Tool {
+    tool.with_annotations(ToolAnnotations::new().read_only(true).open_world(false))
+}
+
+/// Every tool, as `tools/list` answers.
+fn catalog() -> Vec<Tool> {
+    let format = json!({
+        "type": "string", "enum": ["csv", "json"], "default": "csv",
+        "description": "csv: a header line then one line per row (most rows per byte). json: {\"columns\": [...], \"rows\": [[...]]}."
+    });
+    let cursor = json!({
+        "type": "string",
+        "description": "The next_cursor of the previous result, to continue the same request. Omit to start from the first row."
+    });
+    let max_rows = json!({
+        "type": "integer", "minimum": 1,
+        "description": "Rows wanted; the server's cap (default 100) applies whatever is asked."
+    });
+    vec![
+        read_only(Tool::new(
+            "list_tables",
+            "List the tables you may read: one line per table with its id, mode (local: stored on \
+             the server; remote: queried in the warehouse, mind the size; materialized: a refreshed \
+             local copy; internal: svc's own records, filtered to what you may see), size hint, \
+             freshness and description. Use `q` to find tables by words in their id or \
+             description, `bucket` to list one group. Example: {\"q\": \"orders\"}.",
+            schema(
+                json!({
+                    "q": {"type": "string", "description": "Words that must appear in the table id or description (case does not matter)."},
+                    "bucket": {"type": "string", "description": "Only tables in this bucket."}
+                }),
+                &[],
+            ),
+        )),
+        read_only(Tool::new(
+            "describe_table",
+            "Describe one table before querying it: its columns with types, a few sample rows, \
+             and example WHERE clauses that work on it. Example: {\"table_id\": \"orders\"}.",
+            schema(
+                json!({"table_id": {"type": "string", "description": "The table id from list_tables."}}),
+                &["table_id"],
+            ),
+        )),
+        read_only(Tool::new(
+            "query",
+            "Run one read-only SQL SELECT over the tables you may read (table ids are the table \
+             names; DataFusion SQL). The result is bounded: at most 100 rows and 64 KiB unless \
+             the server says otherwise; it states `truncated` and gives `next_cursor` when more \
+             rows exist — call again with the same sql and that cursor to read on, or better, \
+             aggregate or filter in SQL. Example: {\"sql\": \"SELECT status, count(*) AS n \
+             FROM orders GROUP BY status ORDER BY n DESC\"}.",
+            schema(
+                json!({
+                    "sql": {"type": "string", "description": "One SELECT (or EXPLAIN) statement."},
+                    "format": format.clone(),
+                    "max_rows": max_rows.clone(),
+                    "cursor": cursor.clone()
+                }),
+                &["sql"],
+            ),
+        )),
+        read_only(Tool::new(
+            "scan_estimate",
+            "Say what a scan of one table would read (bytes and rows, exact or bounds) and \
+             whether a remote table's size guard would refuse it — without reading it. Takes \
+             the same arguments as `scan`. Example: {\"table_id\": \"events\", \"where\": \
+             \"day >= '2026-01-01'\"}.",
+            scan_schema(&format, &max_rows, &cursor, false),
+        )),
+        read_only(Tool::new(
+            "scan",
+            "Read rows of one table chosen by columns, a WHERE predicate and an order, without \
+             writing SQL: the parts are validated against the table's columns. Bounded like \
+             `query`, with `truncated` and `next_cursor`. Example: {\"table_id\": \"orders\", \
+             \"select\": [\"id\", \"total\"], \"where\": \"total > 100\", \"order_by\": \
+             [\"total DESC\"]}.",
+            scan_schema(&format, &max_rows, &cursor, true),
+        )),
+        read_only(Tool::new(
+            "memory_bundle",
+            "Load the corporate memory for your work: every mandatory item you can see, then the \
+             best approved items (confidence × recency) within a token budget. Read it before \
+             answering questions about the business's data and rules. Example: \
+             {\"budget_tokens\": 4000}.",
+            schema(
+                json!({"budget_tokens": {"type": "integer", "minimum": 1, "maximum": MAX_BUNDLE_TOKENS, "default": 6000,
+                    "description": "Tokens the bundle may use (estimated as characters / 4)."}}),
+                &[],
+            ),
+        )),
+    ]
+}
+
+fn scan_schema(format: &Value, max_rows: &Value, cursor: &Value, rows: bool) -> Arc<JsonObject> {
+    let mut properties = json!({
+        "table_id": {"type": "string", "description": "The table id from list_tables."},
+        "select": {"type": "array", "items": {"type": "string"}, "description": "Columns to return (default: all)."},
+        "where": {"type": "string", "description": "A predicate over the table's columns: comparisons, AND/OR/NOT, IN, BETWEEN, LIKE, IS NULL."},
+        "order_by": {"type": "array", "items": {"type": "string"}, "description": "`column` or `column DESC` entries."},
+        "limit": {"type": "integer", "minimum": 1, "description": "Rows the scan selects in all (pages of it are returned)."}
+    });
+    if rows {
+        properties["format"] = format.clone();
+        properties["max_rows"] = max_rows.clone();
+        properties["cursor"] = cursor.clone();
+    }
+    schema(properties, &["table_id"])
+}
+
+/// The code of a refused argument: the call never reached an operation.
+const BAD_ARGUMENT: &str = "invalid_argument";
+
+fn bad_argument(tool: &str, name: &str, message: String) -> Error {
+    Error::coded(
+        ErrorKind::Invalid,
+        BAD_ARGUMENT,
+        format!("{tool}: {message}"),
+        json!({ "argument": name }),
+    )
+}
+
+/// A tool's arguments, read with errors that name the argument.
+struct Args<'a> {
+    tool: &'a str,
+    map: JsonObject,
+}
+
+impl<'a> Args<'a> {
+    /// The arguments, refusing any the tool does not take.
+    fn new(tool: &'a str, map: Option<JsonObject>, known: &[&str]) -> Result<Self, Error> {
+        let map = map.unwrap_or_default();
+        if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(bad_argument(
+                tool,
+                unknown,
+                format!(
+                    "unknown argument '{unknown}'; it takes {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+        Ok(Self { tool, map })
+    }
+
+    fn wrong(&self, name: &str, what: &str) -> Error {
+        bad_argument(self.tool, name, format!("argument '{name}' must be {what}"))
+    }
+
+    fn text(&self, name: &str) -> Result<Option<String>, Error> {
+        match self.map.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(self.wrong(name, "a string")),
+        }
+    }
+
+    fn required_text(&self, name: &str) -> Result<String, Error> {
+        self.text(name)?
+            .filter(|s| !s.trim().is_empty())
+            .ok_or_else(|| self.wrong(name, "given (a non-empty string)"))
+    }
+
+    fn count(&self, name: &str) -> Result<Option<u64>, Error> {
+        match self.map.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .filter(|n| *n >= 1)
+                .map(Some)
+                .ok_or_else(|| self.wrong(name, "a whole number of at least 1")),
+        }
+    }
+
+    fn texts(&self, name: &str) -> Result<Option<Vec<String>>, Error> {
+        match self.map.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|i| i.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .map(Some)
+                .ok_or_else(|| self.wrong(name, "a list of strings")),
+            Some(_) => Err(self.wrong(name, "a list of strings")),
+        }
+    }
+
+    fn format(&self) -> Result<RowFormat, Error> {
+        match self.text("format")? {
+            None => Ok(RowFormat::Csv),
+            Some(f) => RowFormat::parse(&f).ok_or_else(|| self.wrong("format", "csv or json")),
+        }
+    }
+}
+
+/// What the model is told to do next after an error of this kind.
+fn hint(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::NotFound => "Call list_tables to see the table ids you can read.",
+        ErrorKind::Forbidden => {
+            "You have no grant on this table; pick another from list_tables or ask an administrator."
+        }
+        ErrorKind::BadRequest | ErrorKind::Invalid => {
+            "Fix the request: describe_table shows the columns; only one SELECT per query."
+        }
+        ErrorKind::PayloadTooLarge => "Ask for less: fewer columns, a WHERE clause, or an aggregate.",
+        ErrorKind::TooMany => "Your query quota is spent for now; wait and retry later.",
+        ErrorKind::Timeout => "Narrow the query: filter earlier, select fewer columns, aggregate.",
+        ErrorKind::Unauthorized => "The token was refused; the user must provide a valid one.",
+        _ => "The server could not do this now; retry later or tell the user.",
+    }
+}
+
+/// A tool result that reports `e` to the model.
+fn tool_error(e: &Error) -> CallToolResult {
+    let body = json!({
+        "error": e.code().unwrap_or(e.kind().name()),
+        "status": e.status(),
+        "message": e.to_string(),
+        "hint": hint(e.kind()),
+    });
+    let mut result = CallToolResult::error(vec![ContentBlock::text(body.to_string())]);
+    result.structured_content = Some(body);
+    result
+}
+
+fn text_result(text: String) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(text)])
+}
+
+/// A page of rows read from a stream, ready for the model.
+struct Page {
+    result: CallToolResult,
+    rows: usize,
+    truncated: bool,
+}
+
+impl Tools {
+    /// Reads `stream` (already capped at the page's rows), renders what fits the byte budget,
+    /// and says whether more exist, with the cursor that resumes after the last row shown.
+    async fn page(
+        &self,
+        mut stream: RowStream,
+        format: RowFormat,
+        resume: impl Fn(usize) -> String,
+        offset: usize,
+    ) -> svc_core::Result<Page> {
+        let columns: Vec<String> = stream
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let mut batches = Vec::new();
+        while let Some(batch) = stream.next().await? {
+            batches.push(batch);
+        }
+        let rows = rows_as_arrays(&batches);
+        let limits = self.state.config.mcp;
+        let shown = results::render(&columns, &rows, format, limits.max_bytes);
+        let more_rows = stream.truncated() == Some(true);
+        let truncated = more_rows || shown.cut_for_bytes;
+        // A first row larger than the whole budget cannot be paged past: say so instead.
+        let stuck = truncated && shown.rows == 0;
+        let next_cursor = (truncated && !stuck).then(|| resume(offset + shown.rows));
+        let mut text = shown.text;
+        let note = match (&next_cursor, stuck) {
+            (_, true) => format!(
+                "[one row is larger than this server's {} byte result budget: select fewer or narrower columns]",
+                limits.max_bytes
+            ),
+            (Some(c), _) => format!(
+                "[{} rows shown from row {offset}; more exist — call again with cursor \"{c}\", or aggregate/filter in SQL]",
+                shown.rows
+            ),
+            (None, _) => format!("[{} rows; complete]", shown.rows),
+        };
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&note);
+        let mut result = text_result(text);
+        result.structured_content = Some(json!({
+            "columns": columns,
+            "returned_rows": shown.rows,
+            "offset": offset,
+            "truncated": truncated,
+            "next_cursor": next_cursor,
+        }));
+        Ok(Page {
+            result,
+            rows: shown.rows,
+            truncated,
+        })
+    }
+
+    async fn list_tables(
+        &self,
+        caller: &Caller,
+        args: Args<'_>,
+    ) -> svc_core::Result<CallToolResult> {
+        let needle = args.text("q")?.unwrap_or_default().to_lowercase();
+        let bucket = args.text("bucket")?;
+        let rows = self
+            .discovery()
+            .catalog_for(caller)
+            .await
+            .map_err(|e| e.0)?;
+        let registry = self.state.access.registry().await?;
+        let buckets: BTreeMap<&str, Option<&str>> = registry
+            .rows()
+            .iter()
+            .map(|r| (r.id.as_str(), r.bucket.as_deref()))
+            .collect();
+        let mut lines = vec!["id,bucket,mode,size,freshness,description".to_owned()];
+        let mut count = 0;
+        for row in &rows {
+            let row_bucket = buckets.get(row.id.as_str()).copied().flatten();
+            if bucket.as_deref().is_some_and(|b| Some(b) != row_bucket) {
+                continue;
+            }
+            let haystack = format!("{} {}", row.id, row.description).to_lowercase();
+            if !needle.split_whitespace().all(|w| haystack.contains(w)) {
+                continue;
+            }
+            let size = match (row.rows, row.rough_size_hint.as_deref()) {
+                (Some(n), _) => format!("{n} rows"),
+                (None, Some(h)) => h.to_owned(),
+                (None, None) => String::new(),
+            };
+            let cells = [
+                row.id.as_str(),
+                row_bucket.unwrap_or(""),
+                row.query_mode.as_str(),
+                size.as_str(),
+                row.metadata_freshness.as_str(),
+                row.description.as_str(),
+            ];
+            let line: Vec<String> = cells.iter().map(|c| results::csv_cell(c)).collect();
+            lines.push(line.join(","));
+            count += 1;
+        }
+        lines.push(format!("[{count} tables]"));
+        Ok(text_result(lines.join("\n")))
+    }
+
+    async fn describe_table(
+        &self,
+        caller: &Caller,
+        args: Args<'_>,
+    ) -> svc_core::Result<CallToolResult> {
+        let table_id = args.required_text("table_id")?;
+        let discovery = self.discovery();
+        // The audited read first: a missing or forbidden table is audited there.
+        let schema = discovery
+            .schema_for(caller, &table_id)
+            .await
+            .map_err(|e| e.0)?;
+        let entry = discovery.catalog_entry(caller, &table_id).await?;
+        let sample = discovery
+            .sample_for(caller, &table_id, DESCRIBE_SAMPLE_ROWS)
+            .await
+            .map_err(|e| e.0)?;
+        let sample: Value = serde_json::from_slice(sample.body.bytes()).unwrap_or_default();
+        let body = json!({
+            "table_id": entry.id,
+            "description": entry.description,
+            "mode": entry.query_mode,
+            "sql_flavor": entry.sql_flavor,
+            "size_hint": entry.rough_size_hint,
+            "rows": entry.rows,
+            "freshness": entry.metadata_freshness,
+            "columns": schema.columns.to_json(),
+            "partition_by": schema.partition_by,
+            "where_examples": entry.where_examples,
+            "sample_rows": sample["rows"],
+        });
+        let mut result = text_result(serde_json::to_string_pretty(&body).unwrap_or_default());
+        result.structured_content = Some(body);
+        Ok(result)
+    }
+
+    async fn query(&self, caller: &Caller, args: Args<'_>) -> svc_core::Result<CallToolResult> {
+        let sql = args.required_text("sql")?;
+        query::check_sql_size(&sql)?;
+        let format = args.format()?;
+        let rows = self.rows_wanted(&args)?;
+        let cursor = args.text("cursor")?;
+        let started = Instant::now();
+        let mut plan = None;
+        let mut offset = 0;
+        let page = async {
+            if let Some(c) = &cursor {
+                offset = results::resume_at(&self.state.auth, caller, &sql, c)?;
+            }
+            let permit = self.state.quotas.acquire(&caller.user.id)?;
+            let stream = self
+                .state
+                .engine
+                .run_window(caller, &sql, offset, rows, &mut plan, Some(&permit))
+                .await?;
+            let auth = &self.state.auth;
+            self.page(
+                stream,
+                format,
+                |at| results::cursor(auth, caller, &sql, at),
+                offset,
+            )
+            .await
+        }
+        .await;
+        let event = query::query_event(&sql, plan.as_ref(), caller.is_admin)
+            .param("format", "mcp")
+            .param("offset", offset);
+        self.audit_page(caller, event, started, &page).await;
+        page.map(|p| p.result)
+    }
+
+    /// Rows one page may hold: what the model asked, within the server's cap.
+    fn rows_wanted(&self, args: &Args<'_>) -> svc_core::Result<usize> {
+        let cap = self.state.config.mcp.max_rows;
+        Ok(args
+            .count("max_rows")?
+            .map_or(cap, |n| usize::try_from(n).unwrap_or(usize::MAX).min(cap)))
+    }
+
+    async fn audit_page(
+        &self,
+        caller: &Caller,
+        event: Event,
+        started: Instant,
+        page: &svc_core::Result<Page>,
+    ) {
+        let page = page.as_ref().map_err(|e| ApiError(e.clone()));
+        self.state
+            .audit
+            .write_outcome(&caller.actor, event, started, &page, |e, p| {
+                e.param("rows_returned", p.rows)
+                    .param("truncated", p.truncated)
+            })
+            .await;
+    }
+
+    async fn scan(
+        &self,
+        caller: &Caller,
+        args: Args<'_>,
+        rows_wanted: bool,
+    ) -> svc_core::Result<CallToolResult> {
+        let table_id = args.required_text("table_id")?;
+        let select = args.texts("select")?;
+        let predicate = args.text("where")?;
+        let order_by = args.texts("order_by")?;
+        let limit = args.count("limit")?;
+        let ask = ScanAsk {
+            table_id: &table_id,
+            select: select.as_deref(),
+            predicate: predicate.as_deref(),
+            order_by: order_by.as_deref(),
+            limit,
+        };
+        let started = Instant::now();
+        let event = Event::new(if rows_wanted { "scan" } else { "scan.estimate" })
+            .resource(format!("table:{table_id}"))
+            .param("select", select.clone())
+            .param("where_present", predicate.is_some())
+            .param("limit", limit);
+        let max_rows = self.state.config.query.scan_max_rows;
+        if !rows_wanted {
+            let estimate = async {
+                let p = scan::prepare(&self.state, caller, ask, max_rows).await?;
+                scan::estimate(&self.state, &p).await
+            }
+            .await;
+            self.state
+                .audit
+                .write_outcome(&caller.actor, event, started, &estimate, |e, r| {
+                    e.param("bytes_estimated", r.estimated_bytes)
+                })
+                .await;
+            let body = estimate.map_err(|e| e.0)?.to_json().unwrap_or_default();
+            let mut result = text_result(body.to_string());
+            result.structured_content = Some(body);
+            return Ok(result);
+        }
+        let format = args.format()?;
+        let page_rows = self.rows_wanted(&args)?;
+        let cursor = args.text("cursor")?;
+        let page = async {
+            let p = scan::prepare(&self.state, caller, ask, max_rows)
+                .await
+                .map_err(|e| e.0)?;
+            scan::guard(&self.state, &p).await?;
+            let sql = p.scan.sql();
+            let offset = match &cursor {
+                Some(c) => results::resume_at(&self.state.auth, caller, &sql, c)?,
+                None => 0,
+            };
+            // The page never reads past the scan's own limit.
+            let rows = page_rows.min(p.scan.limit.saturating_sub(offset));
+            let permit = self.state.quotas.acquire(&caller.user.id)?;
+            let mut plan = None;
+            let stream = self
+                .state
+                .engine
+                .run_window(caller, &sql, offset, rows, &mut plan, Some(&permit))
+                .await?;
+            let auth = &self.state.auth;
+            self.page(
+                stream,
+                format,
+                |at| results::cursor(auth, caller, &sql, at),
+                offset,
+            )
+            .await
+        }
+        .await;
+        self.audit_page(caller, event.param("format", "mcp"), started, &page)
+            .await;
+        page.map(|p| p.result)
+    }
+
+    async fn memory_bundle(
+        &self,
+        caller: &Caller,
+        args: Args<'_>,
+    ) -> svc_core::Result<CallToolResult> {
+        let budget = args
+            .count("budget_tokens")?
+            .unwrap_or(svc_memory::bundle::DEFAULT_BUDGET_TOKENS as u64);
+        if budget > MAX_BUNDLE_TOKENS {
+            return Err(args.wrong("budget_tokens", &format!("at most {MAX_BUNDLE_TOKENS}")));
+        }
+        let started = Instant::now();
+        let bundle = self.state.memory.bundle(caller, budget as usize).await;
+        let event = Event::new("memory.bundle")
+            .resource("memory")
+            .param("budget_tokens", budget);
+        let audited = bundle.as_ref().map_err(|e| ApiError(e.clone()));
+        self.state
+            .audit
+            .write_outcome(&caller.actor, event, started, &audited, |e, b| {
+                e.param("items", b.mandatory.len() + b.approved.len())
+            })
+            .await;
+        let body = serde_json::to_value(bundle?).unwrap_or_default();
+        let mut result = text_result(serde_json::to_string_pretty(&body).unwrap_or_default());
+        result.structured_content = Some(body);
+        Ok(result)
+    }
+
+    async fn call(&self, caller: &Caller, request: CallToolRequestParams) -> CallToolResult {
+        let name = request.name.as_ref();
+        let arguments = request.arguments;
+        let outcome = {
+            let known: &[&str] = match name {
+                "list_tables" => &["q", "bucket"],
+                "describe_table" => &["table_id"],
+                "query" => &["sql", "format", "max_rows", "cursor"],
+                "scan_estimate" => &["table_id", "select", "where", "order_by", "limit"],
+                "scan" => &[
+                    "table_id", "select", "where", "order_by", "limit", "format", "max_rows",
+                    "cursor",
+                ],
+                "memory_bundle" => &["budget_tokens"],
+                other => {
+                    let e = Error::not_found(format!(
+                        "There is no tool '{other}'; the tools are list_tables, describe_table, \
+                         query, scan_estimate, scan and memory_bundle"
+                    ));
+                    return self.refused(caller, name, &e).await;
+                }
+            };
+            Args::new(name, arguments, known)
+        };
+        let args = match outcome {
+            Ok(args) => args,
+            Err(e) => return self.refused(caller, name, &e).await,
+        };
+        let result = match name {
+            "list_tables" => self.list_tables(caller, args).await,
+            "describe_table" => self.describe_table(caller, args).await,
+            "query" => self.query(caller, args).await,
+            "scan_estimate" => self.scan(caller, args, false).await,
+            "scan" => self.scan(caller, args, true).await,
+            _ => self.memory_bundle(caller, args).await,
+        };
+        match result {
+            Ok(r) => r,
+            // Argument errors surface before an operation, which audits everything else.
+            Err(e) if e.code() == Some(BAD_ARGUMENT) => self.refused(caller, name, &e).await,
+            Err(e) => tool_error(&e),
+        }
+    }
+
+    /// Audits a call refused before it reached an operation, and reports it.
+    async fn refused(&self, caller: &Caller, tool: &str, e: &Error) -> CallToolResult {
+        let event = Event::new("mcp.call")
+            .resource(format!("tool:{tool}"))
+            .failed(e.status(), &e.to_string());
+        self.state.audit.write(&caller.actor, event).await;
+        tool_error(e)
+    }
+}
+
+impl ServerHandler for Tools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new("svc", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "svc serves the organisation's data tables. Start with list_tables, then \
+             describe_table for columns and examples, then query with SQL (results are bounded; \
+             aggregate in SQL rather than paging through rows). memory_bundle holds the \
+             organisation's rules and definitions: read it before interpreting figures.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(catalog()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let caller = caller_of(&context)?;
+        Ok(self.call(&caller, request).await.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let caller = caller_of(&context)?;
+        let rows = self
+            .discovery()
+            .catalog_for(&caller)
+            .await
+            .map_err(|e| ErrorData::internal_error(e.0.to_string(), None))?;
+        let resources = rows
+            .iter()
+            .map(|row| {
+                let mut r = Resource::new(format!("svc://table/{}", row.id), row.id.clone())
+                    .with_mime_type("application/json");
+                if !row.description.is_empty() {
+                    r = r.with_description(row.description.clone());
+                }
+                r
+            })
+            .collect();
+        Ok(ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let caller = caller_of(&context)?;
+        let Some(table_id) = request.uri.strip_prefix("svc://table/") else {
+            return Err(ErrorData::resource_not_found(
+                format!(
+                    "no resource '{}': svc's resources are svc://table/<id>",
+                    request.uri
+                ),
+                None,
+            ));
+        };
+        let schema = self
+            .discovery()
+            .schema_for(&caller, table_id)
+            .await
+            .map_err(|e| match e.0.kind() {
+                ErrorKind::NotFound | ErrorKind::Forbidden => {
+                    ErrorData::resource_not_found(e.0.to_string(), None)
+                }
+                _ => ErrorData::internal_error(e.0.to_string(), None),
+            })?;
+        let text = schema.to_json().unwrap_or_default().to_string();
+        Ok(ReadResourceResult::new(vec![
+            ResourceContents::text(text, request.uri).with_mime_type("application/json")
+        ])
+        .into())
+    }
+}

@@ -373,3 +373,76 @@ fn svc_mcp_serves_a_stdio_host_through_the_server() {
     let rows = s.audit_rows("query.local", 1);
     assert_eq!(rows[0]["client_kind"], "mcp");
 }
+
+/// The official MCP Inspector's CLI (npm), which `.ci/run` installs under `$SVC_TEST_NPM`
+/// (default `~/.cache/svc-npm`); without it the test says so and skips.
+#[test]
+fn the_official_inspector_cli_lists_and_calls_the_tools() {
+    let inspector =
+        crate::sdk::tools("SVC_TEST_NPM", "svc-npm").join("node_modules/.bin/mcp-inspector");
+    if !inspector.exists() {
+        eprintln!(
+            "notice: MCP Inspector test skipped: no {} (run .ci/run once to install it)",
+            inspector.display()
+        );
+        return;
+    }
+    let s = Server::start();
+    let admin = s.admin_token();
+    write_parquet(&s.dir.0, "local", "orders", 30, "o");
+    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
+    let inspect = |args: &[&str]| -> Value {
+        let out = std::process::Command::new(&inspector)
+            .arg("--cli")
+            .arg(s.url("/mcp"))
+            .arg("--header")
+            .arg(format!("Authorization: Bearer {admin}"))
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        // The result first; a failed tool adds a line of its own after it.
+        serde_json::Deserializer::from_str(&stdout)
+            .into_iter::<Value>()
+            .next()
+            .and_then(Result::ok)
+            .unwrap_or_else(|| {
+                panic!(
+                    "{args:?}: {stdout} {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+    };
+    let listed = inspect(&["--method", "tools/list"]);
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"query") && names.len() == 6, "{names:?}");
+    let counted = inspect(&[
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "query",
+        "--tool-arg",
+        "sql=SELECT count(*) AS n FROM orders",
+    ]);
+    assert_eq!(counted["isError"], false, "{counted}");
+    assert_eq!(counted["structuredContent"]["returned_rows"], 1);
+    assert!(counted["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("n\n30\n"));
+    let missing = inspect(&[
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "describe_table",
+        "--tool-arg",
+        "table_id=nope",
+    ]);
+    assert_eq!(missing["isError"], true, "{missing}");
+    assert_eq!(missing["structuredContent"]["status"], 404);
+}

@@ -2,7 +2,6 @@
 //! counted in SQL, paginated, each with its most recently changed items. The tag axis puts
 //! an item in every tag's group; items without a value form one group whose key is null.
 
-use futures::{StreamExt as _, TryStreamExt as _};
 use serde::Serialize;
 use sqlx::Row;
 
@@ -128,9 +127,6 @@ fn filtered(visibility: &Visibility, q: &TreeQuery) -> Where {
     w
 }
 
-/// Group item reads one tree runs at once (the SQLite pool holds eight connections).
-const GROUP_READS_AT_ONCE: usize = 4;
-
 /// Whether `q`'s filters can be applied to tag rows alone: they carry every column the
 /// filters read except the text (`search`) and the duplicate relations.
 fn on_tag_rows(q: &TreeQuery) -> bool {
@@ -166,44 +162,35 @@ impl Store {
                 c = axis.column()
             ),
         };
-        // On the tag axis the item count is a second scan, run beside the first: an item
-        // is in exactly one group on every other axis, so there the counts add up.
-        let items_sql = format!(
-            "SELECT COUNT(*) AS n, \
-             SUM(CASE WHEN tags IS NULL OR tags = '[]' THEN 1 ELSE 0 END) AS untagged \
-             FROM knowledge_items{}",
-            w.sql
-        );
-        let item_count = async {
-            match q.axis {
-                TreeAxis::Tag => bound(&items_sql, &w.binds)
-                    .fetch_one(self.pool())
-                    .await
-                    .map(Some),
-                _ => Ok(None),
-            }
-        };
-        let (rows, item_count) = tokio::try_join!(
-            bound(&groups_sql, &w.binds).fetch_all(self.pool()),
-            item_count
-        )?;
+        let rows = bound(&groups_sql, &w.binds).fetch_all(self.pool()).await?;
         let mut all = Vec::with_capacity(rows.len() + 1);
         for r in rows {
             let key: Option<String> = r.try_get("k")?;
             let count: i64 = r.try_get("n")?;
             all.push((key, count));
         }
-        let total_items = match item_count {
-            // The items without a tag (no tag rows: their tag list is empty) form the null
-            // group.
-            Some(r) => {
+        // An item is in exactly one group on every axis but tags, where the items without
+        // a tag (no tag rows: their tag list is empty) form the null group.
+        let total_items = match q.axis {
+            TreeAxis::Tag => {
+                let r = bound(
+                    &format!(
+                        "SELECT COUNT(*) AS n, \
+                         SUM(CASE WHEN tags IS NULL OR tags = '[]' THEN 1 ELSE 0 END) AS untagged \
+                         FROM knowledge_items{}",
+                        w.sql
+                    ),
+                    &w.binds,
+                )
+                .fetch_one(self.pool())
+                .await?;
                 let untagged: Option<i64> = r.try_get("untagged")?;
                 if let Some(n) = untagged.filter(|n| *n > 0) {
                     all.push((None, n));
                 }
                 r.try_get("n")?
             }
-            None => all.iter().map(|(_, n)| n).sum(),
+            _ => all.iter().map(|(_, n)| n).sum(),
         };
         // Largest first, ties by key in byte order, the null group last: the same order on
         // both backends, whatever their collations.
@@ -213,23 +200,15 @@ impl Store {
                 .then(ka.cmp(kb))
         });
         let total_groups = all.len() as i64;
-        // The page's groups read their items a few at a time, in order, so one tree neither
-        // waits on fifty reads in a row nor takes every connection of the pool.
-        let groups = futures::stream::iter(
-            all.into_iter()
-                .skip(q.offset as usize)
-                .take(q.limit as usize),
-        )
-        .map(|(key, count)| {
-            let w = &w;
-            async move {
-                let items = self.tree_group_items(w, q, key.as_deref()).await?;
-                Ok::<_, StoreError>(TreeGroup { key, count, items })
-            }
-        })
-        .buffered(GROUP_READS_AT_ONCE)
-        .try_collect()
-        .await?;
+        let mut groups = Vec::new();
+        for (key, count) in all
+            .into_iter()
+            .skip(q.offset as usize)
+            .take(q.limit as usize)
+        {
+            let items = self.tree_group_items(&w, q, key.as_deref()).await?;
+            groups.push(TreeGroup { key, count, items });
+        }
         Ok(TreePage {
             groups,
             total_groups,

@@ -90,9 +90,8 @@ impl<'a> Mcp<'a> {
         mcp
     }
 
-    /// Sends one request; returns the answer's JSON and its body length.
-    fn request_sized(&mut self, method: &str, params: Value) -> (Value, usize) {
-        self.next_id += 1;
+    /// POSTs one JSON-RPC message with the headers every MCP call carries.
+    fn post(&self, message: &Value) -> reqwest::blocking::Response {
         let mut rb = self
             .http
             .post(&self.url)
@@ -102,9 +101,15 @@ impl<'a> Mcp<'a> {
         if !self.protocol.is_empty() {
             rb = rb.header("mcp-protocol-version", &self.protocol);
         }
-        let body =
-            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
-        let resp = rb.body(body.to_string()).send().unwrap();
+        rb.body(message.to_string()).send().unwrap()
+    }
+
+    /// Sends one request; returns the answer's JSON and its body length.
+    fn request_sized(&mut self, method: &str, params: Value) -> (Value, usize) {
+        self.next_id += 1;
+        let resp = self.post(
+            &json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}),
+        );
         let status = resp.status();
         let text = resp.text().unwrap();
         assert!(status.is_success(), "{method}: {status} {text}");
@@ -121,17 +126,9 @@ impl<'a> Mcp<'a> {
     }
 
     fn notify(&mut self, method: &str) {
-        let mut rb = self
-            .http
-            .post(&self.url)
-            .bearer_auth(&self.token)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream");
-        if !self.protocol.is_empty() {
-            rb = rb.header("mcp-protocol-version", &self.protocol);
-        }
-        let body = json!({"jsonrpc": "2.0", "method": method});
-        let status = rb.body(body.to_string()).send().unwrap().status();
+        let status = self
+            .post(&json!({"jsonrpc": "2.0", "method": method}))
+            .status();
         assert!(status.is_success(), "{method}: {status}");
     }
 

@@ -184,16 +184,8 @@ impl Asker {
             .engine
             .run(caller, sql, MAX_ROWS, &mut plan, None)
             .await?;
-        let columns = stream
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
-        let mut batches = Vec::new();
-        while let Some(batch) = stream.next().await? {
-            batches.push(batch);
-        }
+        let columns = stream.column_names();
+        let batches = stream.collect().await?;
         Ok((
             columns,
             rows_as_objects(&batches),

@@ -163,23 +163,19 @@ fn strings<'a>(values: impl Iterator<Item = Option<&'a str>>) -> Vec<Value> {
 
 /// Rows as objects (column name to value), in batch order.
 pub fn rows_as_objects(batches: &[RecordBatch]) -> Vec<Value> {
-    let mut out = Vec::with_capacity(batches.iter().map(|b| b.num_rows()).sum());
-    for batch in batches {
-        let schema = batch.schema();
-        let columns: Vec<Vec<Value>> = batch
-            .columns()
-            .iter()
-            .map(|c| column_values(c.as_ref()))
-            .collect();
-        for row in 0..batch.num_rows() {
-            let mut obj = Map::with_capacity(columns.len());
-            for (field, values) in schema.fields().iter().zip(&columns) {
-                obj.insert(field.name().clone(), values[row].clone());
-            }
-            out.push(Value::Object(obj));
-        }
-    }
-    out
+    let Some(first) = batches.first() else {
+        return Vec::new();
+    };
+    let names: Vec<String> = first
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    rows_as_arrays(batches)
+        .into_iter()
+        .map(|row| Value::Object(names.iter().cloned().zip(row).collect::<Map<_, _>>()))
+        .collect()
 }
 
 /// Rows as arrays of values in column order, in batch order.

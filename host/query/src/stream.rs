@@ -73,6 +73,24 @@ impl RowStream {
         &self.schema
     }
 
+    /// The result's column names, in order.
+    pub fn column_names(&self) -> Vec<String> {
+        self.schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    }
+
+    /// Every batch left, for a result its limit keeps small enough to hold at once.
+    pub async fn collect(&mut self) -> Result<Vec<RecordBatch>> {
+        let mut batches = Vec::new();
+        while let Some(batch) = self.next().await? {
+            batches.push(batch);
+        }
+        Ok(batches)
+    }
+
     /// Reads ahead until it is known whether the result was cut, or until `max_bytes` of
     /// rows are held. Always reads at least once, so an error in the first batch is still
     /// an error response rather than a broken body.

@@ -24,8 +24,8 @@ use serde_json::{json, Value};
 use svc_auth::Caller;
 use svc_core::{Error, ErrorKind};
 use svc_query::encode::rows_as_arrays;
+use svc_query::engine::QueryPlan;
 use svc_query::scan::ScanAsk;
-use svc_query::stream::RowStream;
 use svc_store::audit::Event;
 
 use super::results::{self, RowFormat};
@@ -307,6 +307,20 @@ fn text_result(text: String) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(text)])
 }
 
+/// Which rows of a statement one result holds.
+struct Window<'a> {
+    /// The statement.
+    sql: &'a str,
+    /// Rows skipped (where the cursor resumes).
+    offset: usize,
+    /// Rows read at most.
+    rows: usize,
+    /// The row the request stops at: a scan's own limit; `usize::MAX` for a query.
+    end: usize,
+    /// How the rows are written.
+    format: RowFormat,
+}
+
 /// A page of rows read from a stream, ready for the model.
 struct Page {
     result: CallToolResult,
@@ -315,33 +329,39 @@ struct Page {
 }
 
 impl Tools {
-    /// Reads `stream` (already capped at the page's rows), renders what fits the byte budget,
-    /// and says whether more exist, with the cursor that resumes after the last row shown.
-    async fn page(
+    /// Runs a window of a statement (under the caller's quota), renders what fits the byte
+    /// budget, and says whether more exist, with the cursor that resumes after the last row
+    /// shown.
+    async fn run_page(
         &self,
-        mut stream: RowStream,
-        format: RowFormat,
-        resume: impl Fn(usize) -> String,
-        offset: usize,
+        caller: &Caller,
+        window: Window<'_>,
+        plan: &mut Option<QueryPlan>,
     ) -> svc_core::Result<Page> {
-        let columns: Vec<String> = stream
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
-        let mut batches = Vec::new();
-        while let Some(batch) = stream.next().await? {
-            batches.push(batch);
-        }
+        let Window {
+            sql,
+            offset,
+            rows,
+            end,
+            format,
+        } = window;
+        let permit = self.state.quotas.acquire(&caller.user.id)?;
+        let mut stream = self
+            .state
+            .engine
+            .run_window(caller, sql, offset, rows, plan, Some(&permit))
+            .await?;
+        let columns = stream.column_names();
+        let batches = stream.collect().await?;
         let rows = rows_as_arrays(&batches);
         let limits = self.state.config.mcp;
         let shown = results::render(&columns, &rows, format, limits.max_bytes);
         let more_rows = stream.truncated() == Some(true);
-        let truncated = more_rows || shown.cut_for_bytes;
+        let truncated = (more_rows || shown.cut_for_bytes) && offset + shown.rows < end;
         // A first row larger than the whole budget cannot be paged past: say so instead.
         let stuck = truncated && shown.rows == 0;
-        let next_cursor = (truncated && !stuck).then(|| resume(offset + shown.rows));
+        let next_cursor = (truncated && !stuck)
+            .then(|| results::cursor(&self.state.auth, caller, sql, offset + shown.rows));
         let mut text = shown.text;
         let note = match (&next_cursor, stuck) {
             (_, true) => format!(
@@ -472,18 +492,16 @@ impl Tools {
             if let Some(c) = &cursor {
                 offset = results::resume_at(&self.state.auth, caller, &sql, c)?;
             }
-            let permit = self.state.quotas.acquire(&caller.user.id)?;
-            let stream = self
-                .state
-                .engine
-                .run_window(caller, &sql, offset, rows, &mut plan, Some(&permit))
-                .await?;
-            let auth = &self.state.auth;
-            self.page(
-                stream,
-                format,
-                |at| results::cursor(auth, caller, &sql, at),
-                offset,
+            self.run_page(
+                caller,
+                Window {
+                    sql: &sql,
+                    offset,
+                    rows,
+                    end: usize::MAX,
+                    format,
+                },
+                &mut plan,
             )
             .await
         }
@@ -576,20 +594,18 @@ impl Tools {
                 None => 0,
             };
             // The page never reads past the scan's own limit.
-            let rows = page_rows.min(p.scan.limit.saturating_sub(offset));
-            let permit = self.state.quotas.acquire(&caller.user.id)?;
-            let mut plan = None;
-            let stream = self
-                .state
-                .engine
-                .run_window(caller, &sql, offset, rows, &mut plan, Some(&permit))
-                .await?;
-            let auth = &self.state.auth;
-            self.page(
-                stream,
-                format,
-                |at| results::cursor(auth, caller, &sql, at),
-                offset,
+            let end = p.scan.limit;
+            let rows = page_rows.min(end.saturating_sub(offset));
+            self.run_page(
+                caller,
+                Window {
+                    sql: &sql,
+                    offset,
+                    rows,
+                    end,
+                    format,
+                },
+                &mut None,
             )
             .await
         }

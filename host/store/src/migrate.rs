@@ -215,7 +215,7 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             )
             .await?;
             ensure_indices(tx, schema::KNOWLEDGE_V53_INDICES).await?;
-            crate::memory::sync_tag_rows(tx, None).await?;
+            crate::memory::backfill_v53(tx).await?;
         }
         other => anyhow::bail!("no migration step {other}"),
     }

@@ -219,6 +219,30 @@ fn an_agent_discovers_queries_and_pages_through_bounded_results() {
         let ids: Vec<&str> = scanned_text.lines().skip(1).take(3).collect();
         assert_eq!(ids, ["249", "248", "247"], "{scanned_text}");
         assert_eq!(meta(&scanned)["returned_rows"], 10);
+        // A scan pages up to its own limit and no further.
+        let first = meta(&call(&c, "scan", json!({"table_id": "orders", "limit": 150})).await);
+        assert_eq!(
+            (
+                first["returned_rows"].as_u64(),
+                first["truncated"].as_bool()
+            ),
+            (Some(100), Some(true)),
+            "{first}"
+        );
+        let rest = meta(
+            &call(
+                &c,
+                "scan",
+                json!({"table_id": "orders", "limit": 150, "cursor": first["next_cursor"]}),
+            )
+            .await,
+        );
+        assert_eq!(rest["returned_rows"], 50, "{rest}");
+        assert_eq!(
+            (rest["truncated"].as_bool(), rest["next_cursor"].is_null()),
+            (Some(false), true),
+            "{rest}"
+        );
         let estimate = call(&c, "scan_estimate", json!({"table_id": "orders"})).await;
         assert_eq!(meta(&estimate)["table_id"], "orders", "{}", text(&estimate));
 

@@ -658,7 +658,11 @@ async fn count_chars(
     Ok(())
 }
 
-/// Makes an item's tag rows exactly `tags`.
+/// The tag of the one tag row an item without tags has (no real tag is empty): the tree's
+/// group of untagged items is then counted and listed from the same index as every other.
+pub(crate) const UNTAGGED: &str = "";
+
+/// Makes an item's tag rows exactly `tags` (or the one [`UNTAGGED`] row).
 async fn replace_tags(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     id: &str,
@@ -668,9 +672,16 @@ async fn replace_tags(
         .bind(id)
         .execute(&mut **tx)
         .await?;
-    let mut tags: Vec<&String> = tags.iter().collect();
+    let mut tags: Vec<&str> = tags
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !t.is_empty())
+        .collect();
     tags.sort();
     tags.dedup();
+    if tags.is_empty() {
+        tags.push(UNTAGGED);
+    }
     for tag in tags {
         sqlx::query("INSERT INTO knowledge_item_tags (item_id, tag) VALUES ($1, $2)")
             .bind(id)
@@ -700,6 +711,21 @@ pub(crate) async fn sync_tag_rows(
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// Migration v53: the [`UNTAGGED`] row of every item without tags, then every tag row's
+/// copy of its item's columns.
+pub(crate) async fn backfill_v53(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO knowledge_item_tags (item_id, tag) SELECT id, $1 FROM knowledge_items k \
+         WHERE NOT EXISTS (SELECT 1 FROM knowledge_item_tags t WHERE t.item_id = k.id)",
+    )
+    .bind(UNTAGGED)
+    .execute(&mut **tx)
+    .await?;
+    sync_tag_rows(tx, None).await
 }
 
 /// Migration v52: gives items stored before it their tag rows, duplicate keys and score.

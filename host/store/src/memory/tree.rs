@@ -5,7 +5,7 @@
 use serde::Serialize;
 use sqlx::Row;
 
-use super::{bound, item, item_filter, KnowledgeItem, Visibility, COLUMNS};
+use super::{bound, item, item_filter, KnowledgeItem, Visibility, COLUMNS, UNTAGGED};
 use crate::clause::Where;
 use crate::{Store, StoreError};
 
@@ -163,33 +163,23 @@ impl Store {
             ),
         };
         let rows = bound(&groups_sql, &w.binds).fetch_all(self.pool()).await?;
-        let mut all = Vec::with_capacity(rows.len() + 1);
+        let mut all = Vec::with_capacity(rows.len());
         for r in rows {
             let key: Option<String> = r.try_get("k")?;
             let count: i64 = r.try_get("n")?;
-            all.push((key, count));
+            // Untagged items have the one row tagged `UNTAGGED`: theirs is the null group.
+            all.push((key.filter(|k| k != UNTAGGED), count));
         }
-        // An item is in exactly one group on every axis but tags, where the items without
-        // a tag (no tag rows: their tag list is empty) form the null group.
+        // An item is in exactly one group on every axis but tags, where it is counted once
+        // per tag; its count is then read from the items' covering index.
         let total_items = match q.axis {
-            TreeAxis::Tag => {
-                let r = bound(
-                    &format!(
-                        "SELECT COUNT(*) AS n, \
-                         SUM(CASE WHEN tags IS NULL OR tags = '[]' THEN 1 ELSE 0 END) AS untagged \
-                         FROM knowledge_items{}",
-                        w.sql
-                    ),
-                    &w.binds,
-                )
-                .fetch_one(self.pool())
-                .await?;
-                let untagged: Option<i64> = r.try_get("untagged")?;
-                if let Some(n) = untagged.filter(|n| *n > 0) {
-                    all.push((None, n));
-                }
-                r.try_get("n")?
-            }
+            TreeAxis::Tag => bound(
+                &format!("SELECT COUNT(*) AS n FROM knowledge_items{}", w.sql),
+                &w.binds,
+            )
+            .fetch_one(self.pool())
+            .await?
+            .try_get("n")?,
             _ => all.iter().map(|(_, n)| n).sum(),
         };
         // Largest first, ties by key in byte order, the null group last: the same order on
@@ -228,33 +218,28 @@ impl Store {
             q.items_per_group
         );
         let mut w = w.clone();
-        let sql = match (q.axis, key) {
+        let sql = match (q.axis, key.unwrap_or(UNTAGGED)) {
             // The tag's rows walked newest first on their index, then those items read.
-            (TreeAxis::Tag, Some(k)) if on_tag_rows(q) => {
-                w.push("tag = $?", k.to_owned());
+            (TreeAxis::Tag, tag) if on_tag_rows(q) => {
+                w.push("tag = $?", tag.to_owned());
                 format!(
                     "SELECT {COLUMNS} FROM knowledge_items WHERE id IN (SELECT item_id FROM \
                      knowledge_item_tags{} ORDER BY item_updated_at DESC, item_id DESC LIMIT {}) {newest}",
                     w.sql, q.items_per_group
                 )
             }
-            (TreeAxis::Tag, Some(k)) => {
+            (TreeAxis::Tag, tag) => {
                 w.push(
                     "id IN (SELECT item_id FROM knowledge_item_tags WHERE tag = $?)",
-                    k.to_owned(),
+                    tag.to_owned(),
                 );
                 format!("SELECT {COLUMNS} FROM knowledge_items{} {newest}", w.sql)
             }
-            (TreeAxis::Tag, None) => {
-                w.push_fixed("(tags IS NULL OR tags = '[]')");
-                format!("SELECT {COLUMNS} FROM knowledge_items{} {newest}", w.sql)
-            }
-            (axis, Some(k)) => {
-                w.push(&format!("{} = $?", axis.column()), k.to_owned());
-                format!("SELECT {COLUMNS} FROM knowledge_items{} {newest}", w.sql)
-            }
-            (axis, None) => {
-                w.push_fixed(&format!("{} IS NULL", axis.column()));
+            (axis, _) => {
+                match key {
+                    Some(k) => w.push(&format!("{} = $?", axis.column()), k.to_owned()),
+                    None => w.push_fixed(&format!("{} IS NULL", axis.column())),
+                }
                 format!("SELECT {COLUMNS} FROM knowledge_items{} {newest}", w.sql)
             }
         };

@@ -286,6 +286,25 @@ mod instance_tests {
     }
 
     #[test]
+    fn mcp_limits_default_read_the_file_and_yield_to_the_environment() {
+        let none = |_: &str| None;
+        assert_eq!(
+            McpSection::default().resolve(&none).unwrap(),
+            crate::mcp::McpLimits::default()
+        );
+        let section: McpSection = toml::from_str("max_rows = 20\nmax_bytes = 4096\n").unwrap();
+        let env = |k: &str| (k == "SVC_MCP_MAX_ROWS").then(|| "7".to_owned());
+        let limits = section.resolve(&env).unwrap();
+        assert_eq!((limits.max_rows, limits.max_bytes), (7, 4096));
+        let zero: McpSection = toml::from_str("max_rows = 0\n").unwrap();
+        let e = zero.resolve(&none).unwrap_err();
+        assert!(e.to_string().contains("max_rows"), "{e}");
+        let bad = |k: &str| (k == "SVC_MCP_MAX_BYTES").then(|| "lots".to_owned());
+        let e = McpSection::default().resolve(&bad).unwrap_err();
+        assert!(e.to_string().contains("lots"), "{e}");
+    }
+
+    #[test]
     fn mistakes_name_the_file_and_the_key() {
         let dir = write("[data_source.warehouse]\nprojekt = \"x\"\n");
         let err = format!("{:#}", InstanceConfig::load(None, &dir).unwrap_err());

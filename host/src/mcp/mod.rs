@@ -8,7 +8,9 @@
 //! extensions, where rmcp hands them to the tool. The server is stateless: each POST carries
 //! its own token and holds nothing after it, so a thousand dropped sessions cost nothing.
 
+mod args;
 mod results;
+mod specs;
 mod tools;
 
 use std::sync::Arc;

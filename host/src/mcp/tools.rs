@@ -2,7 +2,7 @@
 //! uses for the same operation (so the same audit action: `catalog.list`, `catalog.schema`,
 //! `catalog.sample`, `query.*`, `scan`, `scan.estimate`; plus `memory.bundle`), written with
 //! `client_kind = mcp`. A call refused before it reaches an operation (an unknown tool, a bad
-//! argument, a foreign cursor) is audited as `mcp.call`.
+//! argument) is audited as `mcp.call`.
 //!
 //! A user's mistake is a tool result with `isError: true` and svc's error kind, message and
 //! a hint for the model — never a protocol error, which clients hide from the model.
@@ -13,10 +13,9 @@ use std::time::Instant;
 
 use poem_openapi::types::ToJSON as _;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -28,7 +27,9 @@ use svc_query::engine::QueryPlan;
 use svc_query::scan::ScanAsk;
 use svc_store::audit::Event;
 
+use super::args::{text_result, tool_error, Args, BAD_ARGUMENT};
 use super::results::{self, RowFormat};
+use super::specs::catalog;
 use crate::api::discovery::DiscoveryApi;
 use crate::api::{query, scan, ApiError};
 use crate::state::AppState;
@@ -36,7 +37,7 @@ use crate::state::AppState;
 /// Rows `describe_table` shows of a table.
 const DESCRIBE_SAMPLE_ROWS: usize = 5;
 /// The widest token budget `memory_bundle` accepts (as `GET /api/memory/bundle`).
-const MAX_BUNDLE_TOKENS: u64 = 200_000;
+pub(super) const MAX_BUNDLE_TOKENS: u64 = 200_000;
 
 /// The MCP server of one request: the tools over the shared state.
 #[derive(Clone)]
@@ -64,247 +65,6 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> 
         .and_then(|parts| parts.extensions.get::<Caller>())
         .cloned()
         .ok_or_else(|| ErrorData::internal_error("the request carries no caller", None))
-}
-
-fn schema(properties: Value, required: &[&str]) -> Arc<JsonObject> {
-    let Value::Object(object) = json!({
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": false,
-    }) else {
-        unreachable!("a JSON object literal")
-    };
-    Arc::new(object)
-}
-
-fn read_only(tool: Tool) -> Tool {
-    tool.with_annotations(ToolAnnotations::new().read_only(true).open_world(false))
-}
-
-/// Every tool, as `tools/list` answers.
-fn catalog() -> Vec<Tool> {
-    let format = json!({
-        "type": "string", "enum": ["csv", "json"], "default": "csv",
-        "description": "csv: a header line then one line per row (most rows per byte). json: {\"columns\": [...], \"rows\": [[...]]}."
-    });
-    let cursor = json!({
-        "type": "string",
-        "description": "The next_cursor of the previous result, to continue the same request. Omit to start from the first row."
-    });
-    let max_rows = json!({
-        "type": "integer", "minimum": 1,
-        "description": "Rows wanted; the server's cap (default 100) applies whatever is asked."
-    });
-    vec![
-        read_only(Tool::new(
-            "list_tables",
-            "List the tables you may read: one line per table with its id, mode (local: stored on \
-             the server; remote: queried in the warehouse, mind the size; materialized: a refreshed \
-             local copy; internal: svc's own records, filtered to what you may see), size hint, \
-             freshness and description. Use `q` to find tables by words in their id or \
-             description, `bucket` to list one group. Example: {\"q\": \"orders\"}.",
-            schema(
-                json!({
-                    "q": {"type": "string", "description": "Words that must appear in the table id or description (case does not matter)."},
-                    "bucket": {"type": "string", "description": "Only tables in this bucket."}
-                }),
-                &[],
-            ),
-        )),
-        read_only(Tool::new(
-            "describe_table",
-            "Describe one table before querying it: its columns with types, a few sample rows, \
-             and example WHERE clauses that work on it. Example: {\"table_id\": \"orders\"}.",
-            schema(
-                json!({"table_id": {"type": "string", "description": "The table id from list_tables."}}),
-                &["table_id"],
-            ),
-        )),
-        read_only(Tool::new(
-            "query",
-            "Run one read-only SQL SELECT over the tables you may read (table ids are the table \
-             names; DataFusion SQL). The result is bounded: at most 100 rows and 64 KiB unless \
-             the server says otherwise; it states `truncated` and gives `next_cursor` when more \
-             rows exist — call again with the same sql and that cursor to read on, or better, \
-             aggregate or filter in SQL. Example: {\"sql\": \"SELECT status, count(*) AS n \
-             FROM orders GROUP BY status ORDER BY n DESC\"}.",
-            schema(
-                json!({
-                    "sql": {"type": "string", "description": "One SELECT (or EXPLAIN) statement."},
-                    "format": format.clone(),
-                    "max_rows": max_rows.clone(),
-                    "cursor": cursor.clone()
-                }),
-                &["sql"],
-            ),
-        )),
-        read_only(Tool::new(
-            "scan_estimate",
-            "Say what a scan of one table would read (bytes and rows, exact or bounds) and \
-             whether a remote table's size guard would refuse it — without reading it. Takes \
-             the same arguments as `scan`. Example: {\"table_id\": \"events\", \"where\": \
-             \"day >= '2026-01-01'\"}.",
-            scan_schema(&format, &max_rows, &cursor, false),
-        )),
-        read_only(Tool::new(
-            "scan",
-            "Read rows of one table chosen by columns, a WHERE predicate and an order, without \
-             writing SQL: the parts are validated against the table's columns. Bounded like \
-             `query`, with `truncated` and `next_cursor`. Example: {\"table_id\": \"orders\", \
-             \"select\": [\"id\", \"total\"], \"where\": \"total > 100\", \"order_by\": \
-             [\"total DESC\"]}.",
-            scan_schema(&format, &max_rows, &cursor, true),
-        )),
-        read_only(Tool::new(
-            "memory_bundle",
-            "Load the corporate memory for your work: every mandatory item you can see, then the \
-             best approved items (confidence × recency) within a token budget. Read it before \
-             answering questions about the business's data and rules. Example: \
-             {\"budget_tokens\": 4000}.",
-            schema(
-                json!({"budget_tokens": {"type": "integer", "minimum": 1, "maximum": MAX_BUNDLE_TOKENS, "default": 6000,
-                    "description": "Tokens the bundle may use (estimated as characters / 4)."}}),
-                &[],
-            ),
-        )),
-    ]
-}
-
-fn scan_schema(format: &Value, max_rows: &Value, cursor: &Value, rows: bool) -> Arc<JsonObject> {
-    let mut properties = json!({
-        "table_id": {"type": "string", "description": "The table id from list_tables."},
-        "select": {"type": "array", "items": {"type": "string"}, "description": "Columns to return (default: all)."},
-        "where": {"type": "string", "description": "A predicate over the table's columns: comparisons, AND/OR/NOT, IN, BETWEEN, LIKE, IS NULL."},
-        "order_by": {"type": "array", "items": {"type": "string"}, "description": "`column` or `column DESC` entries."},
-        "limit": {"type": "integer", "minimum": 1, "description": "Rows the scan selects in all (pages of it are returned)."}
-    });
-    if rows {
-        properties["format"] = format.clone();
-        properties["max_rows"] = max_rows.clone();
-        properties["cursor"] = cursor.clone();
-    }
-    schema(properties, &["table_id"])
-}
-
-/// The code of a refused argument: the call never reached an operation.
-const BAD_ARGUMENT: &str = "invalid_argument";
-
-fn bad_argument(tool: &str, name: &str, message: String) -> Error {
-    Error::coded(
-        ErrorKind::Invalid,
-        BAD_ARGUMENT,
-        format!("{tool}: {message}"),
-        json!({ "argument": name }),
-    )
-}
-
-/// A tool's arguments, read with errors that name the argument.
-struct Args<'a> {
-    tool: &'a str,
-    map: JsonObject,
-}
-
-impl<'a> Args<'a> {
-    /// The arguments, refusing any the tool does not take.
-    fn new(tool: &'a str, map: Option<JsonObject>, known: &[&str]) -> Result<Self, Error> {
-        let map = map.unwrap_or_default();
-        if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
-            return Err(bad_argument(
-                tool,
-                unknown,
-                format!(
-                    "unknown argument '{unknown}'; it takes {}",
-                    known.join(", ")
-                ),
-            ));
-        }
-        Ok(Self { tool, map })
-    }
-
-    fn wrong(&self, name: &str, what: &str) -> Error {
-        bad_argument(self.tool, name, format!("argument '{name}' must be {what}"))
-    }
-
-    fn text(&self, name: &str) -> Result<Option<String>, Error> {
-        match self.map.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(self.wrong(name, "a string")),
-        }
-    }
-
-    fn required_text(&self, name: &str) -> Result<String, Error> {
-        self.text(name)?
-            .filter(|s| !s.trim().is_empty())
-            .ok_or_else(|| self.wrong(name, "given (a non-empty string)"))
-    }
-
-    fn count(&self, name: &str) -> Result<Option<u64>, Error> {
-        match self.map.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .filter(|n| *n >= 1)
-                .map(Some)
-                .ok_or_else(|| self.wrong(name, "a whole number of at least 1")),
-        }
-    }
-
-    fn texts(&self, name: &str) -> Result<Option<Vec<String>>, Error> {
-        match self.map.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|i| i.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-                .map(Some)
-                .ok_or_else(|| self.wrong(name, "a list of strings")),
-            Some(_) => Err(self.wrong(name, "a list of strings")),
-        }
-    }
-
-    fn format(&self) -> Result<RowFormat, Error> {
-        match self.text("format")? {
-            None => Ok(RowFormat::Csv),
-            Some(f) => RowFormat::parse(&f).ok_or_else(|| self.wrong("format", "csv or json")),
-        }
-    }
-}
-
-/// What the model is told to do next after an error of this kind.
-fn hint(kind: ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::NotFound => "Call list_tables to see the table ids you can read.",
-        ErrorKind::Forbidden => {
-            "You have no grant on this table; pick another from list_tables or ask an administrator."
-        }
-        ErrorKind::BadRequest | ErrorKind::Invalid => {
-            "Fix the request: describe_table shows the columns; only one SELECT per query."
-        }
-        ErrorKind::PayloadTooLarge => "Ask for less: fewer columns, a WHERE clause, or an aggregate.",
-        ErrorKind::TooMany => "Your query quota is spent for now; wait and retry later.",
-        ErrorKind::Timeout => "Narrow the query: filter earlier, select fewer columns, aggregate.",
-        ErrorKind::Unauthorized => "The token was refused; the user must provide a valid one.",
-        _ => "The server could not do this now; retry later or tell the user.",
-    }
-}
-
-/// A tool result that reports `e` to the model.
-fn tool_error(e: &Error) -> CallToolResult {
-    let body = json!({
-        "error": e.code().unwrap_or(e.kind().name()),
-        "status": e.status(),
-        "message": e.to_string(),
-        "hint": hint(e.kind()),
-    });
-    let mut result = CallToolResult::error(vec![ContentBlock::text(body.to_string())]);
-    result.structured_content = Some(body);
-    result
-}
-
-fn text_result(text: String) -> CallToolResult {
-    CallToolResult::success(vec![ContentBlock::text(text)])
 }
 
 /// Which rows of a statement one result holds.

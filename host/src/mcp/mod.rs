@@ -75,7 +75,11 @@ impl Endpoint for McpEndpoint {
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            // The scheme's name is case-insensitive (RFC 9110 §11.1).
+            .and_then(|v| {
+                v.get(7..)
+                    .filter(|_| v[..7].eq_ignore_ascii_case("bearer "))
+            })
             .map(str::trim)
             .filter(|t| !t.is_empty())
         else {

@@ -317,6 +317,20 @@ fn tokens_are_checked_on_every_call_and_bad_bodies_leave_the_server_fine() {
         .unwrap();
     assert_eq!(no_token.status(), 401);
     assert_eq!(no_token.headers()["www-authenticate"], "Bearer");
+    let lower_case_scheme = s
+        .http
+        .post(s.url("/mcp"))
+        .header("authorization", format!("bearer {token}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+        .send()
+        .unwrap();
+    assert_ne!(
+        lower_case_scheme.status(),
+        401,
+        "the scheme is case-insensitive"
+    );
 
     let malformed = s
         .http

@@ -71,9 +71,9 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> 
 struct Window<'a> {
     /// The statement.
     sql: &'a str,
-    /// Rows skipped (where the cursor resumes).
-    offset: usize,
-    /// Rows read at most.
+    /// Where a previous result stopped (none: from the first row).
+    cursor: Option<&'a str>,
+    /// Rows wanted at most.
     rows: usize,
     /// The row the request stops at: a scan's own limit; `usize::MAX` for a query.
     end: usize,
@@ -84,6 +84,7 @@ struct Window<'a> {
 /// A page of rows read from a stream, ready for the model.
 struct Page {
     result: CallToolResult,
+    offset: usize,
     rows: usize,
     truncated: bool,
 }
@@ -100,11 +101,17 @@ impl Tools {
     ) -> svc_core::Result<Page> {
         let Window {
             sql,
-            offset,
+            cursor,
             rows,
             end,
             format,
         } = window;
+        let offset = match cursor {
+            Some(c) => results::resume_at(&self.state.auth, caller, sql, c)?,
+            None => 0,
+        };
+        // A page never reads past the request's own end.
+        let rows = rows.min(end.saturating_sub(offset));
         let permit = self.state.quotas.acquire(&caller.user.id)?;
         let mut stream = self
             .state
@@ -148,6 +155,7 @@ impl Tools {
         }));
         Ok(Page {
             result,
+            offset,
             rows: shown.rows,
             truncated,
         })
@@ -247,28 +255,17 @@ impl Tools {
         let cursor = args.text("cursor")?;
         let started = Instant::now();
         let mut plan = None;
-        let mut offset = 0;
-        let page = async {
-            if let Some(c) = &cursor {
-                offset = results::resume_at(&self.state.auth, caller, &sql, c)?;
-            }
-            self.run_page(
-                caller,
-                Window {
-                    sql: &sql,
-                    offset,
-                    rows,
-                    end: usize::MAX,
-                    format,
-                },
-                &mut plan,
-            )
-            .await
-        }
-        .await;
+        let window = Window {
+            sql: &sql,
+            cursor: cursor.as_deref(),
+            rows,
+            end: usize::MAX,
+            format,
+        };
+        let page = self.run_page(caller, window, &mut plan).await;
         let event = query::query_event(&sql, plan.as_ref(), caller.is_admin)
             .param("format", "mcp")
-            .param("offset", offset);
+            .param("offset", page.as_ref().map_or(0, |p| p.offset));
         self.audit_page(caller, event, started, &page).await;
         page.map(|p| p.result)
     }
@@ -348,26 +345,14 @@ impl Tools {
                 .await
                 .map_err(|e| e.0)?;
             scan::guard(&self.state, &p).await?;
-            let sql = p.scan.sql();
-            let offset = match &cursor {
-                Some(c) => results::resume_at(&self.state.auth, caller, &sql, c)?,
-                None => 0,
+            let window = Window {
+                sql: &p.scan.sql(),
+                cursor: cursor.as_deref(),
+                rows: page_rows,
+                end: p.scan.limit,
+                format,
             };
-            // The page never reads past the scan's own limit.
-            let end = p.scan.limit;
-            let rows = page_rows.min(end.saturating_sub(offset));
-            self.run_page(
-                caller,
-                Window {
-                    sql: &sql,
-                    offset,
-                    rows,
-                    end,
-                    format,
-                },
-                &mut None,
-            )
-            .await
+            self.run_page(caller, window, &mut None).await
         }
         .await;
         self.audit_page(caller, event.param("format", "mcp"), started, &page)

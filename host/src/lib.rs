@@ -18,6 +18,7 @@ pub mod connections;
 pub mod discovery;
 pub mod jobs;
 pub mod mcp;
+pub mod ops;
 pub mod pages;
 pub mod server;
 pub mod state;

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use svc_host::config::StoreArgs;
+use svc_host::ops::logs::LogFormat;
+use svc_host::ops::traces::Tracing;
 use svc_host::server::{self, ServeArgs};
 use svc_host::state::AppState;
 use svc_store as store;
@@ -30,7 +32,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the HTTP server.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Bring the state store's schema up to date and exit.
     Migrate,
     /// Print the OpenAPI document (JSON) and exit.
@@ -142,13 +144,22 @@ enum GrantsCmd {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SVC_LOG")
-                .unwrap_or_else(|_| "info,sqlx=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let format = match LogFormat::from_env(std::env::var("SVC_LOG_FORMAT").ok().as_deref()) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("svc-server: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let tracing = match Tracing::from_env() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("svc-server: {e:#}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    // Held to the end: dropping it flushes the spans still queued.
+    let _tracing = svc_host::ops::logs::init(format, tracing);
     match run(Cli::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
@@ -161,7 +172,7 @@ async fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let args = cli.store;
     match cli.command {
-        Command::Serve(serve) => server::serve(args, serve).await,
+        Command::Serve(serve) => server::serve(args, *serve).await,
         Command::Migrate => {
             let url = args.url();
             let s = store::Store::open(&url).await?;

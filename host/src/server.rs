@@ -86,6 +86,12 @@ pub struct ServeArgs {
     /// leaves the table as it was.
     #[arg(long, env = "SVC_SCRIPT_MAX_ROWS", default_value_t = 100_000_000)]
     pub script_max_rows: usize,
+    /// Record and serve Prometheus metrics at `/metrics` (administrators only on this listener).
+    #[arg(long, env = "SVC_METRICS", default_value = "on", value_parser = clap::builder::BoolishValueParser::new())]
+    pub metrics: bool,
+    /// Also serve `/metrics` here, without authentication (for a scraper on a private network).
+    #[arg(long, env = "SVC_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
     /// Scans and queries one user may run at once (beyond: 429 `quota_exceeded`).
     #[arg(long, env = "SVC_SCAN_MAX_CONCURRENT_PER_USER", default_value_t = 5)]
     pub scan_max_concurrent_per_user: usize,
@@ -248,9 +254,10 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
     for a in &addrs {
         tracing::info!("svc-server {} listening on http://{a}", crate::api::VERSION);
     }
+    let exporter = start_metrics(&args).await?;
     let connections = Connections::new(connection_limits(&args));
     let acceptor = LimitedAcceptor::new(acceptor, connections.clone());
-    let app = crate::api::app(state.clone(), connections);
+    let app = crate::api::app(state.clone(), connections, exporter);
     poem::Server::new_with_acceptor(acceptor)
         .run_with_graceful_shutdown(app, shutdown_signal(), Some(Duration::from_secs(30)))
         .await?;
@@ -258,6 +265,23 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
     state.audit.flush().await;
     state.store.close().await;
     Ok(())
+}
+
+/// Installs the metrics recorder unless metrics are off, and starts the separate listener
+/// when one is configured.
+async fn start_metrics(args: &ServeArgs) -> anyhow::Result<Option<svc_metrics::Exporter>> {
+    if !args.metrics {
+        if args.metrics_listen.is_some() {
+            anyhow::bail!("SVC_METRICS_LISTEN is set but metrics are off (SVC_METRICS)");
+        }
+        return Ok(None);
+    }
+    let exporter = svc_metrics::Exporter::install().map_err(anyhow::Error::msg)?;
+    crate::ops::metrics::keep_up(exporter.clone());
+    if let Some(listen) = &args.metrics_listen {
+        crate::ops::metrics::serve_separately(listen, exporter.clone()).await?;
+    }
+    Ok(Some(exporter))
 }
 
 /// The connection limits: the cap defaults to the open-files limit less a reserve for the

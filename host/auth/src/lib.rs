@@ -169,7 +169,9 @@ impl Authenticator {
         &self,
         key: IdentityKey,
     ) -> Result<Option<Arc<Identity>>, svc_store::StoreError> {
-        if let Some(hit) = self.identities.get(&key) {
+        let hit = self.identities.get(&key);
+        svc_metrics::Cache::Identity.lookup(hit.is_some());
+        if let Some(hit) = hit {
             return Ok(Some(hit));
         }
         let Some(identity) = self.store.identity(&key.0, key.1.as_deref()).await? else {
@@ -265,6 +267,7 @@ impl Authenticator {
 
     /// Resolves a bearer token to a caller. `client_ip` and `request_id` go into the audit
     /// context; `via_cookie` marks browser sessions.
+    #[tracing::instrument(name = "auth.resolve", skip_all)]
     pub async fn resolve(
         &self,
         token: &str,

@@ -217,6 +217,7 @@ impl From<svc_plugin_api::DriverError> for Error {
     /// Driver kinds become domain kinds here, once; `svc-plugin-api` documents the result.
     fn from(e: svc_plugin_api::DriverError) -> Self {
         use svc_plugin_api::ErrorKind as K;
+        svc_metrics::driver::error(e.kind.as_str());
         let kind = match e.kind {
             K::NotFound => ErrorKind::NotFound,
             K::UnsafeIdentifier

@@ -5,7 +5,8 @@
 //!   audit row written in any layer records the status the client saw.
 //! - Owns the store's timestamp format ([`clock`]) and the table-id rules ([`table_id`]).
 //! - Must never import poem, sqlx or any other svc crate except `svc-plugin-api` (whose
-//!   driver errors it translates). It is the leaf every host crate stands on.
+//!   driver errors it translates, and counts as they pass) and `svc-metrics`. It is the leaf
+//!   every host crate stands on.
 
 pub mod clock;
 mod error;

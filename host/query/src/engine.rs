@@ -95,6 +95,16 @@ impl Route {
         }
     }
 
+    /// The metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Remote => "remote",
+            Self::Hybrid => "hybrid",
+            Self::Internal => "internal",
+        }
+    }
+
     fn of(tables: &[RegistryRow]) -> Self {
         let remote = tables.iter().any(|t| t.query_mode.is_remote());
         let here = tables.iter().any(|t| !t.query_mode.is_remote());
@@ -179,6 +189,7 @@ impl Engine {
 
     /// [`Engine::run`] from row `offset` of the result on: the skip is part of the plan, so
     /// a later page of a large result reads no more than the rows up to its end.
+    #[tracing::instrument(name = "engine.plan", skip_all)]
     pub async fn run_window(
         &self,
         caller: &Caller,
@@ -188,6 +199,7 @@ impl Engine {
         plan: &mut Option<QueryPlan>,
         quota: Option<&Permit>,
     ) -> Result<RowStream> {
+        let started = std::time::Instant::now();
         let limits = self.limits;
         let deadline = Instant::now() + limits.timeout;
         // Parsed on the query runtime: its threads have the stack a deeply nested statement
@@ -242,7 +254,11 @@ impl Engine {
                     row.id, row.source_type
                 ))
             })?;
-            let provider = driver.table_provider(&row.table_ref(), &who).await?;
+            let provider = tracing::Instrument::instrument(
+                driver.table_provider(&row.table_ref(), &who),
+                tracing::info_span!("driver.table_provider", source_type = %row.source_type),
+            )
+            .await?;
             ctx.register_table(TableReference::bare(row.id.as_str()), provider)
                 .map_err(engine_error)?;
         }
@@ -293,6 +309,8 @@ impl Engine {
             limit,
             deadline,
             limits.timeout,
+            route,
+            started,
         ))
     }
 
@@ -316,6 +334,7 @@ impl Engine {
 
     /// Registry rows for the referenced names: unknown → 400 naming it with the closest ids;
     /// not readable → 403 naming it.
+    #[tracing::instrument(name = "access.check", skip_all)]
     async fn resolve(&self, caller: &Caller, names: &[String]) -> Result<Vec<RegistryRow>> {
         let mut rows = Vec::with_capacity(names.len());
         for name in names {

@@ -62,7 +62,7 @@ pub async fn run<T: Send + 'static>(
             self.0.abort();
         }
     }
-    let task = handle().spawn(work);
+    let task = handle().spawn(tracing::Instrument::in_current_span(work));
     let _abort = AbortOnDrop(task.abort_handle());
     task.await.map_err(|e| {
         DataFusionError::Internal(if e.is_panic() {
@@ -115,11 +115,14 @@ pub fn execute(
             }
         }
     };
-    handle().spawn(async move {
+    // The span lasts as long as the plan runs: in a trace, the execution's own time.
+    let span = tracing::info_span!("engine.execute");
+    let task = async move {
         if let Err(payload) = std::panic::AssertUnwindSafe(work).catch_unwind().await {
             let _ = panic_tx.send(Err(panic_error(payload.as_ref()))).await;
         }
-    });
+    };
+    handle().spawn(tracing::Instrument::instrument(task, span));
     let batches = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
     Box::pin(RecordBatchStreamAdapter::new(schema, batches))
 }

@@ -260,6 +260,7 @@ pub fn check_guard(tables: &[Guarded<'_>]) -> Result<()> {
         return Ok(());
     };
     let total: u64 = tables.iter().map(|t| t.estimate.bytes).sum();
+    svc_metrics::query::remote_estimate(total, total > limit);
     if total <= limit {
         return Ok(());
     }

@@ -18,7 +18,7 @@ use svc_plugin_api::datafusion::physical_plan::{ExecutionPlan, SendableRecordBat
 use svc_plugin_api::RecordBatch;
 use tokio::time::Instant;
 
-use super::engine::engine_error;
+use super::engine::{engine_error, Route};
 
 /// The rows of one query, at most `limit` of them.
 pub struct RowStream {
@@ -33,6 +33,8 @@ pub struct RowStream {
     bytes_scanned: Option<u64>,
     deadline: Instant,
     timeout: Duration,
+    route: Route,
+    started: std::time::Instant,
 }
 
 impl std::fmt::Debug for RowStream {
@@ -45,6 +47,19 @@ impl std::fmt::Debug for RowStream {
     }
 }
 
+// A query's metrics are recorded once, when its stream goes: read to the end, stopped by an
+// error, or dropped by a client that left. All three are a query that ended.
+impl Drop for RowStream {
+    fn drop(&mut self) {
+        svc_metrics::query::finished(
+            self.route.label(),
+            self.started.elapsed(),
+            self.accepted,
+            self.bytes_scanned,
+        );
+    }
+}
+
 impl RowStream {
     pub(super) fn new(
         plan: Arc<dyn ExecutionPlan>,
@@ -52,6 +67,8 @@ impl RowStream {
         limit: usize,
         deadline: Instant,
         timeout: Duration,
+        route: Route,
+        started: std::time::Instant,
     ) -> Self {
         Self {
             schema: inner.schema(),
@@ -65,6 +82,8 @@ impl RowStream {
             bytes_scanned: None,
             deadline,
             timeout,
+            route,
+            started,
         }
     }
 

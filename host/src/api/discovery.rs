@@ -299,7 +299,9 @@ impl DiscoveryApi {
         table_id: &str,
     ) -> ApiResult<Arc<SchemaResponse>> {
         let row = self.readable(caller, table_id).await?;
-        if let Some(hit) = self.state.discovery.schema.get(table_id) {
+        let hit = self.state.discovery.schema.get(table_id);
+        svc_metrics::Cache::Schema.lookup(hit.is_some());
+        if let Some(hit) = hit {
             return Ok(hit);
         }
         let driver = self.driver(&row)?;
@@ -329,7 +331,9 @@ impl DiscoveryApi {
         let cacheable = row.query_mode.caches_samples();
         let key = (row.id.clone(), n);
         if cacheable {
-            if let Some(hit) = self.state.discovery.sample.get(&key) {
+            let hit = self.state.discovery.sample.get(&key);
+            svc_metrics::Cache::Sample.lookup(hit.is_some());
+            if let Some(hit) = hit {
                 return Ok(hit);
             }
         }

@@ -34,9 +34,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use svc_core::{Error, ErrorKind};
 
-use poem::{Endpoint, EndpointExt, IntoResponse, Request, Response, Route};
+use poem::{Endpoint, EndpointExt, IntoResponse, PathPattern, Request, Response, Route};
 use poem_openapi::auth::Bearer;
 use poem_openapi::{OpenApiService, SecurityScheme, Tags};
+use tracing::Instrument as _;
 
 use crate::connections::Connections;
 use crate::state::AppState;
@@ -136,6 +137,48 @@ async fn check_bearer(req: &Request, bearer: Bearer) -> poem::Result<svc_auth::C
             svc_auth::ResolveError::Refused(f) => ApiError(Error::unauthorized(f.message())).into(),
             svc_auth::ResolveError::Store(e) => ApiError::from(e).into(),
         })
+}
+
+/// The caller of a route outside the OpenAPI service (`/mcp`, `/metrics`), from its
+/// `Authorization: Bearer` header; or the 401 to answer, in the envelope and with the
+/// `WWW-Authenticate` challenge clients look for.
+pub(crate) async fn bearer_caller(
+    state: &AppState,
+    req: &Request,
+) -> Result<svc_auth::Caller, Response> {
+    use poem::error::ResponseError as _;
+    let unauthorized = |message: &str| {
+        let mut resp = ApiError(Error::unauthorized(message)).as_response();
+        resp.headers_mut().insert(
+            poem::http::header::WWW_AUTHENTICATE,
+            poem::http::HeaderValue::from_static("Bearer"),
+        );
+        resp
+    };
+    let meta = RequestMeta::of(req);
+    let Some(token) = req
+        .headers()
+        .get(poem::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        // The scheme's name is case-insensitive (RFC 9110 §11.1).
+        .and_then(|v| {
+            v.get(7..)
+                .filter(|_| v[..7].eq_ignore_ascii_case("bearer "))
+        })
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    else {
+        return Err(unauthorized("Missing or invalid Authorization header"));
+    };
+    match state
+        .auth
+        .resolve(token, meta.ip_string(), Some(meta.request_id), false)
+        .await
+    {
+        Ok(caller) => Ok(caller),
+        Err(svc_auth::ResolveError::Refused(f)) => Err(unauthorized(f.message())),
+        Err(svc_auth::ResolveError::Store(e)) => Err(ApiError::from(e).as_response()),
+    }
 }
 
 impl BearerAuth {
@@ -317,11 +360,16 @@ fn usage_alias(req: Request) -> Response {
 /// The complete HTTP application.
 ///
 /// `connections` learns which connection is handling a request (see [`crate::connections`]).
+/// `metrics` is the Prometheus recorder behind `/metrics` (None: metrics are off).
 pub fn app(
     state: Arc<AppState>,
     connections: Arc<Connections>,
+    metrics: Option<svc_metrics::Exporter>,
 ) -> impl Endpoint<Output = Response> {
     let svc = service(&state);
+    let routes = Arc::new(crate::ops::metrics::RouteTemplates::from_openapi(
+        &svc.spec(),
+    ));
     let spec = svc.spec_endpoint();
     let docs = svc.swagger_ui();
     let max_body = state.config.max_body_bytes;
@@ -336,6 +384,10 @@ pub fn app(
             poem::endpoint::make_sync(usage_alias),
         )
         .at("/mcp", crate::mcp::endpoint(state.clone()))
+        .at(
+            "/metrics",
+            crate::ops::metrics::MetricsEndpoint::new(state.clone(), metrics),
+        )
         .nest("/", svc)
         .data(state)
         .around(move |ep, mut req| {
@@ -352,6 +404,7 @@ pub fn app(
                 );
             }
             let max_body = if upload { None } else { Some(max_body) };
+            let routes = routes.clone();
             // A page's script calls the API with its session cookie (and CSRF token).
             let bridged = if req.uri().path().starts_with("/api/") {
                 crate::pages::session::bridge(&mut req, &auth)
@@ -363,7 +416,7 @@ pub fn app(
                     drop(busy);
                     return Ok(*refused);
                 }
-                let resp = pipeline(ep, req, max_body, trust_proxy).await;
+                let resp = pipeline(ep, req, max_body, trust_proxy, &routes).await;
                 drop(busy);
                 resp
             }
@@ -376,14 +429,21 @@ async fn pipeline<E: Endpoint>(
     mut req: Request,
     max_body: Option<usize>,
     trust_proxy: bool,
+    routes: &crate::ops::metrics::RouteTemplates,
 ) -> poem::Result<Response> {
-    let request_id = req
+    let given = req
         .headers()
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .filter(|v| is_sane_request_id(v))
-        .map(str::to_string)
-        .unwrap_or_else(new_request_id);
+        .map(str::to_string);
+    if crate::ops::traces::is_on() {
+        adopt_mcp_traceparent(&mut req, max_body).await;
+    }
+    let method = svc_metrics::http::method_label(req.method().as_str());
+    let (span, request_id) = crate::ops::traces::request_span(method, req.headers(), given);
+    let _active = svc_metrics::http::active(method);
+    let began = std::time::Instant::now();
     let client_ip = client_ip(&req, trust_proxy);
     req.extensions_mut().insert(RequestMeta {
         request_id: request_id.clone(),
@@ -395,13 +455,25 @@ async fn pipeline<E: Endpoint>(
         Some(max) => limit_body(&mut req, max).await,
         None => Ok(()),
     };
-    let mut resp = match limited {
-        Err(e) => poem::error::ResponseError::as_response(&e),
-        Ok(()) => match ep.call(req).await {
-            Ok(r) => r.into_response(),
-            Err(e) => error::render(e),
+    let (mut resp, route) = match limited {
+        Err(e) => (poem::error::ResponseError::as_response(&e), None),
+        Ok(()) => match ep.call(req).instrument(span.clone()).await {
+            Ok(r) => {
+                let r = r.into_response();
+                let route = r.data::<PathPattern>().map(|p| routes.name(&p.0));
+                (r, route)
+            }
+            Err(e) => {
+                let route = e.data::<PathPattern>().map(|p| routes.name(&p.0));
+                (error::render(e), route)
+            }
         },
     };
+    let status = resp.status().as_u16();
+    let took = began.elapsed();
+    span.in_scope(|| tracing::debug!(status, took_ms = took.as_secs_f64() * 1e3, "answered"));
+    crate::ops::traces::finish_span(&span, method, route.as_deref(), status);
+    svc_metrics::http::request(method, route, status, took);
     let h = resp.headers_mut();
     if let Ok(v) = request_id.parse() {
         h.insert("x-request-id", v);
@@ -417,6 +489,35 @@ async fn pipeline<E: Endpoint>(
         );
     }
     Ok(resp)
+}
+
+/// With tracing on, an MCP call's `params._meta.traceparent` stands in for a missing
+/// `traceparent` header. Only a body that declares a length within the limit is read here
+/// (the limit check that follows refuses the rest); it is put back as it was.
+async fn adopt_mcp_traceparent(req: &mut Request, max_body: Option<usize>) {
+    if req.uri().path() != "/mcp"
+        || req.method() != poem::http::Method::POST
+        || req.headers().contains_key("traceparent")
+    {
+        return;
+    }
+    let declared = req
+        .headers()
+        .get(poem::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let Some(length) = declared else { return };
+    if max_body.is_some_and(|max| length > max) {
+        return;
+    }
+    // A body that cannot be read now could not be read by the endpoint either.
+    let body = req.take_body().into_bytes().await.unwrap_or_default();
+    if let Some(parent) = crate::ops::traces::mcp_traceparent(&body)
+        .and_then(|v| poem::http::HeaderValue::from_str(&v).ok())
+    {
+        req.headers_mut().insert("traceparent", parent);
+    }
+    req.set_body(body);
 }
 
 /// A request body must arrive within `limit` of the request's head (a slow sender holds a
@@ -490,7 +591,7 @@ fn is_sane_request_id(v: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
-fn new_request_id() -> String {
+pub(crate) fn new_request_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 

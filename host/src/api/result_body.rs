@@ -25,6 +25,7 @@ use poem_openapi::registry::{
 use poem_openapi::types::Type;
 use poem_openapi::{ApiResponse, Object};
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::ApiError;
 use crate::state::AppState;
@@ -66,6 +67,9 @@ struct Completion {
     event: Option<Event>,
     started: Instant,
     permit: Option<Permit>,
+    /// The request's span: the body is sent after the handler returns, and its audit row
+    /// belongs to the same trace.
+    span: tracing::Span,
 }
 
 impl Completion {
@@ -76,6 +80,7 @@ impl Completion {
             self.state
                 .audit
                 .write(&self.actor, event.timed(self.started))
+                .instrument(self.span.clone())
                 .await;
         }
     }
@@ -96,6 +101,7 @@ impl Completion {
             self.state
                 .audit
                 .write(&self.actor, event.timed(self.started))
+                .instrument(self.span.clone())
                 .await;
         }
     }
@@ -121,7 +127,8 @@ impl Drop for Completion {
             .timed(self.started);
         let (state, actor) = (self.state.clone(), self.actor.clone());
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move { state.audit.write(&actor, event).await });
+            let span = self.span.clone();
+            rt.spawn(async move { state.audit.write(&actor, event).instrument(span).await });
         }
     }
 }
@@ -165,6 +172,7 @@ pub async fn serve_rows(
         event: Some(event),
         started,
         permit: Some(permit),
+        span: tracing::Span::current(),
     };
     Ok(ResultBody::stream(rows, encoder, format, row_cap, done))
 }

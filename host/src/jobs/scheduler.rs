@@ -44,6 +44,19 @@ pub enum Job {
 }
 
 impl Job {
+    /// Its name in audit rows, the status API and metrics (the serde name).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sync => "sync",
+            Self::Scripts => "scripts",
+            Self::WarehouseMetadataRefresh => "warehouse_metadata_refresh",
+            Self::TelemetryPrune => "telemetry_prune",
+            Self::UsageProcessor => "usage_processor",
+            Self::AuditRetention => "audit_retention",
+            Self::MarketplaceSync => "marketplace_sync",
+        }
+    }
+
     /// The variable that sets its interval, and the default in seconds.
     fn interval_variable(self) -> (&'static str, u64) {
         match self {
@@ -384,11 +397,9 @@ async fn run_job(state: &Arc<AppState>, job: Job) -> Result<String, String> {
 }
 
 async fn record(state: &AppState, job: Job, outcome: Result<String, String>, started: Instant) {
-    let name = serde_json::to_value(job)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
-    let mut event = Event::new("scheduler.run").resource(&name);
+    let name = job.name();
+    svc_metrics::jobs::run(name, outcome.is_ok(), started.elapsed());
+    let mut event = Event::new("scheduler.run").resource(name);
     let text = match &outcome {
         Ok(t) => {
             event = event.param("outcome", t.clone());
@@ -446,6 +457,21 @@ mod tests {
         .unwrap();
         assert_eq!(c.grace, Duration::ZERO);
         assert_eq!(c.metadata_offset_max, Duration::ZERO);
+    }
+
+    #[test]
+    fn job_names_are_their_serde_names() {
+        for job in [
+            Job::Sync,
+            Job::Scripts,
+            Job::WarehouseMetadataRefresh,
+            Job::TelemetryPrune,
+            Job::UsageProcessor,
+            Job::AuditRetention,
+            Job::MarketplaceSync,
+        ] {
+            assert_eq!(serde_json::to_value(job).unwrap(), job.name());
+        }
     }
 
     #[test]

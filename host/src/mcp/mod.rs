@@ -17,16 +17,12 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use http_body_util::{BodyExt as _, Full};
-use poem::error::ResponseError as _;
-use poem::http::header;
 use poem::{Endpoint, Request, Response};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use svc_core::Error;
 use svc_store::audit::ClientKind;
 use tower_service::Service as _;
 
-use crate::api::{ApiError, RequestMeta};
 use crate::state::AppState;
 
 pub use results::McpLimits;
@@ -56,44 +52,13 @@ pub fn endpoint(state: Arc<AppState>) -> McpEndpoint {
     McpEndpoint { state, service }
 }
 
-/// 401 in the envelope, with the challenge MCP clients look for.
-fn unauthorized(message: &str) -> Response {
-    let mut resp = ApiError(Error::unauthorized(message)).as_response();
-    resp.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static("Bearer"),
-    );
-    resp
-}
-
 impl Endpoint for McpEndpoint {
     type Output = Response;
 
     async fn call(&self, req: Request) -> poem::Result<Response> {
-        let meta = RequestMeta::of(&req);
-        let Some(token) = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            // The scheme's name is case-insensitive (RFC 9110 §11.1).
-            .and_then(|v| {
-                v.get(7..)
-                    .filter(|_| v[..7].eq_ignore_ascii_case("bearer "))
-            })
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-        else {
-            return Ok(unauthorized("Missing or invalid Authorization header"));
-        };
-        let mut caller = match self
-            .state
-            .auth
-            .resolve(token, meta.ip_string(), Some(meta.request_id), false)
-            .await
-        {
+        let mut caller = match crate::api::bearer_caller(&self.state, &req).await {
             Ok(c) => c,
-            Err(svc_auth::ResolveError::Refused(f)) => return Ok(unauthorized(f.message())),
-            Err(svc_auth::ResolveError::Store(e)) => return Ok(ApiError::from(e).as_response()),
+            Err(refused) => return Ok(refused),
         };
         caller.actor.client_kind = ClientKind::Mcp;
 

@@ -8,6 +8,60 @@ use serde_json::{json, Value};
 
 use super::tools::MAX_BUNDLE_TOKENS;
 
+/// The tools by name: what the dispatcher matches and metrics label calls with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ToolName {
+    ListTables,
+    DescribeTable,
+    Query,
+    ScanEstimate,
+    Scan,
+    MemoryBundle,
+}
+
+impl ToolName {
+    /// Every tool, in the order the catalog lists them.
+    pub(super) const ALL: [Self; 6] = [
+        Self::ListTables,
+        Self::DescribeTable,
+        Self::Query,
+        Self::ScanEstimate,
+        Self::Scan,
+        Self::MemoryBundle,
+    ];
+
+    /// The tool a call names, if there is one.
+    pub(super) fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+
+    /// The name the catalog gives it.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Self::ListTables => "list_tables",
+            Self::DescribeTable => "describe_table",
+            Self::Query => "query",
+            Self::ScanEstimate => "scan_estimate",
+            Self::Scan => "scan",
+            Self::MemoryBundle => "memory_bundle",
+        }
+    }
+
+    /// The arguments its schema declares (anything else is refused by name).
+    pub(super) fn arguments(self) -> &'static [&'static str] {
+        match self {
+            Self::ListTables => &["q", "bucket"],
+            Self::DescribeTable => &["table_id"],
+            Self::Query => &["sql", "format", "max_rows", "cursor"],
+            Self::ScanEstimate => &["table_id", "select", "where", "order_by", "limit"],
+            Self::Scan => &[
+                "table_id", "select", "where", "order_by", "limit", "format", "max_rows", "cursor",
+            ],
+            Self::MemoryBundle => &["budget_tokens"],
+        }
+    }
+}
+
 fn schema(properties: Value, required: &[&str]) -> Arc<JsonObject> {
     let Value::Object(object) = json!({
         "type": "object",
@@ -40,7 +94,7 @@ pub(super) fn catalog() -> Vec<Tool> {
     });
     vec![
         read_only(Tool::new(
-            "list_tables",
+            ToolName::ListTables.as_str(),
             "List the tables you may read: one line per table with its id, mode (local: stored on \
              the server; remote: queried in the warehouse, mind the size; materialized: a refreshed \
              local copy; internal: svc's own records, filtered to what you may see), size hint, \
@@ -55,7 +109,7 @@ pub(super) fn catalog() -> Vec<Tool> {
             ),
         )),
         read_only(Tool::new(
-            "describe_table",
+            ToolName::DescribeTable.as_str(),
             "Describe one table before querying it: its columns with types, a few sample rows, \
              and example WHERE clauses that work on it. Example: {\"table_id\": \"orders\"}.",
             schema(
@@ -64,7 +118,7 @@ pub(super) fn catalog() -> Vec<Tool> {
             ),
         )),
         read_only(Tool::new(
-            "query",
+            ToolName::Query.as_str(),
             "Run one read-only SQL SELECT over the tables you may read (table ids are the table \
              names; DataFusion SQL). The result is bounded: at most 100 rows and 64 KiB unless \
              the server says otherwise; it states `truncated` and gives `next_cursor` when more \
@@ -82,7 +136,7 @@ pub(super) fn catalog() -> Vec<Tool> {
             ),
         )),
         read_only(Tool::new(
-            "scan_estimate",
+            ToolName::ScanEstimate.as_str(),
             "Say what a scan of one table would read (bytes and rows, exact or bounds) and \
              whether a remote table's size guard would refuse it — without reading it. Takes \
              the same arguments as `scan`. Example: {\"table_id\": \"events\", \"where\": \
@@ -90,7 +144,7 @@ pub(super) fn catalog() -> Vec<Tool> {
             scan_schema(&format, &max_rows, &cursor, false),
         )),
         read_only(Tool::new(
-            "scan",
+            ToolName::Scan.as_str(),
             "Read rows of one table chosen by columns, a WHERE predicate and an order, without \
              writing SQL: the parts are validated against the table's columns. Bounded like \
              `query`, with `truncated` and `next_cursor`. Example: {\"table_id\": \"orders\", \
@@ -99,7 +153,7 @@ pub(super) fn catalog() -> Vec<Tool> {
             scan_schema(&format, &max_rows, &cursor, true),
         )),
         read_only(Tool::new(
-            "memory_bundle",
+            ToolName::MemoryBundle.as_str(),
             "Load the corporate memory for your work: every mandatory item you can see, then the \
              best approved items (confidence × recency) within a token budget. Read it before \
              answering questions about the business's data and rules. Example: \

@@ -13,9 +13,10 @@ use std::time::Instant;
 
 use poem_openapi::types::ToJSON as _;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Resource, ResourceContents, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ServerCapabilities,
+    ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -29,7 +30,7 @@ use svc_store::audit::Event;
 
 use super::args::{text_result, tool_error, Args, BAD_ARGUMENT};
 use super::results::{self, RowFormat};
-use super::specs::catalog;
+use super::specs::{catalog, ToolName};
 use crate::api::discovery::DiscoveryApi;
 use crate::api::{query, scan, ApiError};
 use crate::state::AppState;
@@ -389,41 +390,45 @@ impl Tools {
         Ok(result)
     }
 
+    /// Runs one tool call and counts it (an `isError` result counts as a tool error).
     async fn call(&self, caller: &Caller, request: CallToolRequestParams) -> CallToolResult {
-        let name = request.name.as_ref();
-        let arguments = request.arguments;
-        let outcome = {
-            let known: &[&str] = match name {
-                "list_tables" => &["q", "bucket"],
-                "describe_table" => &["table_id"],
-                "query" => &["sql", "format", "max_rows", "cursor"],
-                "scan_estimate" => &["table_id", "select", "where", "order_by", "limit"],
-                "scan" => &[
-                    "table_id", "select", "where", "order_by", "limit", "format", "max_rows",
-                    "cursor",
-                ],
-                "memory_bundle" => &["budget_tokens"],
-                other => {
-                    let e = Error::not_found(format!(
-                        "There is no tool '{other}'; the tools are list_tables, describe_table, \
-                         query, scan_estimate, scan and memory_bundle"
-                    ));
-                    return self.refused(caller, name, &e).await;
-                }
-            };
-            Args::new(name, arguments, known)
+        let tool = ToolName::parse(&request.name);
+        let result = match tool {
+            Some(tool) => self.dispatch(caller, tool, request.arguments).await,
+            None => {
+                let e = Error::not_found(format!(
+                    "There is no tool '{}'; the tools are {}",
+                    request.name,
+                    ToolName::ALL.map(ToolName::as_str).join(", ")
+                ));
+                self.refused(caller, &request.name, &e).await
+            }
         };
-        let args = match outcome {
+        svc_metrics::mcp::tool_call(
+            tool.map_or("unknown", ToolName::as_str),
+            result.is_error == Some(true),
+        );
+        result
+    }
+
+    async fn dispatch(
+        &self,
+        caller: &Caller,
+        tool: ToolName,
+        arguments: Option<JsonObject>,
+    ) -> CallToolResult {
+        let name = tool.as_str();
+        let args = match Args::new(name, arguments, tool.arguments()) {
             Ok(args) => args,
             Err(e) => return self.refused(caller, name, &e).await,
         };
-        let result = match name {
-            "list_tables" => self.list_tables(caller, args).await,
-            "describe_table" => self.describe_table(caller, args).await,
-            "query" => self.query(caller, args).await,
-            "scan_estimate" => self.scan(caller, args, false).await,
-            "scan" => self.scan(caller, args, true).await,
-            _ => self.memory_bundle(caller, args).await,
+        let result = match tool {
+            ToolName::ListTables => self.list_tables(caller, args).await,
+            ToolName::DescribeTable => self.describe_table(caller, args).await,
+            ToolName::Query => self.query(caller, args).await,
+            ToolName::ScanEstimate => self.scan(caller, args, false).await,
+            ToolName::Scan => self.scan(caller, args, true).await,
+            ToolName::MemoryBundle => self.memory_bundle(caller, args).await,
         };
         match result {
             Ok(r) => r,

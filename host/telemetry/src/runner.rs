@@ -587,6 +587,7 @@ fn read_one(
         Ok(x) => x,
         Err(e) => return Outcome::Failed(Box::new(job), format!("cannot read the file: {e}")),
     };
+    svc_metrics::telemetry::transcript(x.bytes, x.events.len(), x.malformed);
     let parse = clock.elapsed();
     let clock = Instant::now();
     let segment = if x.events.is_empty() {

@@ -19,6 +19,7 @@ mod memory_review;
 mod observability;
 mod openapi;
 mod operations;
+mod ops;
 mod pages;
 mod query;
 mod registry;

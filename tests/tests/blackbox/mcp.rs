@@ -304,7 +304,7 @@ fn an_agent_discovers_queries_and_pages_through_bounded_results() {
 }
 
 #[test]
-fn tokens_are_checked_on_every_call_and_bad_bodies_leave_the_server_fine() {
+fn tokens_are_checked_on_every_call_and_bad_bodies_or_a_thousand_sessions_leave_the_server_fine() {
     let s = Server::start();
     let token = s.cli_ok(&["tokens", "create", "--email", "admin@localhost"]);
     let no_token = s
@@ -350,6 +350,43 @@ fn tokens_are_checked_on_every_call_and_bad_bodies_leave_the_server_fine() {
         s.get_json("/api/health", &token).0,
         200,
         "the server is fine"
+    );
+
+    // A thousand sessions opened at once and dropped, twice: the server keeps nothing of
+    // them, so the second wave leaves its memory where the first did.
+    let wave = || {
+        run_async(async {
+            let http = reqwest::Client::new();
+            let mut calls = tokio::task::JoinSet::new();
+            for _ in 0..1000 {
+                let request = http
+                    .post(s.url("/mcp"))
+                    .bearer_auth(&token)
+                    .header("accept", "application/json, text/event-stream")
+                    .json(
+                        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "wave", "version": "1"}}}),
+                    );
+                calls.spawn(async move { request.send().await.map(|r| r.status().as_u16()) });
+            }
+            let mut opened = 0;
+            while let Some(done) = calls.join_next().await {
+                if matches!(done, Ok(Ok(200))) {
+                    opened += 1;
+                }
+            }
+            assert_eq!(opened, 1000, "every session opened");
+        });
+        s.rss().expect("the server's resident memory")
+    };
+    let first = wave();
+    let second = wave();
+    assert!(
+        second < first + (16 << 20),
+        "memory grew from {} MiB to {} MiB",
+        first >> 20,
+        second >> 20
     );
 
     run_async(async {

@@ -287,9 +287,18 @@ impl Server {
 
     /// Peak resident memory of the server process so far, in bytes (Linux `VmHWM`).
     pub fn peak_rss(&self) -> Option<u64> {
+        self.proc_status_kib("VmHWM:")
+    }
+
+    /// Resident memory of the server process now, in bytes (Linux `VmRSS`).
+    pub fn rss(&self) -> Option<u64> {
+        self.proc_status_kib("VmRSS:")
+    }
+
+    fn proc_status_kib(&self, field: &str) -> Option<u64> {
         let pid = self.child.as_ref()?.id();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let line = status.lines().find(|l| l.starts_with(field))?;
         line.split_whitespace()
             .nth(1)?
             .parse::<u64>()

@@ -358,6 +358,7 @@ impl AuditWriter {
     }
 
     /// Queues a ready-made record.
+    #[tracing::instrument(name = "audit.write", skip_all)]
     pub async fn enqueue(&self, record: AuditRecord) {
         if let Err(mpsc::error::SendError(Msg::Record(record))) =
             self.tx.send(Msg::Record(Box::new(record))).await
@@ -391,12 +392,17 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
             }
         }
         if !batch.is_empty() {
-            if let Err(err) = store.insert_audit_batch(&batch).await {
+            svc_metrics::audit::queue_depth(rx.len() + batch.len());
+            let began = Instant::now();
+            let stored = store.insert_audit_batch(&batch).await;
+            svc_metrics::audit::batch(batch.len(), stored.is_ok(), began.elapsed());
+            if let Err(err) = stored {
                 for r in &batch {
                     tracing::error!(error = %err, record = %serde_json::to_string(r).unwrap_or_default(), "audit write failed");
                 }
             }
             batch.clear();
+            svc_metrics::audit::queue_depth(rx.len());
         }
         for w in waiters.drain(..) {
             let _ = w.send(());

@@ -1,0 +1,311 @@
+//! What operators' instruments cost, through release `svc-server`s:
+//!
+//! 1. cached-sample throughput (`wrk`) with metrics on vs off, and with tracing on (spans
+//!    exported to a local OTLP sink) vs off, in interleaved rounds; medians per setting,
+//!    so drift on a shared machine lands on every setting alike (targets: ≤ 3% each);
+//! 2. `GET /metrics` time with every family present, p50 and p99 (target ≤ 5 ms).
+//!
+//! Prints figures against the targets; asserts only that the answers are right.
+//!
+//!   cargo bench -p svc-host --bench ops
+//!
+//! `SVC_BENCH_ROUNDS` (5) rounds of `SVC_BENCH_SECONDS` (5) seconds per setting.
+
+mod common;
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{percentile, Server};
+use reqwest::blocking::Client;
+use serde_json::json;
+use svc_plugin_api::arrow::array::{ArrayRef, Int64Array, StringArray};
+use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
+use svc_plugin_api::datafusion::parquet::arrow::ArrowWriter;
+use svc_plugin_api::RecordBatch;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn write_table(dir: &Path) {
+    let path = dir.join("extracts/local/data/orders.parquet");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("label", DataType::Utf8, false),
+    ]));
+    let mut w =
+        ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema.clone(), None).unwrap();
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from_iter_values(0..10_000)),
+        Arc::new(StringArray::from_iter_values(
+            (0..10_000).map(|i| format!("label-{i}")),
+        )),
+    ];
+    w.write(&RecordBatch::try_new(schema, cols).unwrap())
+        .unwrap();
+    w.close().unwrap();
+}
+
+/// An OTLP/HTTP sink that answers 200 to every export and keeps nothing: the cost of
+/// tracing measured is the server's, not a collector's.
+fn otlp_sink() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut out = conn.try_clone().unwrap();
+                let mut reader = BufReader::new(conn);
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let l = line.trim_end();
+                        if l.is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = l.split_once(':') {
+                            if k.eq_ignore_ascii_case("content-length") {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let reply = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                    if out.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// One server setting under test.
+struct Setting {
+    name: &'static str,
+    server: Server,
+    token: String,
+    rps: Vec<f64>,
+}
+
+impl Setting {
+    fn start(name: &'static str, root: &Path, env: &[(&str, &str)], http: &Client) -> Self {
+        let dir = root.join(name.replace(' ', "-"));
+        write_table(&dir);
+        let server = Server::start_with(&dir, env);
+        let token = server.cli(&["tokens", "create", "--email", "admin@localhost"]);
+        let r = http
+            .post(format!("{}/api/admin/register-table", server.base))
+            .bearer_auth(&token)
+            .json(&json!({"id": "orders", "source_type": "local"}))
+            .send()
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().unwrap_or_default());
+        let r = http
+            .get(sample_url(&server))
+            .bearer_auth(&token)
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        Self {
+            name,
+            server,
+            token,
+            rps: Vec::new(),
+        }
+    }
+
+    fn median(&self) -> f64 {
+        let mut v = self.rps.clone();
+        v.sort_by(f64::total_cmp);
+        percentile(&v, 0.5)
+    }
+}
+
+fn sample_url(s: &Server) -> String {
+    format!("{}/api/v2/sample/orders?n=5", s.base)
+}
+
+/// Requests per second of `wrk` against `url` for `seconds`.
+fn wrk(url: &str, token: &str, seconds: u64) -> f64 {
+    let out = Command::new("wrk")
+        .args([
+            "-t2",
+            "-c16",
+            &format!("-d{seconds}s"),
+            "-H",
+            &format!("Authorization: Bearer {token}"),
+            url,
+        ])
+        .output()
+        .expect("wrk (Debian package `wrk`)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("Non-2xx"), "wrk saw errors:\n{text}");
+    text.lines()
+        .find(|l| l.starts_with("Requests/sec"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no Requests/sec in:\n{text}"))
+}
+
+fn main() {
+    let rounds = env_u64("SVC_BENCH_ROUNDS", 5);
+    let seconds = env_u64("SVC_BENCH_SECONDS", 5);
+    let root = std::env::temp_dir().join(format!("svc-bench-ops-{}", std::process::id()));
+    let http = Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let sink = otlp_sink();
+
+    let mut settings = [
+        Setting::start("metrics on", &root, &[], &http),
+        Setting::start("metrics off", &root, &[("SVC_METRICS", "off")], &http),
+        Setting::start(
+            "tracing on",
+            &root,
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", sink.as_str())],
+            &http,
+        ),
+    ];
+    // Warm every server, then rotate the order each round.
+    for s in &settings {
+        wrk(&sample_url(&s.server), &s.token, 2);
+    }
+    for round in 0..rounds as usize {
+        for i in 0..settings.len() {
+            let s = &mut settings[(i + round) % 3];
+            let rps = wrk(&sample_url(&s.server), &s.token, seconds);
+            s.rps.push(rps);
+        }
+    }
+    println!("cached sample (wrk -t2 -c16, {rounds} rounds of {seconds}s, medians):");
+    for s in &settings {
+        println!(
+            "  {:<12} {:>9.0} req/s  (rounds: {})",
+            s.name,
+            s.median(),
+            s.rps
+                .iter()
+                .map(|r| format!("{r:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let (on, off, traced) = (
+        settings[0].median(),
+        settings[1].median(),
+        settings[2].median(),
+    );
+    let metrics_cost = (off - on) / off * 100.0;
+    let tracing_cost = (on - traced) / on * 100.0;
+    println!(
+        "metrics cost: {metrics_cost:.1}% of throughput (target ≤ 3%): {}",
+        verdict(metrics_cost <= 3.0)
+    );
+    println!(
+        "tracing cost (on vs off, metrics on in both): {tracing_cost:.1}% (target ≤ 3%): {}",
+        verdict(tracing_cost <= 3.0)
+    );
+
+    // Every family present: HTTP (several routes and statuses), queries, MCP calls and
+    // errors, cache hits and misses, audit batches, driver errors.
+    let s = &settings[0];
+    let base = &s.server.base;
+    for sql in [
+        "SELECT count(*) FROM orders",
+        "SELECT * FROM orders LIMIT 5",
+    ] {
+        let r = http
+            .post(format!("{base}/api/query"))
+            .bearer_auth(&s.token)
+            .json(&json!({"sql": sql}))
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    let r = http
+        .post(format!("{base}/api/admin/register-table"))
+        .bearer_auth(&s.token)
+        .json(&json!({"id": "empty", "source_type": "local"}))
+        .send()
+        .unwrap();
+    assert!(r.status().is_success());
+    let _ = http
+        .get(format!("{base}/api/v2/sample/empty?n=5"))
+        .bearer_auth(&s.token)
+        .send()
+        .unwrap();
+    let _ = http
+        .get(format!("{base}/api/tables/missing/schema"))
+        .bearer_auth(&s.token)
+        .send()
+        .unwrap();
+    for tool in ["list_tables", "describe_table"] {
+        let r = http
+            .post(format!("{base}/mcp"))
+            .bearer_auth(&s.token)
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": tool, "arguments": {}}}))
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    let metrics_url = format!("{base}/metrics");
+    let first = http
+        .get(&metrics_url)
+        .bearer_auth(&s.token)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let families = first.lines().filter(|l| l.starts_with("# TYPE")).count();
+    let series = first
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .count();
+    let mut times = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        let r = http.get(&metrics_url).bearer_auth(&s.token).send().unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let _ = r.bytes().unwrap();
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    let p50 = percentile(&times, 0.5);
+    println!(
+        "GET /metrics ({families} families, {series} lines, {} KiB): p50 {p50:.2} ms, p99 {:.2} ms (target ≤ 5 ms): {}",
+        first.len() / 1024,
+        percentile(&times, 0.99),
+        verdict(p50 <= 5.0)
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "MISSED"
+    }
+}

@@ -1,0 +1,377 @@
+//! svc-metrics: every series svc exports, in one place.
+//!
+//! - Owns each metric's name (OpenTelemetry semantic-convention names, as Prometheus writes
+//!   them: `http.server.request.duration` is `http_server_request_duration_seconds`), its
+//!   labels, and the one function that records it. Labels take `&'static str` or a value
+//!   from a closed set, so no caller can put a raw path, a user id or an SQL text in a label:
+//!   the series count stays bounded by the code, not by traffic.
+//! - Owns the Prometheus recorder ([`Exporter`]). Until [`Exporter::install`] runs, or when
+//!   metrics are off, every record function is a call into the `metrics` facade's no-op
+//!   recorder: a relaxed atomic load and nothing else.
+//! - Must never import another svc crate, HTTP or the store: every layer of the host records
+//!   through it, so it sits below all of them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Bucket bounds for durations, in seconds: a cached read (sub-millisecond) to a long scan.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 120.0,
+];
+
+/// Bucket bounds for byte sizes: 1 KiB to 1 TiB in powers of 16.
+const BYTES_BUCKETS: &[f64] = &[
+    1024.0,
+    16384.0,
+    262144.0,
+    4194304.0,
+    67108864.0,
+    1073741824.0,
+    17179869184.0,
+    274877906944.0,
+    1099511627776.0,
+];
+
+/// The process's Prometheus recorder: installed once, rendered by `GET /metrics`.
+#[derive(Clone)]
+pub struct Exporter {
+    handle: PrometheusHandle,
+}
+
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Exporter")
+    }
+}
+
+impl Exporter {
+    /// Installs the recorder for the whole process. Fails if a recorder is already installed
+    /// (a second server in one process): the caller serves without metrics then.
+    pub fn install() -> Result<Self, String> {
+        let handle = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_bytes".into()), BYTES_BUCKETS))
+            .map_err(|e| e.to_string())?
+            .install_recorder()
+            .map_err(|e| e.to_string())?;
+        describe();
+        Ok(Self { handle })
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn render(&self) -> String {
+        self.handle.render()
+    }
+
+    /// Folds pending histogram samples into their buckets. Rendering does this too; call it
+    /// periodically so a server nobody scrapes does not hold every sample in memory.
+    pub fn upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+}
+
+/// HELP text and units for every series, so `promtool check metrics` finds nothing to say.
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_histogram!(
+        HTTP_DURATION,
+        Unit::Seconds,
+        "Duration of HTTP server requests, by method, route template and status"
+    );
+    describe_gauge!(
+        HTTP_ACTIVE,
+        "Number of HTTP server requests in flight, by method"
+    );
+    describe_histogram!(
+        QUERY_DURATION,
+        Unit::Seconds,
+        "Duration of queries and scans from start to the last row read, by route kind"
+    );
+    describe_counter!(
+        QUERY_ROWS,
+        "Rows returned by queries and scans, by route kind"
+    );
+    describe_counter!(
+        QUERY_BYTES,
+        Unit::Bytes,
+        "Bytes read by queries and scans where the source reports them, by route kind"
+    );
+    describe_histogram!(
+        REMOTE_ESTIMATED,
+        Unit::Bytes,
+        "Estimated bytes a remote read would scan, checked against its guard"
+    );
+    describe_counter!(
+        REMOTE_REFUSED,
+        "Remote reads refused because their estimate exceeded the guard"
+    );
+    describe_gauge!(AUDIT_QUEUE, "Audit rows queued and not yet stored");
+    describe_histogram!(
+        AUDIT_FLUSH,
+        Unit::Seconds,
+        "Time to store one batch of audit rows"
+    );
+    describe_counter!(
+        AUDIT_ROWS,
+        "Audit rows stored (result=stored) or lost to a store failure (result=failed)"
+    );
+    describe_counter!(CACHE, "Cache lookups, by cache and result (hit or miss)");
+    describe_counter!(
+        DRIVER_ERRORS,
+        "Errors returned by source drivers, by error kind"
+    );
+    describe_counter!(
+        JOB_RUNS,
+        "Scheduler job runs, by job and outcome (success or failure)"
+    );
+    describe_histogram!(
+        JOB_DURATION,
+        Unit::Seconds,
+        "Duration of scheduler job runs, by job"
+    );
+    describe_counter!(
+        TELEMETRY_BYTES,
+        Unit::Bytes,
+        "Session transcript bytes read by the telemetry pipeline"
+    );
+    describe_counter!(
+        TELEMETRY_EVENTS,
+        "Tool-usage events the telemetry pipeline extracted"
+    );
+    describe_counter!(
+        TELEMETRY_MALFORMED,
+        "Transcript lines the telemetry pipeline could not parse"
+    );
+    describe_counter!(MCP_CALLS, "MCP tool calls, by tool");
+    describe_counter!(MCP_ERRORS, "MCP tool calls answered with isError, by tool");
+}
+
+const HTTP_DURATION: &str = "http_server_request_duration_seconds";
+const HTTP_ACTIVE: &str = "http_server_active_requests";
+const QUERY_DURATION: &str = "svc_query_duration_seconds";
+const QUERY_ROWS: &str = "svc_query_rows_total";
+const QUERY_BYTES: &str = "svc_query_read_bytes_total";
+const REMOTE_ESTIMATED: &str = "svc_remote_read_estimated_bytes";
+const REMOTE_REFUSED: &str = "svc_remote_read_refused_total";
+const AUDIT_QUEUE: &str = "svc_audit_queue_depth";
+const AUDIT_FLUSH: &str = "svc_audit_flush_duration_seconds";
+const AUDIT_ROWS: &str = "svc_audit_rows_total";
+const CACHE: &str = "svc_cache_requests_total";
+const DRIVER_ERRORS: &str = "svc_driver_errors_total";
+const JOB_RUNS: &str = "svc_scheduler_job_runs_total";
+const JOB_DURATION: &str = "svc_scheduler_job_duration_seconds";
+const TELEMETRY_BYTES: &str = "svc_telemetry_read_bytes_total";
+const TELEMETRY_EVENTS: &str = "svc_telemetry_events_total";
+const TELEMETRY_MALFORMED: &str = "svc_telemetry_malformed_lines_total";
+const MCP_CALLS: &str = "svc_mcp_tool_calls_total";
+const MCP_ERRORS: &str = "svc_mcp_tool_errors_total";
+
+/// HTTP server series.
+pub mod http {
+    use super::*;
+
+    /// One answered request (timed to its response head). `route` is the template the router
+    /// matched (never the raw path; None when nothing matched); `status` the status sent.
+    pub fn request(method: &'static str, route: Option<Arc<str>>, status: u16, took: Duration) {
+        let route: metrics::SharedString = match route {
+            Some(route) => route.into(),
+            None => "unmatched".into(),
+        };
+        histogram!(
+            HTTP_DURATION,
+            "http_request_method" => method,
+            "http_route" => route,
+            "http_response_status_code" => status_label(status),
+        )
+        .record(took.as_secs_f64());
+    }
+
+    /// Counts a request in flight until the guard is dropped.
+    pub fn active(method: &'static str) -> ActiveRequest {
+        gauge!(HTTP_ACTIVE, "http_request_method" => method).increment(1.0);
+        ActiveRequest { method }
+    }
+
+    /// See [`active`].
+    #[derive(Debug)]
+    pub struct ActiveRequest {
+        method: &'static str,
+    }
+
+    impl Drop for ActiveRequest {
+        fn drop(&mut self) {
+            gauge!(HTTP_ACTIVE, "http_request_method" => self.method).decrement(1.0);
+        }
+    }
+
+    /// The label of a status code, without allocating: the codes svc sends by name, any
+    /// other by its class (the exact arms come first, so the ranges only catch the rest).
+    #[allow(clippy::match_overlapping_arm)]
+    fn status_label(status: u16) -> &'static str {
+        match status {
+            200 => "200",
+            201 => "201",
+            204 => "204",
+            206 => "206",
+            301 => "301",
+            302 => "302",
+            303 => "303",
+            304 => "304",
+            307 => "307",
+            308 => "308",
+            400 => "400",
+            401 => "401",
+            403 => "403",
+            404 => "404",
+            405 => "405",
+            409 => "409",
+            413 => "413",
+            415 => "415",
+            422 => "422",
+            429 => "429",
+            499 => "499",
+            500 => "500",
+            501 => "501",
+            502 => "502",
+            503 => "503",
+            504 => "504",
+            100..=199 => "1xx",
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        }
+    }
+
+    /// The method's label: the standard methods, or `_OTHER` as the conventions say.
+    pub fn method_label(method: &str) -> &'static str {
+        match method {
+            "GET" => "GET",
+            "HEAD" => "HEAD",
+            "POST" => "POST",
+            "PUT" => "PUT",
+            "PATCH" => "PATCH",
+            "DELETE" => "DELETE",
+            "OPTIONS" => "OPTIONS",
+            _ => "_OTHER",
+        }
+    }
+}
+
+/// Query and scan series.
+pub mod query {
+    use super::*;
+
+    /// One query or scan that has ended (read to the end, stopped, or dropped by its client).
+    /// `route` is the route kind (`local`, `remote`, `hybrid`, `internal`).
+    pub fn finished(route: &'static str, took: Duration, rows: usize, bytes_read: Option<u64>) {
+        histogram!(QUERY_DURATION, "route" => route).record(took.as_secs_f64());
+        counter!(QUERY_ROWS, "route" => route).increment(rows as u64);
+        if let Some(bytes) = bytes_read {
+            counter!(QUERY_BYTES, "route" => route).increment(bytes);
+        }
+    }
+
+    /// A remote read's estimate, checked against its guard; `refused` when it was over.
+    pub fn remote_estimate(estimated_bytes: u64, refused: bool) {
+        histogram!(REMOTE_ESTIMATED).record(estimated_bytes as f64);
+        if refused {
+            counter!(REMOTE_REFUSED).increment(1);
+        }
+    }
+}
+
+/// Audit writer series.
+pub mod audit {
+    use super::*;
+
+    /// Rows queued and not yet stored.
+    pub fn queue_depth(rows: usize) {
+        gauge!(AUDIT_QUEUE).set(rows as f64);
+    }
+
+    /// One batch stored (or lost, when `stored` is false).
+    pub fn batch(rows: usize, stored: bool, took: Duration) {
+        histogram!(AUDIT_FLUSH).record(took.as_secs_f64());
+        let result = if stored { "stored" } else { "failed" };
+        counter!(AUDIT_ROWS, "result" => result).increment(rows as u64);
+    }
+}
+
+/// The caches whose hit rate an operator tunes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cache {
+    /// Schema responses.
+    Schema,
+    /// Sample responses.
+    Sample,
+    /// Resolved bearer tokens.
+    Identity,
+}
+
+impl Cache {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Schema => "schema",
+            Self::Sample => "sample",
+            Self::Identity => "identity",
+        }
+    }
+
+    /// One lookup.
+    pub fn lookup(self, hit: bool) {
+        let result = if hit { "hit" } else { "miss" };
+        counter!(CACHE, "cache" => self.label(), "result" => result).increment(1);
+    }
+}
+
+/// Source driver series.
+pub mod driver {
+    use super::*;
+
+    /// An error a driver returned, by the driver's error kind (`upstream`, `timeout`, …).
+    pub fn error(kind: &'static str) {
+        counter!(DRIVER_ERRORS, "kind" => kind).increment(1);
+    }
+}
+
+/// Scheduler series.
+pub mod jobs {
+    use super::*;
+
+    /// One job run that has ended.
+    pub fn run(job: &'static str, ok: bool, took: Duration) {
+        let outcome = if ok { "success" } else { "failure" };
+        counter!(JOB_RUNS, "job" => job, "outcome" => outcome).increment(1);
+        histogram!(JOB_DURATION, "job" => job).record(took.as_secs_f64());
+    }
+}
+
+/// Telemetry pipeline series.
+pub mod telemetry {
+    use super::*;
+
+    /// One transcript read: its bytes, the events extracted and the lines that did not parse.
+    pub fn transcript(bytes: u64, events: usize, malformed_lines: u64) {
+        counter!(TELEMETRY_BYTES).increment(bytes);
+        counter!(TELEMETRY_EVENTS).increment(events as u64);
+        counter!(TELEMETRY_MALFORMED).increment(malformed_lines);
+    }
+}
+
+/// MCP series.
+pub mod mcp {
+    use super::*;
+
+    /// One tool call; `is_error` when it was answered with `isError: true`.
+    pub fn tool_call(tool: &'static str, is_error: bool) {
+        counter!(MCP_CALLS, "tool" => tool).increment(1);
+        if is_error {
+            counter!(MCP_ERRORS, "tool" => tool).increment(1);
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! `GET /metrics`: the Prometheus exposition. On the main listener only administrators may
+//! read it (series names reveal what the server does and how busy it is); with
+//! `SVC_METRICS_LISTEN` a second listener serves it to anyone who can reach that address,
+//! for a scraper on a private network.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use poem::listener::{Listener as _, TcpListener};
+use poem::{Endpoint, Request, Response, Route};
+use svc_core::{Error, ErrorKind};
+use svc_metrics::Exporter;
+
+use crate::api::ApiError;
+use crate::state::AppState;
+
+/// The exposition's media type (text format 0.0.4).
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// `GET /metrics` on the main listener.
+pub struct MetricsEndpoint {
+    state: Arc<AppState>,
+    exporter: Option<Exporter>,
+}
+
+impl MetricsEndpoint {
+    /// The endpoint; `exporter` is None when metrics are off (it answers 404 then).
+    pub fn new(state: Arc<AppState>, exporter: Option<Exporter>) -> Self {
+        Self { state, exporter }
+    }
+}
+
+impl Endpoint for MetricsEndpoint {
+    type Output = Response;
+
+    async fn call(&self, req: Request) -> poem::Result<Response> {
+        use poem::error::ResponseError as _;
+        let caller = match crate::api::bearer_caller(&self.state, &req).await {
+            Ok(caller) => caller,
+            Err(refused) => return Ok(refused),
+        };
+        if !caller.is_admin {
+            return Ok(ApiError(Error::forbidden("Admin access required")).as_response());
+        }
+        Ok(exposition(self.exporter.as_ref()))
+    }
+}
+
+fn exposition(exporter: Option<&Exporter>) -> Response {
+    use poem::error::ResponseError as _;
+    match exporter {
+        Some(exporter) => Response::builder()
+            .content_type(CONTENT_TYPE)
+            .body(exporter.render()),
+        None => ApiError(Error::new(
+            ErrorKind::NotFound,
+            "Metrics are off on this server (SVC_METRICS)",
+        ))
+        .as_response(),
+    }
+}
+
+/// Serves `/metrics`, without authentication, on its own address until the process ends.
+pub async fn serve_separately(listen: &str, exporter: Exporter) -> anyhow::Result<()> {
+    let acceptor = TcpListener::bind(listen.to_owned())
+        .into_acceptor()
+        .await
+        .with_context(|| format!("cannot listen for metrics on {listen}"))?;
+    tracing::info!("metrics on http://{listen}/metrics (SVC_METRICS_LISTEN)");
+    let app = Route::new().at(
+        "/metrics",
+        poem::endpoint::make_sync(move |_| exposition(Some(&exporter))),
+    );
+    tokio::spawn(async move {
+        if let Err(e) = poem::Server::new_with_acceptor(acceptor).run(app).await {
+            tracing::error!(error = %e, "the metrics listener stopped");
+        }
+    });
+    Ok(())
+}
+
+/// Folds histogram samples into buckets every few seconds, so an unscraped server's
+/// memory stays flat.
+pub fn keep_up(exporter: Exporter) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            exporter.upkeep();
+        }
+    });
+}
+
+/// Route templates as operators read them (`/api/v2/schema/{table_id}`), from the patterns the
+/// router matched. poem-openapi numbers its parameters (`:param0`), so its routes are named
+/// from the OpenAPI document's paths; the rest (pages) have their `:name` written `{name}`.
+/// A pattern is named once and remembered: the set is the router's, so it stays small.
+#[derive(Debug, Default)]
+pub struct RouteTemplates {
+    named: RwLock<HashMap<Arc<str>, Arc<str>>>,
+}
+
+impl RouteTemplates {
+    /// Seeded with every path of the OpenAPI document (`paths` of `spec_json`).
+    pub fn from_openapi(spec_json: &str) -> Self {
+        let paths = serde_json::from_str::<serde_json::Value>(spec_json)
+            .ok()
+            .and_then(|doc| doc.get("paths")?.as_object().cloned())
+            .unwrap_or_default();
+        let named = paths
+            .keys()
+            .map(|path| (Arc::from(numbered(path)), Arc::from(path.as_str())))
+            .collect();
+        Self {
+            named: RwLock::new(named),
+        }
+    }
+
+    /// The template of a matched pattern.
+    pub fn name(&self, pattern: &Arc<str>) -> Arc<str> {
+        if let Some(named) = self.named.read().expect("route names").get(pattern) {
+            return named.clone();
+        }
+        let named: Arc<str> = Arc::from(braced(pattern));
+        self.named
+            .write()
+            .expect("route names")
+            .insert(pattern.clone(), named.clone());
+        named
+    }
+}
+
+/// An OpenAPI path as poem-openapi's router writes it: `{table_id}` → `:param0`.
+fn numbered(path: &str) -> String {
+    let mut n = 0;
+    path.split('/')
+        .map(|segment| {
+            if segment.starts_with('{') && segment.ends_with('}') {
+                n += 1;
+                format!(":param{}", n - 1)
+            } else {
+                segment.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A router pattern in template form: `:name` and `*name` → `{name}`.
+fn braced(pattern: &str) -> String {
+    pattern
+        .split('/')
+        .map(|segment| match segment.strip_prefix([':', '*']) {
+            Some(name) => format!("{{{name}}}"),
+            None => segment.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_are_named_from_the_document_or_their_own_parameter_names() {
+        let doc = r#"{"paths": {"/api/v2/schema/{table_id}": {}, "/api/tokens/{id}": {}}}"#;
+        let routes = RouteTemplates::from_openapi(doc);
+        let name = |p: &str| routes.name(&Arc::from(p)).to_string();
+        assert_eq!(name("/api/v2/schema/:param0"), "/api/v2/schema/{table_id}");
+        assert_eq!(name("/api/tokens/:param0"), "/api/tokens/{id}");
+        assert_eq!(
+            name("/admin/sessions/:username/:file"),
+            "/admin/sessions/{username}/{file}"
+        );
+        assert_eq!(name("/static/*path"), "/static/{path}");
+        assert_eq!(name("/mcp"), "/mcp");
+    }
+}

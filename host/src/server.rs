@@ -182,6 +182,8 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         .map_err(anyhow::Error::msg)?;
     let instance =
         crate::config::InstanceConfig::load(store_args.config.as_deref(), &store_args.data_dir)?;
+    // Before anything records: series that keep their handles register them on first use.
+    let exporter = start_metrics(&args).await?;
     let config = RuntimeConfig {
         drivers: instance.drivers,
         ask_llm: instance.ask_llm,
@@ -254,7 +256,6 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
     for a in &addrs {
         tracing::info!("svc-server {} listening on http://{a}", crate::api::VERSION);
     }
-    let exporter = start_metrics(&args).await?;
     let connections = Connections::new(connection_limits(&args));
     let acceptor = LimitedAcceptor::new(acceptor, connections.clone());
     let app = crate::api::app(state.clone(), connections, exporter);

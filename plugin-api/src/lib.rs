@@ -39,6 +39,14 @@ pub trait DriverSettings: serde::de::DeserializeOwned + Default {
     /// Sets one key from text (an environment override); the error names the key.
     fn set(&mut self, key: &str, value: &str) -> std::result::Result<(), String>;
 
+    /// Sets one override whose key is not fixed — a driver with named sub-tables
+    /// (`[data_source.integration.<name>]`) — from `SVC_<SOURCE_TYPE>_<REST>`, for every such
+    /// variable whose `REST` is none of [`KEYS`](Self::KEYS). Returns whether it was one of
+    /// this driver's; the default knows none.
+    fn set_named(&mut self, _rest: &str, _value: &str) -> std::result::Result<bool, String> {
+        Ok(false)
+    }
+
     /// Refuses settings that cannot work (an unreadable key file), so the start fails rather
     /// than every later call.
     fn check(&self) -> std::result::Result<(), String> {

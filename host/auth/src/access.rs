@@ -95,7 +95,9 @@ impl Access {
 
     /// The registry snapshot: cached, or read from the store.
     pub async fn registry(&self) -> Result<Arc<RegistrySnapshot>> {
-        if let Some(hit) = self.registry.get(&()) {
+        let hit = self.registry.get(&());
+        svc_metrics::Cache::Registry.lookup(hit.is_some());
+        if let Some(hit) = hit {
             return Ok(hit);
         }
         let snapshot = Arc::new(RegistrySnapshot::new(self.store.list_tables().await?));
@@ -148,7 +150,9 @@ impl Access {
 
     async fn granted_ids(&self, caller: &Caller) -> Result<Arc<HashSet<String>>> {
         let user_id = &caller.user.id;
-        if let Some(hit) = self.grants.get(user_id) {
+        let hit = self.grants.get(user_id);
+        svc_metrics::Cache::Grants.lookup(hit.is_some());
+        if let Some(hit) = hit {
             return Ok(hit);
         }
         let ids: Arc<HashSet<String>> = Arc::new(

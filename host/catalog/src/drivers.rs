@@ -32,7 +32,10 @@ impl Drivers {
                 data_dir,
                 settings.warehouse().clone(),
             )),
-            Arc::new(svc_driver_integration::driver(data_dir)),
+            Arc::new(svc_driver_integration::IntegrationDriver::new(
+                data_dir,
+                settings.integration().clone(),
+            )),
             Arc::new(svc_driver_ticketing::driver(data_dir)),
             Arc::new(svc_driver_internal::InternalDriver::new(
                 store.pool().clone(),

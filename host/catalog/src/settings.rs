@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::anyhow;
+use svc_driver_integration::IntegrationConfig;
 use svc_driver_warehouse::WarehouseConfig;
 use svc_plugin_api::DriverSettings as Settings;
 
@@ -16,10 +17,11 @@ pub type RawSettings = BTreeMap<String, toml::Table>;
 #[derive(Debug, Clone, Default)]
 pub struct DriverSettings {
     warehouse: WarehouseConfig,
+    integration: IntegrationConfig,
 }
 
 /// The source types whose drivers take settings.
-const WITH_SETTINGS: &[&str] = &["warehouse"];
+const WITH_SETTINGS: &[&str] = &["warehouse", "integration"];
 
 impl DriverSettings {
     /// Resolves the file's tables with the environment; errors name the table and the key.
@@ -32,7 +34,13 @@ impl DriverSettings {
         }
         Ok(Self {
             warehouse: resolve("warehouse", raw.remove("warehouse"))?,
+            integration: resolve("integration", raw.remove("integration"))?,
         })
+    }
+
+    /// `[data_source.integration.<name>]`.
+    pub fn integration(&self) -> &IntegrationConfig {
+        &self.integration
     }
 
     /// `[data_source.warehouse]`.
@@ -50,17 +58,29 @@ fn resolve<T: Settings>(source_type: &str, table: Option<toml::Table>) -> anyhow
             .try_into()
             .map_err(|e| anyhow!("[data_source.{source_type}] {e}"))?,
     };
+    let prefix = format!("SVC_{}_", source_type.to_ascii_uppercase());
     for key in T::KEYS {
-        let var = format!(
-            "SVC_{}_{}",
-            source_type.to_ascii_uppercase(),
-            key.to_ascii_uppercase()
-        );
+        let var = format!("{prefix}{}", key.to_ascii_uppercase());
         if let Ok(value) = std::env::var(&var) {
             settings
                 .set(key, &value)
                 .map_err(|e| anyhow!("{var}: {e}"))?;
         }
+    }
+    // Sorted, so a later variable for the same connection and key cannot depend on the
+    // environment's order.
+    let mut named: Vec<(String, String)> = std::env::vars()
+        .filter_map(|(var, value)| {
+            let rest = var.strip_prefix(&prefix)?;
+            let fixed = T::KEYS.iter().any(|k| k.eq_ignore_ascii_case(rest));
+            (!fixed).then(|| (var.clone(), value))
+        })
+        .collect();
+    named.sort();
+    for (var, value) in named {
+        settings
+            .set_named(&var[prefix.len()..], &value)
+            .map_err(|e| anyhow!("{var}: {e}"))?;
     }
     settings
         .check()

@@ -7,14 +7,18 @@
 //!   the series count stays bounded by the code, not by traffic.
 //! - Owns the Prometheus recorder ([`Exporter`]). Until [`Exporter::install`] runs, or when
 //!   metrics are off, every record function is a call into the `metrics` facade's no-op
-//!   recorder: a relaxed atomic load and nothing else.
+//!   recorder. Series recorded on every request keep their handles ([`memo`]), so recording
+//!   costs an atomic update, not a registry lookup with freshly built labels; install the
+//!   recorder before the first request, or those handles stay no-ops.
 //! - Must never import another svc crate, HTTP or the store: every layer of the host records
 //!   through it, so it sits below all of them.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, LazyLock, RwLock};
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Bucket bounds for durations, in seconds: a cached read (sub-millisecond) to a long scan.
@@ -150,6 +154,23 @@ fn describe() {
     describe_counter!(MCP_ERRORS, "MCP tool calls answered with isError, by tool");
 }
 
+/// Handles by label values: registered on first use, then reused.
+type Handles<K, H> = LazyLock<RwLock<HashMap<K, H>>>;
+
+/// The handle for `key`, registered with `make` the first time.
+fn memo<K: Hash + Eq, H: Clone>(handles: &Handles<K, H>, key: K, make: impl FnOnce() -> H) -> H {
+    if let Some(h) = handles.read().expect("metric handles").get(&key) {
+        return h.clone();
+    }
+    let h = make();
+    handles
+        .write()
+        .expect("metric handles")
+        .entry(key)
+        .or_insert(h)
+        .clone()
+}
+
 const HTTP_DURATION: &str = "http_server_request_duration_seconds";
 const HTTP_ACTIVE: &str = "http_server_active_requests";
 const QUERY_DURATION: &str = "svc_query_duration_seconds";
@@ -177,34 +198,50 @@ pub mod http {
     /// One answered request (timed to its response head). `route` is the template the router
     /// matched (never the raw path; None when nothing matched); `status` the status sent.
     pub fn request(method: &'static str, route: Option<Arc<str>>, status: u16, took: Duration) {
-        let route: metrics::SharedString = match route {
-            Some(route) => route.into(),
-            None => "unmatched".into(),
-        };
-        histogram!(
-            HTTP_DURATION,
-            "http_request_method" => method,
-            "http_route" => route,
-            "http_response_status_code" => status_label(status),
-        )
+        static DURATIONS: Handles<(&'static str, Option<Arc<str>>, &'static str), Histogram> =
+            LazyLock::new(Default::default);
+        let status = status_label(status);
+        memo(&DURATIONS, (method, route.clone(), status), || {
+            let route: metrics::SharedString = match route {
+                Some(route) => route.into(),
+                None => "unmatched".into(),
+            };
+            histogram!(
+                HTTP_DURATION,
+                "http_request_method" => method,
+                "http_route" => route,
+                "http_response_status_code" => status,
+            )
+        })
         .record(took.as_secs_f64());
     }
 
     /// Counts a request in flight until the guard is dropped.
     pub fn active(method: &'static str) -> ActiveRequest {
-        gauge!(HTTP_ACTIVE, "http_request_method" => method).increment(1.0);
-        ActiveRequest { method }
+        static ACTIVE: Handles<&'static str, Gauge> = LazyLock::new(Default::default);
+        let gauge = memo(
+            &ACTIVE,
+            method,
+            || gauge!(HTTP_ACTIVE, "http_request_method" => method),
+        );
+        gauge.increment(1.0);
+        ActiveRequest { gauge }
     }
 
     /// See [`active`].
-    #[derive(Debug)]
     pub struct ActiveRequest {
-        method: &'static str,
+        gauge: Gauge,
+    }
+
+    impl std::fmt::Debug for ActiveRequest {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("ActiveRequest")
+        }
     }
 
     impl Drop for ActiveRequest {
         fn drop(&mut self) {
-            gauge!(HTTP_ACTIVE, "http_request_method" => self.method).decrement(1.0);
+            self.gauge.decrement(1.0);
         }
     }
 
@@ -269,10 +306,19 @@ pub mod query {
     /// One query or scan that has ended (read to the end, stopped, or dropped by its client).
     /// `route` is the route kind (`local`, `remote`, `hybrid`, `internal`).
     pub fn finished(route: &'static str, took: Duration, rows: usize, bytes_read: Option<u64>) {
-        histogram!(QUERY_DURATION, "route" => route).record(took.as_secs_f64());
-        counter!(QUERY_ROWS, "route" => route).increment(rows as u64);
+        static SERIES: Handles<&'static str, (Histogram, Counter, Counter)> =
+            LazyLock::new(Default::default);
+        let (duration, rows_total, bytes_total) = memo(&SERIES, route, || {
+            (
+                histogram!(QUERY_DURATION, "route" => route),
+                counter!(QUERY_ROWS, "route" => route),
+                counter!(QUERY_BYTES, "route" => route),
+            )
+        });
+        duration.record(took.as_secs_f64());
+        rows_total.increment(rows as u64);
         if let Some(bytes) = bytes_read {
-            counter!(QUERY_BYTES, "route" => route).increment(bytes);
+            bytes_total.increment(bytes);
         }
     }
 
@@ -311,6 +357,10 @@ pub enum Cache {
     Sample,
     /// Resolved bearer tokens.
     Identity,
+    /// The registry snapshot the access check reads.
+    Registry,
+    /// Each user's granted tables.
+    Grants,
 }
 
 impl Cache {
@@ -319,13 +369,20 @@ impl Cache {
             Self::Schema => "schema",
             Self::Sample => "sample",
             Self::Identity => "identity",
+            Self::Registry => "registry",
+            Self::Grants => "grants",
         }
     }
 
     /// One lookup.
     pub fn lookup(self, hit: bool) {
-        let result = if hit { "hit" } else { "miss" };
-        counter!(CACHE, "cache" => self.label(), "result" => result).increment(1);
+        static LOOKUPS: Handles<(&'static str, bool), Counter> = LazyLock::new(Default::default);
+        let cache = self.label();
+        memo(&LOOKUPS, (cache, hit), || {
+            let result = if hit { "hit" } else { "miss" };
+            counter!(CACHE, "cache" => cache, "result" => result)
+        })
+        .increment(1);
     }
 }
 

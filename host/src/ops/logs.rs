@@ -2,8 +2,9 @@
 //! per line), and spans to the OTLP exporter when tracing is on.
 //!
 //! Every line logged while a request is handled carries its `request_id`: the request's span
-//! (see [`super::traces::request_span`]) holds it, the text format prints the span's fields
-//! before the message and the JSON format writes them under `span`.
+//! (see [`super::traces::request_span`]) holds it, the text format prints the spans' fields
+//! before the message and the JSON format lists every open span under `spans` (the request's
+//! first), so a line logged deep inside the engine still names its request.
 
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -45,7 +46,7 @@ pub fn init(format: LogFormat, tracing: Tracing) -> Tracing {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .with_current_span(true)
-            .with_span_list(false)
+            .with_span_list(true)
             .with_writer(std::io::stderr)
             .boxed(),
     };

@@ -12,6 +12,7 @@ mod discovery;
 mod drivers;
 mod emulator;
 mod hostile;
+mod integration;
 mod marketplace;
 mod mcp;
 mod memory;

@@ -12,7 +12,7 @@ use crate::emulator::{Emulator, Fault, FaultProxy, PROJECT};
 use crate::support::{backends, server_bin, Backend, Server, TempDir};
 
 /// Polls `/api/sync/status` until no pass runs; returns the table's entry.
-fn wait_synced(s: &Server, admin: &str, id: &str) -> Value {
+pub(crate) fn wait_synced(s: &Server, admin: &str, id: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (status, body) = s.get_json("/api/sync/status", admin);
@@ -44,7 +44,7 @@ fn hidden_files(dir: &Path) -> Vec<String> {
 }
 
 /// The result rows of `sql` as objects keyed by column.
-fn query_rows(s: &Server, token: &str, sql: &str) -> Vec<Value> {
+pub(crate) fn query_rows(s: &Server, token: &str, sql: &str) -> Vec<Value> {
     let (status, body) = s.post_json("/api/query", token, &json!({"sql": sql}));
     assert_eq!(status, 200, "{sql}: {body}");
     let columns = body["columns"].as_array().unwrap();

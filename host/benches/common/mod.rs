@@ -78,6 +78,25 @@ impl Server {
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     }
 
+    /// CPU time the server has used so far (user + system), in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which may hold spaces) start at its closing paren.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the paren.
+        (ticks(11) + ticks(12)) / 100.0
+    }
+
     pub fn peak_rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();

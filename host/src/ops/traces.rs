@@ -75,7 +75,15 @@ impl Tracing {
         S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
     {
         let provider = self.provider.as_ref()?;
-        Some(tracing_opentelemetry::layer().with_tracer(provider.tracer("svc")))
+        // Per-span extras cost a clock read on every poll (busy/idle time) or attributes
+        // nobody queries (source location, thread); a span says what it is by its name.
+        Some(
+            tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("svc"))
+                .with_tracked_inactivity(false)
+                .with_location(false)
+                .with_threads(false),
+        )
     }
 }
 

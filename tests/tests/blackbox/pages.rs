@@ -433,7 +433,12 @@ fn memory_page_decides_items_and_escapes_their_content() {
     b.screenshot("memory-decided");
     assert_clean(&b, &s, "memory after a decision");
 
-    // Batch: tick the remaining pending item and reject it.
+    // Batch: tick the remaining pending item and reject it. The last decision's message
+    // goes first, so the wait below sees this decision's page, not the one before.
+    b.js(
+        "document.querySelectorAll('.flash').forEach(e => e.remove())",
+        json!([]),
+    );
     b.click(&format!("input[name=ids][value='{}']", ids[1]));
     b.click("button[value='reject:*']");
     b.wait_until(

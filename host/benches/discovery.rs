@@ -210,6 +210,8 @@ fn main() {
                     QueryMode::Local
                 },
                 source_query: None,
+                primary_key: None,
+                cursor_column: None,
                 sync_schedule: None,
                 description: Some("benchmark table".into()),
                 registered_by: None,

@@ -24,8 +24,8 @@ pub use datafusion::arrow::record_batch::RecordBatch;
 pub use datafusion::catalog::TableProvider;
 pub use error::{DriverError, ErrorKind, Result};
 pub use types::{
-    type_name, Caller, ColumnInfo, ScanEstimate, ScanSpec, SeededTable, SyncReport, TableMetadata,
-    TableRef, TableSchema,
+    type_name, Caller, ColumnInfo, ScanEstimate, ScanSpec, SeededTable, SourceTableInfo, SyncMode,
+    SyncReport, TableMetadata, TableRef, TableSchema, DESCRIPTION_KEY,
 };
 
 /// A driver's own settings: its `[data_source.<source_type>]` table of the instance config
@@ -172,10 +172,26 @@ pub trait SourceDriver: Send + Sync {
         Ok(None)
     }
 
+    /// The tables a source offers under one bucket (a connection of the integration
+    /// source), for the admin's discovery view.
+    async fn source_tables(&self, bucket: &str) -> Result<Vec<SourceTableInfo>> {
+        Err(DriverError::unsupported(format!(
+            "source type '{}' cannot list the tables of '{bucket}'",
+            self.source_type()
+        )))
+    }
+
+    /// Checks what a registration names at the source (that its table, query and columns
+    /// exist and fit), before the row is stored. A source that cannot be reached is not a
+    /// reason to refuse: its table reports the error when it syncs.
+    async fn check_registration(&self, _table: &TableRef) -> Result<()> {
+        Ok(())
+    }
+
     /// Brings the table's copy on this server up to date (materialized warehouse tables,
     /// extracted sources). The new data replaces the old atomically: a failed or interrupted
     /// sync leaves the last good copy in place.
-    async fn sync(&self, table: &TableRef) -> Result<SyncReport> {
+    async fn sync(&self, table: &TableRef, _mode: SyncMode) -> Result<SyncReport> {
         Err(DriverError::unsupported(format!(
             "source type '{}' has nothing to sync for '{}' (query_mode {})",
             self.source_type(),

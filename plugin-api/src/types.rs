@@ -18,7 +18,7 @@ pub struct SeededTable {
 }
 
 /// A registered table as a driver sees it (the registry row, minus bookkeeping).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableRef {
     /// Registry id; names parquet files and grants.
     pub id: String,
@@ -32,6 +32,12 @@ pub struct TableRef {
     pub query_mode: String,
     /// SQL run at the source for materialized tables.
     pub source_query: Option<String>,
+    /// The columns that identify a row (comma-separated), for sources that merge changes.
+    #[serde(default)]
+    pub primary_key: Option<String>,
+    /// The column whose growth marks new and changed rows, for incremental syncs.
+    #[serde(default)]
+    pub cursor_column: Option<String>,
 }
 
 impl TableRef {
@@ -80,8 +86,12 @@ pub struct TableSchema {
     pub clustered_by: Vec<String>,
 }
 
+/// The Arrow field metadata key whose value is the column's description (parquet keeps it).
+pub const DESCRIPTION_KEY: &str = "description";
+
 impl TableSchema {
-    /// Columns of an Arrow schema, with Arrow's type names and no layout hints.
+    /// Columns of an Arrow schema, with Arrow's type names and no layout hints. A field's
+    /// [`DESCRIPTION_KEY`] metadata, when a writer set one, is its description.
     pub fn from_arrow(schema: &datafusion::arrow::datatypes::Schema) -> Self {
         let columns = schema
             .fields()
@@ -90,7 +100,11 @@ impl TableSchema {
                 name: f.name().clone(),
                 data_type: type_name(f.data_type()),
                 nullable: f.is_nullable(),
-                description: String::new(),
+                description: f
+                    .metadata()
+                    .get(DESCRIPTION_KEY)
+                    .cloned()
+                    .unwrap_or_default(),
             })
             .collect();
         Self {
@@ -168,4 +182,35 @@ pub struct SyncReport {
     pub bytes: u64,
     /// SHA-256 of the file, hex.
     pub hash: String,
+    /// What the sync had to adapt and the admin should know (values replaced or nulled,
+    /// a changed source schema); empty when nothing.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// A table (or view) a source offers, as the source discovery endpoint lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceTableInfo {
+    /// Its schema (namespace) at the source.
+    pub schema: String,
+    /// Its name.
+    pub name: String,
+    /// `table`, `view`, `materialized view`, `foreign table`.
+    pub kind: String,
+    /// The source's own row estimate, when it keeps one.
+    pub estimated_rows: Option<u64>,
+    /// Its columns: `type` is the Arrow type the copy would hold, `description` the source's
+    /// type name.
+    pub columns: Vec<ColumnInfo>,
+}
+
+/// How much of a table a sync rewrites.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncMode {
+    /// The driver's choice: incremental where the table allows it, else everything.
+    #[default]
+    Auto,
+    /// Everything, from scratch (also reconciles deletes an incremental sync cannot see).
+    Full,
 }

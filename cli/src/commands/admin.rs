@@ -54,6 +54,21 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Sync materialized and extracted tables now and wait for the outcome (rows, MB/s).
+    Sync {
+        /// Table ids or names.
+        #[arg(required = true)]
+        tables: Vec<String>,
+        /// Rewrite each copy from scratch instead of incrementally (reconciles deletes).
+        #[arg(long)]
+        full: bool,
+        /// Machine-readable output: the pass summary and each table's sync state.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Operational databases tables are extracted from (`[data_source.integration.<name>]`).
+    #[command(subcommand)]
+    Integration(IntegrationCommand),
     /// Users.
     #[command(subcommand)]
     User(UserCommand),
@@ -210,6 +225,15 @@ pub struct TableFields {
     /// `local`, `remote` or `materialized`.
     #[arg(long)]
     query_mode: Option<String>,
+    /// The connection of an integration table (its bucket).
+    #[arg(long, conflicts_with = "bucket")]
+    connection: Option<String>,
+    /// Columns identifying a row (comma-separated): incremental syncs replace by key.
+    #[arg(long)]
+    primary_key: Option<String>,
+    /// The column whose growth marks new and changed rows (incremental syncs).
+    #[arg(long)]
+    cursor_column: Option<String>,
     /// SQL of a materialized table, or `@file` to read it from a file.
     #[arg(long)]
     query: Option<String>,
@@ -238,10 +262,12 @@ impl TableFields {
         for (k, v) in [
             ("name", self.name),
             ("source_type", self.source_type),
-            ("bucket", self.bucket),
+            ("bucket", self.bucket.or(self.connection)),
             ("source_table", self.source_table),
             ("query_mode", self.query_mode),
             ("source_query", query),
+            ("primary_key", self.primary_key),
+            ("cursor_column", self.cursor_column),
             ("sync_schedule", self.sync_schedule),
             ("description", self.description),
         ] {
@@ -251,6 +277,18 @@ impl TableFields {
         }
         Ok(m)
     }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum IntegrationCommand {
+    /// The tables and views a connection offers, with the type each column would have.
+    Discover {
+        /// Connection name.
+        name: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -375,6 +413,40 @@ pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
                 Some(&Value::Object(body)),
             )?;
             eprintln!("registered {}", cell(&row["id"]));
+        }
+        Command::Sync { tables, full, json } => sync(&client, &tables, full, json)?,
+        Command::Integration(IntegrationCommand::Discover { name, json }) => {
+            let doc = client.get(&format!("/api/admin/integration/{}/tables", seg(&name)))?;
+            if json {
+                render::print_json(&doc);
+            } else {
+                let headers =
+                    ["TABLE", "KIND", "ROWS~", "COLUMN", "TYPE", "SOURCE TYPE"].map(String::from);
+                let mut out = Vec::new();
+                for t in doc["tables"].as_array().into_iter().flatten() {
+                    let table = format!("{}.{}", cell(&t["schema"]), cell(&t["name"]));
+                    for (i, c) in t["columns"].as_array().into_iter().flatten().enumerate() {
+                        let first = i == 0;
+                        out.push(vec![
+                            if first { table.clone() } else { String::new() },
+                            if first {
+                                cell(&t["kind"])
+                            } else {
+                                String::new()
+                            },
+                            if first {
+                                cell(&t["estimated_rows"])
+                            } else {
+                                String::new()
+                            },
+                            cell(&c["name"]),
+                            cell(&c["type"]),
+                            cell(&c["description"]),
+                        ]);
+                    }
+                }
+                render::table(&headers, &out);
+            }
         }
         Command::ListTables { json } => {
             let list = client.get("/api/admin/registry")?;
@@ -628,6 +700,76 @@ fn grant(client: &Client, cmd: GrantCommand) -> Result<()> {
             )?;
             eprintln!("deleted grant {id}");
         }
+    }
+    Ok(())
+}
+
+/// Triggers a sync of `tables` and waits for the pass to finish, then prints each table's
+/// outcome (rows, size, MB/s, notes). Fails when any table failed.
+fn sync(client: &Client, tables: &[String], full: bool, json_out: bool) -> Result<()> {
+    let body = json!({"tables": tables, "full": full});
+    client.json(Method::POST, "/api/sync/trigger", Some(&body))?;
+    let bar = progress::counter("s", &format!("syncing {}", tables.join(", ")));
+    let status = loop {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let status = client.get("/api/sync/status")?;
+        if status["locked"] != json!(true) && !status["last_pass"]["finished_at"].is_null() {
+            break status;
+        }
+    };
+    bar.finish_and_clear();
+    let pass = &status["last_pass"];
+    if json_out {
+        render::print_json(&status);
+    } else {
+        let rows: Vec<Vec<String>> = status["tables"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| tables.iter().any(|n| t["table_id"] == json!(n)))
+            .map(|t| {
+                let mb_s = match (t["size_bytes"].as_f64(), t["duration_ms"].as_f64()) {
+                    (Some(b), Some(ms)) if ms > 0.0 => format!("{:.1}", b / 1e6 / (ms / 1e3)),
+                    _ => String::new(),
+                };
+                vec![
+                    cell(&t["table_id"]),
+                    cell(&t["status"]),
+                    cell(&t["rows"]),
+                    cell(&t["size_bytes"]),
+                    cell(&t["duration_ms"]),
+                    mb_s,
+                    cell(&t["last_error"]),
+                ]
+            })
+            .collect();
+        render::table(
+            &["TABLE", "STATUS", "ROWS", "BYTES", "MS", "MB/S", "ERROR"].map(String::from),
+            &rows,
+        );
+        for (table, notes) in pass["notes"].as_object().into_iter().flatten() {
+            for note in notes.as_array().into_iter().flatten() {
+                eprintln!("  {table}: {}", note.as_str().unwrap_or_default());
+            }
+        }
+        for unknown in pass["unknown"].as_array().into_iter().flatten() {
+            eprintln!(
+                "  {}: no materialized table by that id or name",
+                cell(unknown)
+            );
+        }
+    }
+    let failed = pass["errors"].as_array().map_or(0, Vec::len);
+    if failed > 0 || pass["unknown"].as_array().is_some_and(|u| !u.is_empty()) {
+        let synced = pass["materialized"].as_array().map_or(0, Vec::len);
+        return Err(CliError::new(
+            if synced > 0 {
+                Exit::Partial
+            } else {
+                Exit::Server
+            },
+            format!("Error: {synced} of {} tables synced", tables.len()),
+        ));
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! password_env = "CRM_DB_PASSWORD"      # or password_file = "/etc/svc/crm.pw"
 //! max_connections = 2                   # tables of this connection synced at once
 //! statement_timeout_seconds = 600       # 0: the database's own setting
+//! row_group_rows = 131072               # rows per parquet row group in the copies
 //! ```
 //!
 //! Every key can be set or overridden by `SVC_INTEGRATION_<NAME>_<KEY>` (a connection may be
@@ -36,6 +37,13 @@ pub struct Connection {
     /// Longest a sync's statement may run on the source; 0 leaves the database's setting.
     #[serde(default)]
     pub statement_timeout_seconds: u64,
+    /// Rows per parquet row group in the copies (the unit a query skips or reads).
+    #[serde(default = "default_row_group_rows")]
+    pub row_group_rows: u64,
+}
+
+fn default_row_group_rows() -> u64 {
+    131_072
 }
 
 fn default_max_connections() -> u32 {
@@ -50,6 +58,7 @@ impl std::fmt::Debug for Connection {
             .field("password_file", &self.password_file)
             .field("max_connections", &self.max_connections)
             .field("statement_timeout_seconds", &self.statement_timeout_seconds)
+            .field("row_group_rows", &self.row_group_rows)
             .finish()
     }
 }
@@ -109,6 +118,7 @@ const CONNECTION_KEYS: &[&str] = &[
     "password_file",
     "max_connections",
     "statement_timeout_seconds",
+    "row_group_rows",
 ];
 
 impl DriverSettings for IntegrationConfig {
@@ -132,6 +142,7 @@ impl DriverSettings for IntegrationConfig {
             password_file: None,
             max_connections: default_max_connections(),
             statement_timeout_seconds: 0,
+            row_group_rows: default_row_group_rows(),
         });
         let number = |v: &str| {
             v.trim()
@@ -146,6 +157,7 @@ impl DriverSettings for IntegrationConfig {
                 connection.max_connections =
                     u32::try_from(number(value)?).map_err(|_| format!("{key} is too large"))?
             }
+            "row_group_rows" => connection.row_group_rows = number(value)?,
             _ => connection.statement_timeout_seconds = number(value)?,
         }
         Ok(true)
@@ -166,6 +178,9 @@ impl DriverSettings for IntegrationConfig {
             c.dialect().map_err(at)?;
             if c.password_env.is_some() && c.password_file.is_some() {
                 return Err(at("set password_env or password_file, not both".into()));
+            }
+            if c.row_group_rows == 0 {
+                return Err(at("row_group_rows must be at least 1".into()));
             }
             if c.max_connections == 0 {
                 return Err(at("max_connections must be at least 1".into()));
@@ -242,6 +257,7 @@ mod tests {
                 password_file: None,
                 max_connections: 1,
                 statement_timeout_seconds: 0,
+                row_group_rows: 1,
             }
         )
         .contains("hunter2"));

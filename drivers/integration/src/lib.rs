@@ -1,17 +1,23 @@
 //! Tables extracted from operational SQL databases into parquet (`source_type = "integration"`).
 //!
 //! A table names its connection (`bucket`, one of `[data_source.integration.<name>]`, see
-//! [`config`]) and its source (`source_table`, `schema.table`). `sync` streams the source's
-//! rows into Arrow batches and writes them through the shared atomic parquet writer, so the
-//! previous copy stays readable until the new one is complete ([`postgres`]). Reads (schema,
-//! sample, queries, scans) go through the shared parquet reader
-//! (`extracts/integration/data/<table_id>.parquet`), like `local` tables.
+//! [`config`]) and its source (`source_table` as `schema.table`, or one SELECT as
+//! `source_query`), optionally a `primary_key` and a `cursor_column` for incremental syncs.
+//! `sync` streams the source's rows into Arrow batches and writes them through the shared
+//! atomic parquet writer, so the previous copy stays readable until the new one is complete
+//! ([`extract`]). Reads (schema, sample, queries, scans) go through the shared parquet
+//! reader (`extracts/integration/data/<table_id>.parquet`), like `local` tables.
 //!
-//! Built: PostgreSQL sources, full refresh, exact types for the common kinds (others as text).
-//! Not yet built: MySQL/MariaDB and SQLite sources, `source_query`, incremental sync by a
-//! cursor column, the source discovery endpoint, binary `COPY` for speed.
+//! Owns: the connections' settings, the source dialects ([`postgres`]), the Arrow form of
+//! source types ([`columns`]). Must never import the host: it is a driver behind
+//! [`SourceDriver`]. Principal type: [`IntegrationDriver`].
+//!
+//! Built: PostgreSQL sources over binary `COPY`. Not yet built: MySQL/MariaDB and SQLite
+//! sources (their URLs are refused at start by name).
 
+mod columns;
 pub mod config;
+mod extract;
 mod postgres;
 mod source;
 
@@ -22,9 +28,14 @@ use std::sync::Arc;
 use svc_driver_parquet::{ParquetDriver, ParquetFiles};
 use svc_plugin_api::{
     Caller, DriverError, ErrorKind, RecordBatch, Result, ScanEstimate, ScanSpec, SourceDriver,
-    SyncReport, TableProvider, TableRef, TableSchema,
+    SourceTableInfo, SyncMode, SyncReport, TableProvider, TableRef, TableSchema,
 };
 use tokio::sync::Semaphore;
+
+use config::Connection;
+
+/// Rows per Arrow batch handed from the source reader to the writer.
+const BATCH_ROWS: usize = 65_536;
 
 pub use config::IntegrationConfig;
 
@@ -61,6 +72,27 @@ impl IntegrationDriver {
     }
 }
 
+impl IntegrationDriver {
+    /// The named connection, or an error naming the configured ones.
+    fn connection(&self, name: &str, table: Option<&str>) -> Result<&Connection> {
+        self.config.connections.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.config.connections.keys().map(String::as_str).collect();
+            let who = match table {
+                Some(id) => format!("Table '{id}' names connection '{name}' (its bucket), which"),
+                None => format!("Connection '{name}'"),
+            };
+            DriverError::new(
+                ErrorKind::NotConfigured,
+                format!(
+                    "{who} is not configured; configured: {}. Add [data_source.integration.{name}] \
+                     with a url.",
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                ),
+            )
+        })
+    }
+}
+
 #[async_trait::async_trait]
 impl SourceDriver for IntegrationDriver {
     fn source_type(&self) -> &'static str {
@@ -92,28 +124,46 @@ impl SourceDriver for IntegrationDriver {
         self.reader.estimate(table, scan).await
     }
 
-    async fn sync(&self, table: &TableRef) -> Result<SyncReport> {
-        let source = source::SourceTable::parse(table)?;
+    async fn source_tables(&self, bucket: &str) -> Result<Vec<SourceTableInfo>> {
+        let connection = self.connection(bucket, None)?;
+        let mut conn = postgres::connect(bucket, connection).await?;
+        let tables = postgres::discover(&mut conn, bucket).await;
+        postgres::close(conn).await;
+        tables
+    }
+
+    async fn check_registration(&self, table: &TableRef) -> Result<()> {
+        let source = source::Source::parse(table)?;
+        let keys = extract::Keys::parse(table)?;
         let name = table.bucket.as_deref().unwrap_or("");
-        let connection =
-            self.config.connections.get(name).ok_or_else(|| {
-                let known: Vec<&str> = self.config.connections.keys().map(String::as_str).collect();
-                DriverError::new(
-                    ErrorKind::NotConfigured,
-                    format!(
-                    "Table '{}' names connection '{name}' (its bucket), which is not configured; \
-                     configured: {}. Add [data_source.integration.{name}] with a url.",
-                    table.id,
-                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
-                ),
-                )
-            })?;
+        let connection = self.connection(name, Some(&table.id))?;
+        // Unreachable or refusing: the table is registered and reports it when it syncs.
+        let mut conn = match postgres::connect(name, connection).await {
+            Ok(conn) => conn,
+            Err(_) => return Ok(()),
+        };
+        let checked = match postgres::columns(&mut conn, name, &source).await {
+            Ok(columns) => keys.check(table, &columns),
+            Err(e) if matches!(e.kind, ErrorKind::NotFound | ErrorKind::BadRequest) => Err(e),
+            Err(_) => Ok(()),
+        };
+        postgres::close(conn).await;
+        checked
+    }
+
+    async fn sync(&self, table: &TableRef, mode: SyncMode) -> Result<SyncReport> {
+        let name = table.bucket.as_deref().unwrap_or("");
+        let connection = self.connection(name, Some(&table.id))?;
         let _slot = self.slots[name]
             .acquire()
             .await
             .map_err(|_| DriverError::internal("the connection's sync slots are closed"))?;
-        let target = self.files.path(table)?;
-        postgres::extract(name, connection, &source, &target).await
+        let target = extract::Target {
+            path: self.files.path(table)?,
+            row_group_rows: usize::try_from(connection.row_group_rows).unwrap_or(usize::MAX),
+            batch_rows: BATCH_ROWS,
+        };
+        extract::sync(name, connection, table, &target, mode).await
     }
 
     fn local_file(&self, table: &TableRef) -> Option<PathBuf> {

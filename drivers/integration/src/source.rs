@@ -1,6 +1,133 @@
-//! What a table extracts: its `source_table`, validated before it goes into any SQL.
+//! What a table extracts — a `source_table` or a `source_query` — and the columns it keys
+//! and pages by, all validated before any of it goes into SQL.
 
+use svc_plugin_api::datafusion::sql::sqlparser::ast::{SetExpr, Statement};
+use svc_plugin_api::datafusion::sql::sqlparser::dialect::GenericDialect;
+use svc_plugin_api::datafusion::sql::sqlparser::parser::Parser;
 use svc_plugin_api::{DriverError, ErrorKind, Result, TableRef};
+
+/// Where a table's rows come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// A table (or view) at the source.
+    Table(SourceTable),
+    /// One SELECT run at the source.
+    Query(String),
+}
+
+impl Source {
+    /// The table's source: `source_query` when set, else `source_table`.
+    pub fn parse(table: &TableRef) -> Result<Self> {
+        match table
+            .source_query
+            .as_deref()
+            .map(str::trim)
+            .filter(|q| !q.is_empty())
+        {
+            Some(query) => {
+                if table
+                    .source_table
+                    .as_deref()
+                    .is_some_and(|t| !t.trim().is_empty() && t != table.id)
+                {
+                    return Err(bad(
+                        table,
+                        "names both a source_table and a source_query; keep one",
+                    ));
+                }
+                single_select(query).map_err(|why| bad(table, &format!("source_query {why}")))?;
+                Ok(Self::Query(query.trim_end_matches(';').trim().to_owned()))
+            }
+            None => SourceTable::parse(table).map(Self::Table),
+        }
+    }
+
+    /// The rows as a FROM item: the quoted table, or the query as a subquery.
+    pub fn relation(&self) -> String {
+        match self {
+            Self::Table(t) => t.quoted(),
+            Self::Query(q) => format!("({q}) AS svc_source"),
+        }
+    }
+
+    /// How messages name it.
+    pub fn display(&self) -> String {
+        match self {
+            Self::Table(t) => t.display(),
+            Self::Query(_) => "its source_query".to_owned(),
+        }
+    }
+}
+
+fn bad(table: &TableRef, why: &str) -> DriverError {
+    DriverError::new(ErrorKind::BadRequest, format!("Table '{}' {why}", table.id))
+}
+
+/// Ok when `sql` is exactly one query statement (SELECT, VALUES, WITH … SELECT) with no
+/// data-changing part; the source connection is also read-only, so this is the first of two
+/// locks, and the one that gives a clear message at registration.
+fn single_select(sql: &str) -> std::result::Result<(), String> {
+    let statements =
+        Parser::parse_sql(&GenericDialect {}, sql).map_err(|e| format!("is not valid SQL: {e}"))?;
+    let [Statement::Query(query)] = statements.as_slice() else {
+        return Err(format!(
+            "must be a single SELECT (found {} statements{})",
+            statements.len(),
+            if statements.len() == 1 {
+                ", not a query"
+            } else {
+                ""
+            }
+        ));
+    };
+    let writes = query.with.as_ref().is_some_and(|with| {
+        with.cte_tables.iter().any(|cte| {
+            !matches!(
+                *cte.query.body,
+                SetExpr::Select(_)
+                    | SetExpr::SetOperation { .. }
+                    | SetExpr::Values(_)
+                    | SetExpr::Query(_)
+            )
+        })
+    });
+    if writes
+        || !matches!(
+            *query.body,
+            SetExpr::Select(_)
+                | SetExpr::SetOperation { .. }
+                | SetExpr::Values(_)
+                | SetExpr::Query(_)
+        )
+    {
+        return Err("must only read (no INSERT, UPDATE or DELETE inside it)".into());
+    }
+    Ok(())
+}
+
+/// A plain column name (the primary key's parts and the cursor column), checked like table
+/// names so it can be quoted into SQL.
+pub(crate) fn plain_column(table: &TableRef, what: &str, name: &str) -> Result<String> {
+    if is_plain(name) {
+        Ok(name.to_owned())
+    } else {
+        Err(bad(
+            table,
+            &format!(
+                "{what} '{}' is not a plain column name (letters, digits, _ and $ only)",
+                name.escape_debug()
+            ),
+        ))
+    }
+}
+
+fn is_plain(p: &str) -> bool {
+    !p.is_empty()
+        && p.len() <= 63
+        && !p.as_bytes()[0].is_ascii_digit()
+        && p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
+}
 
 /// A `schema.table` (or bare `table`) whose parts are plain identifiers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,24 +158,8 @@ impl SourceTable {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| refuse("is missing"))?;
-        if table
-            .source_query
-            .as_deref()
-            .is_some_and(|q| !q.trim().is_empty())
-        {
-            return Err(refuse(
-                "is set with a source_query, which integration tables do not support yet",
-            ));
-        }
         let parts: Vec<&str> = text.split('.').collect();
-        let plain = |p: &str| {
-            !p.is_empty()
-                && p.len() <= 63
-                && !p.as_bytes()[0].is_ascii_digit()
-                && p.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
-        };
-        if !parts.iter().all(|p| plain(p)) {
+        if !parts.iter().all(|p| is_plain(p)) {
             return Err(refuse(&format!(
                 "'{}' is not a plain name (letters, digits, _ and $ only)",
                 text.escape_debug()
@@ -94,8 +205,37 @@ mod tests {
             source_type: "integration".into(),
             bucket: Some("crm".into()),
             source_table: Some(source_table.into()),
-            query_mode: "local".into(),
+            query_mode: "materialized".into(),
             source_query: None,
+            ..TableRef::default()
+        }
+    }
+
+    #[test]
+    fn a_source_query_is_one_statement_that_only_reads() {
+        let with_query = |q: &str| TableRef {
+            source_table: None,
+            source_query: Some(q.into()),
+            ..table("x")
+        };
+        for ok in [
+            "SELECT id, name FROM orders WHERE active",
+            "WITH recent AS (SELECT * FROM orders) SELECT * FROM recent;",
+            "SELECT 1 UNION ALL SELECT 2",
+        ] {
+            assert!(
+                matches!(Source::parse(&with_query(ok)), Ok(Source::Query(_))),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "SELECT 1; DROP TABLE orders",
+            "DELETE FROM orders",
+            "WITH gone AS (DELETE FROM orders RETURNING *) SELECT * FROM gone",
+            "SELEKT 1",
+        ] {
+            let err = Source::parse(&with_query(bad)).unwrap_err();
+            assert!(err.message.contains("source_query"), "{bad}: {err}");
         }
     }
 

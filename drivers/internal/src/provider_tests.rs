@@ -99,6 +99,7 @@ fn audit_table() -> TableRef {
         source_table: None,
         query_mode: "internal".into(),
         source_query: None,
+        ..TableRef::default()
     }
 }
 

@@ -15,6 +15,7 @@ fn table(id: &str) -> TableRef {
         source_table: None,
         query_mode: "local".into(),
         source_query: None,
+        ..TableRef::default()
     }
 }
 

@@ -69,6 +69,15 @@ fn io_error(what: &str, path: &Path, e: impl std::fmt::Display) -> DriverError {
 impl AtomicParquet {
     /// Starts writing what will become `target` (its directory is created if needed).
     pub fn create(target: &Path, schema: SchemaRef) -> Result<Self> {
+        Self::with_row_groups(target, schema, ROW_GROUP_ROWS)
+    }
+
+    /// Like [`AtomicParquet::create`], with row groups of at most `row_group_rows` rows.
+    pub fn with_row_groups(
+        target: &Path,
+        schema: SchemaRef,
+        row_group_rows: usize,
+    ) -> Result<Self> {
         let dir = target
             .parent()
             .ok_or_else(|| io_error("no directory for", target, "a bare file name"))?;
@@ -82,7 +91,7 @@ impl AtomicParquet {
         };
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
-            .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+            .set_max_row_group_row_count(Some(row_group_rows.max(1)))
             .build();
         let mut this = Self {
             target: target.to_owned(),
@@ -136,6 +145,7 @@ impl AtomicParquet {
             rows: self.rows,
             bytes,
             hash: hex::encode(hash.finalize()),
+            notes: Vec::new(),
         })
     }
 }

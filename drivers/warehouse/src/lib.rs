@@ -31,7 +31,7 @@ use serde_json::json;
 use svc_driver_parquet::ParquetFiles;
 use svc_plugin_api::{
     Caller, ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, ScanEstimate, ScanSpec,
-    SourceDriver, SyncReport, TableMetadata, TableProvider, TableRef, TableSchema,
+    SourceDriver, SyncMode, SyncReport, TableMetadata, TableProvider, TableRef, TableSchema,
 };
 
 use client::{Client, SqlOrigin};
@@ -325,7 +325,7 @@ impl SourceDriver for WarehouseDriver {
         })))
     }
 
-    async fn sync(&self, table: &TableRef) -> Result<SyncReport> {
+    async fn sync(&self, table: &TableRef, _mode: SyncMode) -> Result<SyncReport> {
         if !is_materialized(table) {
             return Err(DriverError::unsupported(format!(
                 "'{}' is read from the warehouse directly (query_mode {}); only materialized tables sync",

@@ -22,6 +22,7 @@ fn snapshot(r: &RegistryRow) -> Value {
     json!({
         "name": r.name, "source_type": r.source_type, "bucket": r.bucket, "source_table": r.source_table,
         "query_mode": r.query_mode.as_str(), "source_query": r.source_query, "sync_schedule": r.sync_schedule,
+        "primary_key": r.primary_key, "cursor_column": r.cursor_column,
         "description": r.description,
     })
 }
@@ -153,6 +154,27 @@ impl Registry {
         Ok(())
     }
 
+    /// The driver's own check of what the row names at its source (422 when it names
+    /// something that is not there or cannot work; a source that cannot be reached is the
+    /// driver's to tolerate).
+    async fn check_at_source(&self, row: &RegistryRow) -> Result<()> {
+        let Some(driver) = self.drivers.get(&row.source_type) else {
+            return Ok(());
+        };
+        driver
+            .check_registration(&row.table_ref())
+            .await
+            .map_err(|e| {
+                use svc_plugin_api::ErrorKind as K;
+                match e.kind {
+                    K::BadRequest | K::NotFound | K::NotConfigured | K::UnsafeIdentifier => {
+                        Error::invalid(e.message)
+                    }
+                    _ => Error::from(e),
+                }
+            })
+    }
+
     /// The registered, non-internal row with this id (404 / 409 otherwise).
     async fn editable(&self, id: &str) -> Result<RegistryRow> {
         let existing = self
@@ -185,6 +207,7 @@ impl Registry {
         // The id names the row; it is not the change's to make.
         row.id = id.to_owned();
         self.validate(&row)?;
+        self.check_at_source(&row).await?;
         row.registered_by = existing
             .as_ref()
             .and_then(|e| e.registered_by.clone())
@@ -217,6 +240,7 @@ impl Registry {
         let mut row = existing.clone();
         change(&mut row);
         self.validate(&row)?;
+        self.check_at_source(&row).await?;
         self.store.upsert_table(&row).await?;
         self.audit
             .write(
@@ -265,6 +289,8 @@ impl Registry {
                 source_table: Some(t.source_table.clone()),
                 query_mode: QueryMode::Internal,
                 source_query: None,
+                primary_key: None,
+                cursor_column: None,
                 sync_schedule: None,
                 description: None,
                 registered_by: Some("system_seed".into()),
@@ -331,6 +357,8 @@ mod tests {
             source_table: None,
             query_mode: QueryMode::Local,
             source_query: None,
+            primary_key: None,
+            cursor_column: None,
             sync_schedule: Some("every 15m".into()),
             description: None,
             registered_by: None,

@@ -37,6 +37,12 @@ struct RegisterTable {
     query_mode: Option<QueryModeParam>,
     /// SQL run at the source; only with `materialized`.
     source_query: MaybeUndefined<Str>,
+    /// Columns identifying a row (comma-separated): an incremental sync replaces the copy's
+    /// row with the same key.
+    primary_key: MaybeUndefined<Str>,
+    /// The column whose growth marks new and changed rows (integer, numeric, date or
+    /// timestamp): a sync then fetches only rows past the copy's highest value.
+    cursor_column: MaybeUndefined<Str>,
     /// `every Nm`, `every Nh` or `daily HH:MM[,HH:MM...]` (UTC).
     sync_schedule: MaybeUndefined<Str>,
     /// Shown in the catalog.
@@ -58,6 +64,10 @@ struct UpdateTable {
     query_mode: Option<QueryModeParam>,
     /// Materialization SQL.
     source_query: MaybeUndefined<Str>,
+    /// Primary key columns (comma-separated).
+    primary_key: MaybeUndefined<Str>,
+    /// Cursor column for incremental syncs.
+    cursor_column: MaybeUndefined<Str>,
     /// Sync schedule.
     sync_schedule: MaybeUndefined<Str>,
     /// Description.
@@ -81,6 +91,10 @@ struct TableInfo {
     query_mode: QueryModeParam,
     /// Materialization SQL.
     source_query: Option<String>,
+    /// Primary key columns (comma-separated).
+    primary_key: Option<String>,
+    /// Cursor column for incremental syncs.
+    cursor_column: Option<String>,
     /// Sync schedule.
     sync_schedule: Option<String>,
     /// Description.
@@ -134,6 +148,8 @@ impl From<RegistryRow> for TableInfo {
             source_table: r.source_table,
             query_mode: r.query_mode.into(),
             source_query: r.source_query,
+            primary_key: r.primary_key,
+            cursor_column: r.cursor_column,
             sync_schedule: r.sync_schedule,
             description: r.description,
             registered_by: r.registered_by,
@@ -174,6 +190,67 @@ fn clear(v: MaybeUndefined<Str>, field: &mut Option<String>) {
     }
 }
 
+/// What a source connection offers.
+#[derive(Object)]
+struct SourceTables {
+    /// The connection's name.
+    connection: String,
+    /// How many tables.
+    count: usize,
+    /// The tables, by schema and name.
+    tables: Vec<SourceTable>,
+}
+
+/// A table or view at a source.
+#[derive(Object)]
+struct SourceTable {
+    /// Its schema at the source.
+    schema: String,
+    /// Its name.
+    name: String,
+    /// `table`, `view`, `materialized view` or `foreign table`.
+    kind: String,
+    /// The source's own row estimate, when it keeps one.
+    estimated_rows: Option<u64>,
+    /// Its columns.
+    columns: Vec<SourceColumn>,
+}
+
+/// A column at a source.
+#[derive(Object)]
+struct SourceColumn {
+    /// Its name.
+    name: String,
+    /// The Arrow type its copy would hold.
+    #[oai(rename = "type")]
+    data_type: String,
+    /// Whether it may be NULL.
+    nullable: bool,
+    /// The source's type name, and how svc keeps it when not exactly.
+    description: String,
+}
+
+impl From<svc_plugin_api::SourceTableInfo> for SourceTable {
+    fn from(t: svc_plugin_api::SourceTableInfo) -> Self {
+        Self {
+            schema: t.schema,
+            name: t.name,
+            kind: t.kind,
+            estimated_rows: t.estimated_rows,
+            columns: t
+                .columns
+                .into_iter()
+                .map(|c| SourceColumn {
+                    name: c.name,
+                    data_type: c.data_type,
+                    nullable: c.nullable,
+                    description: c.description,
+                })
+                .collect(),
+        }
+    }
+}
+
 #[OpenApi(prefix_path = "/api/admin", tag = "Tag::Registry")]
 impl RegistryApi {
     /// Registers a table; an existing id is updated (upsert).
@@ -208,6 +285,8 @@ impl RegistryApi {
                 clear(b.bucket, &mut row.bucket);
                 clear(b.source_table, &mut row.source_table);
                 clear(b.source_query, &mut row.source_query);
+                clear(b.primary_key, &mut row.primary_key);
+                clear(b.cursor_column, &mut row.cursor_column);
                 clear(b.sync_schedule, &mut row.sync_schedule);
                 clear(b.description, &mut row.description);
             })
@@ -262,11 +341,45 @@ impl RegistryApi {
                 clear(b.bucket, &mut r.bucket);
                 clear(b.source_table, &mut r.source_table);
                 clear(b.source_query, &mut r.source_query);
+                clear(b.primary_key, &mut r.primary_key);
+                clear(b.cursor_column, &mut r.cursor_column);
                 clear(b.sync_schedule, &mut r.sync_schedule);
                 clear(b.description, &mut r.description);
             })
             .await?;
         Ok(Json(TableInfo::of(&self.state.registry, row)))
+    }
+
+    /// The tables and views a source connection offers (admin): for each, its columns with
+    /// the Arrow type its copy would hold (`type`) and the source's own type name
+    /// (`description`). Today the `integration` source's connections
+    /// (`[data_source.integration.<name>]`).
+    #[oai(
+        path = "/integration/:name/tables",
+        method = "get",
+        operation_id = "discover_integration_tables"
+    )]
+    async fn discover(
+        &self,
+        _auth: AdminAuth,
+        name: Path<String>,
+    ) -> ApiResult<Json<SourceTables>> {
+        let driver =
+            self.state.drivers.get("integration").ok_or_else(|| {
+                svc_core::Error::not_found("this server has no integration driver")
+            })?;
+        let tables = driver
+            .source_tables(&name)
+            .await
+            .map_err(|e| match e.kind {
+                svc_plugin_api::ErrorKind::NotConfigured => svc_core::Error::not_found(e.message),
+                _ => svc_core::Error::from(e),
+            })?;
+        Ok(Json(SourceTables {
+            connection: name.0,
+            count: tables.len(),
+            tables: tables.into_iter().map(Into::into).collect(),
+        }))
     }
 
     /// Removes a table from the registry.

@@ -8,6 +8,7 @@ use poem_openapi::{Object, OpenApi};
 use serde_json::{json, Value};
 use svc_auth::access;
 use svc_core::{Error, ErrorKind};
+use svc_plugin_api::SyncMode;
 use svc_store::audit::Event;
 
 use super::{ApiResult, BearerAuth, Tag};
@@ -27,6 +28,15 @@ struct Triggered {
     tables: Value,
     /// Where to watch it.
     message: String,
+}
+
+/// Reads the trigger body's mode: `{"full": true}` rewrites every copy from scratch.
+fn mode(body: Option<&Value>) -> ApiResult<SyncMode> {
+    match body.and_then(|b| b.get("full")) {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(SyncMode::Auto),
+        Some(Value::Bool(true)) => Ok(SyncMode::Full),
+        Some(_) => Err(Error::invalid("`full` must be true or false").into()),
+    }
 }
 
 /// Reads the trigger body: none/null (every due table), a list of ids, or `{"tables": [...]}`.
@@ -57,7 +67,8 @@ fn targets(body: Option<&Value>) -> ApiResult<Targets> {
 impl SyncApi {
     /// Starts a sync pass in the background (admin). No body (or null) syncs every
     /// materialized table whose schedule is due; a list of ids or names, or
-    /// `{"tables": [...]}`, syncs those now. 409 while a pass runs.
+    /// `{"tables": [...]}`, syncs those now; `"full": true` in the object rewrites each copy
+    /// from scratch instead of incrementally. 409 while a pass runs.
     #[oai(
         path = "/api/sync/trigger",
         method = "post",
@@ -76,6 +87,7 @@ impl SyncApi {
                 })?)
             };
             let targets = targets(body.as_ref())?;
+            let mode = mode(body.as_ref())?;
             let tables = match &targets {
                 Targets::Due => json!("all"),
                 Targets::Named(names) => json!(names),
@@ -83,7 +95,7 @@ impl SyncApi {
             if !self
                 .state
                 .sync
-                .trigger(self.state.clone(), targets, auth.0.actor.clone())
+                .trigger(self.state.clone(), targets, mode, auth.0.actor.clone())
             {
                 return Err(Error::coded(ErrorKind::Conflict,
                     "sync_already_in_progress",

@@ -327,10 +327,12 @@ async fn run(state: Arc<AppState>, config: SchedulerConfig, warmed_at_start: boo
 async fn run_job(state: &Arc<AppState>, job: Job) -> Result<String, String> {
     match job {
         Job::Sync => {
-            if state
-                .sync
-                .trigger(state.clone(), Targets::Due, Actor::scheduler())
-            {
+            if state.sync.trigger(
+                state.clone(),
+                Targets::Due,
+                svc_plugin_api::SyncMode::Auto,
+                Actor::scheduler(),
+            ) {
                 Ok("sync pass started".into())
             } else {
                 Err("a sync pass is already running".into())

@@ -7,6 +7,7 @@
 //! on its own cadence, not on every tick. Each table's outcome is stored (the last good copy's
 //! figures survive a failure), audited, and flushes that table's caches.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -14,6 +15,7 @@ use std::time::Instant;
 use chrono::Utc;
 use serde::Serialize;
 use svc_catalog::schedule::{parse_ts, Schedule, DEFAULT_SCHEDULE};
+use svc_plugin_api::SyncMode;
 use svc_store::audit::{Actor, Event};
 use svc_store::registry::RegistryRow;
 
@@ -63,6 +65,9 @@ pub struct PassSummary {
     pub errors: Vec<Failed>,
     /// Named targets that match no materialized table.
     pub unknown: Vec<String>,
+    /// What a table's sync had to adapt and the admin should know, by table id.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub notes: BTreeMap<String, Vec<String>>,
 }
 
 /// Runs sync passes, one at a time.
@@ -84,7 +89,13 @@ impl SyncRunner {
     }
 
     /// Starts a pass in the background; false when one is already running.
-    pub fn trigger(&self, state: Arc<AppState>, targets: Targets, actor: Actor) -> bool {
+    pub fn trigger(
+        &self,
+        state: Arc<AppState>,
+        targets: Targets,
+        mode: SyncMode,
+        actor: Actor,
+    ) -> bool {
         if self.running.swap(true, Ordering::AcqRel) {
             return false;
         }
@@ -92,14 +103,14 @@ impl SyncRunner {
         tokio::spawn(async move {
             // Reset the flag even if the pass panics, so one bad table cannot wedge syncing.
             let guard = ResetOnDrop(me.running.clone());
-            me.pass(&state, &targets, &actor).await;
+            me.pass(&state, &targets, mode, &actor).await;
             drop(guard);
         });
         true
     }
 
     /// Runs a pass now (the caller holds the running flag).
-    async fn pass(&self, state: &AppState, targets: &Targets, actor: &Actor) {
+    async fn pass(&self, state: &AppState, targets: &Targets, mode: SyncMode, actor: &Actor) {
         let mut summary = PassSummary {
             started_at: svc_core::clock::now(),
             ..PassSummary::default()
@@ -161,8 +172,13 @@ impl SyncRunner {
                 });
                 continue;
             }
-            match sync_table(state, row, actor).await {
-                Ok(()) => summary.materialized.push(row.id.clone()),
+            match sync_table(state, row, mode, actor).await {
+                Ok(notes) => {
+                    if !notes.is_empty() {
+                        summary.notes.insert(row.id.clone(), notes);
+                    }
+                    summary.materialized.push(row.id.clone());
+                }
                 Err(failed) => summary.errors.push(failed),
             }
             *self.last.lock().expect("sync lock") = Some(summary.clone());
@@ -191,10 +207,16 @@ fn matches(row: &RegistryRow, name: &str) -> bool {
 }
 
 /// Syncs one table through its driver, records and audits the outcome, flushes its caches.
-async fn sync_table(state: &AppState, row: &RegistryRow, actor: &Actor) -> Result<(), Failed> {
+/// Answers the sync's notes.
+async fn sync_table(
+    state: &AppState,
+    row: &RegistryRow,
+    mode: SyncMode,
+    actor: &Actor,
+) -> Result<Vec<String>, Failed> {
     let started = Instant::now();
     let outcome = match state.drivers.get(&row.source_type) {
-        Some(driver) => driver.sync(&row.table_ref()).await,
+        Some(driver) => driver.sync(&row.table_ref(), mode).await,
         None => Err(svc_plugin_api::DriverError::unsupported(format!(
             "no driver for source type '{}'",
             row.source_type
@@ -231,9 +253,10 @@ async fn sync_table(state: &AppState, row: &RegistryRow, actor: &Actor) -> Resul
                 .param("rows", report.rows)
                 .param("bytes", report.bytes)
                 .param("hash", report.hash.clone())
+                .param("notes", report.notes.clone())
         })
         .await;
-    outcome.map(|_| ()).map_err(|e| Failed {
+    outcome.map(|r| r.notes).map_err(|e| Failed {
         table: row.id.clone(),
         error: e.name().to_owned(),
         message: e.message,

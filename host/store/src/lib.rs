@@ -559,6 +559,8 @@ mod tests {
                 source_table: None,
                 query_mode: QueryMode::Materialized,
                 source_query: Some("SELECT 1".into()),
+                primary_key: None,
+                cursor_column: None,
                 sync_schedule: None,
                 description: None,
                 registered_by: Some("first".into()),

@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 53;
+pub const CURRENT_SCHEMA_VERSION: i64 = 54;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -82,6 +82,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 53,
         name: "corporate memory: tag rows carry their item's visibility and change time",
+    },
+    Step {
+        version: 54,
+        name: "registry: primary key and cursor column for incremental syncs",
     },
 ];
 
@@ -217,6 +221,7 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             ensure_indices(tx, schema::KNOWLEDGE_V53_INDICES).await?;
             crate::memory::backfill_v53(tx).await?;
         }
+        54 => ensure_table(tx, b, &schema::TABLE_REGISTRY).await?,
         other => anyhow::bail!("no migration step {other}"),
     }
     Ok(())

@@ -92,6 +92,10 @@ pub struct RegistryRow {
     pub query_mode: QueryMode,
     /// SQL run at the source for materialized tables.
     pub source_query: Option<String>,
+    /// Columns identifying a row (comma-separated), for incremental syncs that merge.
+    pub primary_key: Option<String>,
+    /// The column marking new and changed rows, for incremental syncs.
+    pub cursor_column: Option<String>,
     /// `every Nm`, `every Nh` or `daily HH:MM[,HH:MM…]` (UTC).
     pub sync_schedule: Option<String>,
     /// Free text shown in the catalog.
@@ -116,6 +120,8 @@ impl RegistryRow {
             source_table: None,
             query_mode: QueryMode::Local,
             source_query: None,
+            primary_key: None,
+            cursor_column: None,
             sync_schedule: None,
             description: None,
             registered_by: None,
@@ -133,12 +139,14 @@ impl RegistryRow {
             source_table: self.source_table.clone(),
             query_mode: self.query_mode.as_str().into(),
             source_query: self.source_query.clone(),
+            primary_key: self.primary_key.clone(),
+            cursor_column: self.cursor_column.clone(),
         }
     }
 }
 
 const COLUMNS: &str = "id, name, source_type, bucket, source_table, query_mode, source_query, \
-     sync_schedule, description, registered_by, registered_at, updated_at";
+     sync_schedule, description, registered_by, registered_at, updated_at, primary_key, cursor_column";
 
 fn from_row(r: &AnyRow) -> Result<RegistryRow, StoreError> {
     let id: String = r.try_get("id")?;
@@ -158,6 +166,8 @@ fn from_row(r: &AnyRow) -> Result<RegistryRow, StoreError> {
             .parse()
             .map_err(|e: String| sqlx::Error::Decode(e.into()))?,
         source_query: r.try_get("source_query")?,
+        primary_key: r.try_get("primary_key")?,
+        cursor_column: r.try_get("cursor_column")?,
         sync_schedule: r.try_get("sync_schedule")?,
         description: r.try_get("description")?,
         registered_by: r.try_get("registered_by")?,
@@ -172,11 +182,12 @@ impl Store {
     pub async fn upsert_table(&self, row: &RegistryRow) -> Result<(), StoreError> {
         let ts = now();
         sqlx::query(&format!(
-            "INSERT INTO table_registry ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) \
+            "INSERT INTO table_registry ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13) \
              ON CONFLICT (id) DO UPDATE SET name = excluded.name, source_type = excluded.source_type, \
              bucket = excluded.bucket, source_table = excluded.source_table, query_mode = excluded.query_mode, \
              source_query = excluded.source_query, sync_schedule = excluded.sync_schedule, \
-             description = excluded.description, updated_at = excluded.updated_at"
+             description = excluded.description, updated_at = excluded.updated_at, \
+             primary_key = excluded.primary_key, cursor_column = excluded.cursor_column"
         ))
         .bind(&row.id)
         .bind(&row.name)
@@ -189,6 +200,8 @@ impl Store {
         .bind(&row.description)
         .bind(&row.registered_by)
         .bind(&ts)
+        .bind(&row.primary_key)
+        .bind(&row.cursor_column)
         .execute(self.pool())
         .await?;
         Ok(())

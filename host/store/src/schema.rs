@@ -225,6 +225,8 @@ pub(super) const TABLE_REGISTRY: Table = Table {
         col("registered_by", Text),
         col("registered_at", Text),
         col("updated_at", Text),
+        col("primary_key", Text),
+        col("cursor_column", Text),
     ],
     primary_key: &["id"],
     unique: &[],

@@ -135,6 +135,7 @@ unsafe extern "C" fn describe(driver: &FfiDriver) -> FfiBytes {
         source_table: None,
         query_mode: "local".to_owned(),
         source_query: None,
+        ..TableRef::default()
     };
     FfiBytes::json(&Description {
         source_type: d.source_type().to_owned(),

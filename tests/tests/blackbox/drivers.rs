@@ -209,6 +209,7 @@ fn the_library_table_provider_answers_sql_across_the_ffi_boundary() {
         source_table: None,
         query_mode: "local".into(),
         source_query: None,
+        ..TableRef::default()
     };
     let caller = Caller {
         user_id: "u".into(),

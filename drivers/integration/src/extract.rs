@@ -1,0 +1,530 @@
+//! One table's sync: a full extract into a new copy, or an incremental one merged into the
+//! existing copy. Either way the new copy is written beside the old one and renamed over it
+//! only when complete ([`AtomicParquet`]), so a sync that fails or is killed leaves the last
+//! good copy, and the next run starts from it.
+//!
+//! Incremental: with a `cursor_column`, a sync asks only for rows whose cursor is above the
+//! highest value in the copy (the copy itself is the bookmark, so it can never disagree with
+//! the data). With a `primary_key`, a fetched row replaces the copy's row with the same key;
+//! without one, fetched rows are appended. Deletes are invisible to a cursor: a `--full`
+//! sync (or a change of the source's columns, which forces one) reconciles them. A row
+//! committed late with a cursor below the bookmark is missed the same way — pick a cursor
+//! the source sets at commit (a sequence, an `updated_at` set by trigger).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest as _, Sha256};
+use svc_driver_parquet::AtomicParquet;
+use svc_plugin_api::arrow::array::{Array as _, AsArray as _, BooleanArray};
+use svc_plugin_api::arrow::compute::filter_record_batch;
+use svc_plugin_api::arrow::datatypes::{
+    DataType, Date32Type, Decimal128Type, Int16Type, Int32Type, Int64Type, SchemaRef,
+    TimestampMicrosecondType,
+};
+use svc_plugin_api::arrow::row::{RowConverter, SortField};
+use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use svc_plugin_api::datafusion::parquet::arrow::ProjectionMask;
+use svc_plugin_api::{DriverError, ErrorKind, RecordBatch, Result, SyncMode, SyncReport, TableRef};
+use tokio::sync::mpsc;
+
+use crate::columns::{schema, Adjusted, Column, Kind};
+use crate::config::Connection;
+use crate::postgres;
+use crate::source::{plain_column, Source};
+
+/// Batches in flight between the source reader and the parquet writer.
+const IN_FLIGHT: usize = 4;
+
+/// A table's keys: what identifies a row and what orders changes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Keys {
+    /// The primary key's columns, in order.
+    pub primary: Vec<String>,
+    /// The cursor column.
+    pub cursor: Option<String>,
+}
+
+impl Keys {
+    /// The table's `primary_key` (comma-separated) and `cursor_column`, as plain names.
+    pub fn parse(table: &TableRef) -> Result<Self> {
+        let primary = table
+            .primary_key
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(|c| plain_column(table, "primary_key column", c))
+            .collect::<Result<Vec<_>>>()?;
+        let cursor = table
+            .cursor_column
+            .as_deref()
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(|c| plain_column(table, "cursor_column", c))
+            .transpose()?;
+        Ok(Self { primary, cursor })
+    }
+
+    /// Checks the keys against the source's columns: they exist and the cursor orders.
+    pub fn check(&self, table: &TableRef, columns: &[Column]) -> Result<()> {
+        let find = |name: &str, what: &str| {
+            columns.iter().find(|c| c.name == name).ok_or_else(|| {
+                DriverError::new(
+                    ErrorKind::BadRequest,
+                    format!(
+                        "Table '{}': {what} '{name}' is not a column of the source (it has {})",
+                        table.id,
+                        columns
+                            .iter()
+                            .map(|c| c.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })
+        };
+        for key in &self.primary {
+            find(key, "primary_key column")?;
+        }
+        if let Some(cursor) = &self.cursor {
+            let column = find(cursor, "cursor_column")?;
+            if !orders(&column.kind) {
+                return Err(DriverError::new(
+                    ErrorKind::BadRequest,
+                    format!(
+                        "Table '{}': cursor_column '{cursor}' is {}, which cannot mark changes; \
+                         use an integer, numeric(p,s ≤ 38 digits), date or timestamp column",
+                        table.id, column.source_type
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether values of `kind` order the way the source orders them, and print exactly.
+fn orders(kind: &Kind) -> bool {
+    matches!(
+        kind,
+        Kind::I16 | Kind::I32 | Kind::I64 | Kind::Date | Kind::Timestamp | Kind::TimestampUtc
+    ) || matches!(kind, Kind::Decimal { precision, .. } if *precision <= 38)
+}
+
+/// Where the copy goes and how its row groups are cut.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub path: PathBuf,
+    pub row_group_rows: usize,
+    pub batch_rows: usize,
+}
+
+/// Brings `target` up to date with the table's source.
+pub(crate) async fn sync(
+    name: &str,
+    connection: &Connection,
+    table: &TableRef,
+    target: &Target,
+    mode: SyncMode,
+) -> Result<SyncReport> {
+    let source = Source::parse(table)?;
+    let keys = Keys::parse(table)?;
+    let mut conn = postgres::connect(name, connection).await?;
+    let columns = postgres::columns(&mut conn, name, &source).await?;
+    keys.check(table, &columns)?;
+    let schema = schema(&columns);
+    let mut notes = Vec::new();
+    let existing = existing_schema(&target.path)?;
+    let same_columns = existing
+        .as_ref()
+        .is_some_and(|old| same_fields(old, &schema));
+    if existing.is_some() && !same_columns {
+        notes.push(
+            "the source's columns changed since the last sync: the copy was rebuilt with the \
+             new columns"
+                .to_owned(),
+        );
+    }
+    let bookmark = match (&keys.cursor, mode, same_columns) {
+        (Some(cursor), SyncMode::Auto, true) => {
+            let kind = &columns
+                .iter()
+                .find(|c| &c.name == cursor)
+                .expect("checked")
+                .kind;
+            let path = target.path.clone();
+            let (cursor, kind) = (cursor.clone(), kind.clone());
+            blocking(move || highest(&path, &cursor, &kind)).await?
+        }
+        _ => None,
+    };
+    let outcome = match (&bookmark, &keys.cursor) {
+        (Some(literal), Some(cursor)) => {
+            let filter = format!("\"{cursor}\" > {literal} ORDER BY \"{cursor}\"");
+            incremental(
+                &mut conn, name, &source, &columns, &keys, &filter, target, schema,
+            )
+            .await
+        }
+        _ => full(&mut conn, name, &source, &columns, target, schema).await,
+    };
+    postgres::close(conn).await;
+    let (mut report, adjusted) = outcome?;
+    notes.extend(describe(&adjusted));
+    report.notes.extend(notes);
+    Ok(report)
+}
+
+/// Everything, into a new copy.
+async fn full(
+    conn: &mut sqlx::PgConnection,
+    name: &str,
+    source: &Source,
+    columns: &[Column],
+    target: &Target,
+    schema: SchemaRef,
+) -> Result<(SyncReport, Adjusted)> {
+    let (tx, mut rx) = mpsc::channel::<RecordBatch>(IN_FLIGHT);
+    let (path, rows) = (target.path.clone(), target.row_group_rows);
+    let writer = tokio::task::spawn_blocking(move || -> Result<AtomicParquet> {
+        let mut w = AtomicParquet::with_row_groups(&path, schema, rows)?;
+        while let Some(batch) = rx.blocking_recv() {
+            w.write(&batch)?;
+        }
+        Ok(w)
+    });
+    let read = postgres::copy_rows(conn, name, source, columns, None, target.batch_rows, &tx).await;
+    drop(tx);
+    let written = writer
+        .await
+        .map_err(|e| DriverError::internal(format!("the parquet writer failed: {e}")))?;
+    // A writer failure shows up on the reader's side as a closed channel: report the cause.
+    let writer = written?;
+    let adjusted = read?;
+    let report = blocking(move || writer.commit()).await?;
+    Ok((report, adjusted))
+}
+
+/// Rows past the bookmark, merged into the existing copy.
+#[allow(clippy::too_many_arguments)]
+async fn incremental(
+    conn: &mut sqlx::PgConnection,
+    name: &str,
+    source: &Source,
+    columns: &[Column],
+    keys: &Keys,
+    filter: &str,
+    target: &Target,
+    schema: SchemaRef,
+) -> Result<(SyncReport, Adjusted)> {
+    let (tx, mut rx) = mpsc::channel::<RecordBatch>(IN_FLIGHT);
+    let collect = tokio::spawn(async move {
+        let mut batches = Vec::new();
+        while let Some(b) = rx.recv().await {
+            batches.push(b);
+        }
+        batches
+    });
+    let read = postgres::copy_rows(
+        conn,
+        name,
+        source,
+        columns,
+        Some(filter),
+        target.batch_rows,
+        &tx,
+    )
+    .await;
+    drop(tx);
+    let changes = collect
+        .await
+        .map_err(|e| DriverError::internal(format!("collecting changes failed: {e}")))?;
+    let adjusted = read?;
+    let changed: usize = changes.iter().map(RecordBatch::num_rows).sum();
+    let target = target.clone();
+    let key_columns: Vec<usize> = keys
+        .primary
+        .iter()
+        .map(|k| columns.iter().position(|c| &c.name == k).expect("checked"))
+        .collect();
+    let mut report = blocking(move || {
+        if changed == 0 {
+            unchanged(&target.path)
+        } else {
+            merge(&target, schema, &changes, &key_columns)
+        }
+    })
+    .await?;
+    report.notes.push(format!(
+        "incremental: {changed} new or changed rows fetched"
+    ));
+    Ok((report, adjusted))
+}
+
+/// The copy as it is, when nothing changed at the source.
+fn unchanged(path: &Path) -> Result<SyncReport> {
+    let rows = ParquetRecordBatchReaderBuilder::try_new(open(path)?)
+        .map_err(|e| corrupt(path, e))?
+        .metadata()
+        .file_metadata()
+        .num_rows();
+    let mut file = open(path)?;
+    let mut hash = Sha256::new();
+    let mut buf = vec![0; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| DriverError::internal(format!("reading {}: {e}", path.display())))?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    Ok(SyncReport {
+        rows: u64::try_from(rows).unwrap_or(0),
+        bytes,
+        hash: hex::encode(hash.finalize()),
+        notes: Vec::new(),
+    })
+}
+
+/// A new copy: the old rows whose key is not among the changes, then the changes (the last
+/// fetched row of each key). Without a key, the old rows and all the changes.
+fn merge(
+    target: &Target,
+    schema: SchemaRef,
+    changes: &[RecordBatch],
+    key_columns: &[usize],
+) -> Result<SyncReport> {
+    let converter = (!key_columns.is_empty())
+        .then(|| {
+            RowConverter::new(
+                key_columns
+                    .iter()
+                    .map(|&i| SortField::new(schema.field(i).data_type().clone()))
+                    .collect(),
+            )
+            .map_err(|e| DriverError::internal(format!("cannot compare keys: {e}")))
+        })
+        .transpose()?;
+    let keys_of = |batch: &RecordBatch| -> Result<Vec<Vec<u8>>> {
+        let converter = converter.as_ref().expect("keyed");
+        let arrays: Vec<_> = key_columns
+            .iter()
+            .map(|&i| batch.column(i).clone())
+            .collect();
+        let rows = converter
+            .convert_columns(&arrays)
+            .map_err(|e| DriverError::internal(format!("cannot compare keys: {e}")))?;
+        Ok(rows.iter().map(|r| r.as_ref().to_vec()).collect())
+    };
+    // Each changed key's last fetched row (changes arrive in cursor order).
+    let mut latest: HashMap<Vec<u8>, (usize, usize)> = HashMap::new();
+    if converter.is_some() {
+        for (b, batch) in changes.iter().enumerate() {
+            for (r, key) in keys_of(batch)?.into_iter().enumerate() {
+                latest.insert(key, (b, r));
+            }
+        }
+    }
+    let mut writer =
+        AtomicParquet::with_row_groups(&target.path, schema.clone(), target.row_group_rows)?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(open(&target.path)?)
+        .and_then(|b| b.with_batch_size(target.batch_rows).build())
+        .map_err(|e| corrupt(&target.path, e))?;
+    for batch in reader {
+        let batch = batch.map_err(|e| corrupt(&target.path, e))?;
+        let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())
+            .map_err(|e| corrupt(&target.path, e))?;
+        let kept = if converter.is_some() {
+            let keep: BooleanArray = keys_of(&batch)?
+                .iter()
+                .map(|k| Some(!latest.contains_key(k)))
+                .collect();
+            filter_record_batch(&batch, &keep).map_err(|e| DriverError::internal(e.to_string()))?
+        } else {
+            batch
+        };
+        writer.write(&kept)?;
+    }
+    for (b, batch) in changes.iter().enumerate() {
+        let batch = if converter.is_some() {
+            let keep: BooleanArray = keys_of(batch)?
+                .iter()
+                .enumerate()
+                .map(|(r, k)| Some(latest.get(k) == Some(&(b, r))))
+                .collect();
+            filter_record_batch(batch, &keep).map_err(|e| DriverError::internal(e.to_string()))?
+        } else {
+            batch.clone()
+        };
+        writer.write(&batch)?;
+    }
+    writer.commit()
+}
+
+/// The copy's schema, when there is a copy.
+fn existing_schema(path: &Path) -> Result<Option<SchemaRef>> {
+    match File::open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(DriverError::internal(format!("{}: {e}", path.display()))),
+        // An unreadable copy is replaced by a full sync rather than failing every sync.
+        Ok(file) => Ok(ParquetRecordBatchReaderBuilder::try_new(file)
+            .ok()
+            .map(|b| b.schema().clone())),
+    }
+}
+
+/// Same column names and types, in order (metadata aside).
+fn same_fields(a: &SchemaRef, b: &SchemaRef) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.fields()
+            .iter()
+            .zip(b.fields())
+            .all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
+}
+
+/// The cursor's highest value in the copy, as a SQL literal of the source; `None` when the
+/// copy is empty (the sync is then a full one).
+fn highest(path: &Path, cursor: &str, kind: &Kind) -> Result<Option<String>> {
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(open(path)?).map_err(|e| corrupt(path, e))?;
+    let index = builder
+        .schema()
+        .index_of(cursor)
+        .map_err(|e| corrupt(path, e))?;
+    let mask = ProjectionMask::roots(builder.parquet_schema(), [index]);
+    let reader = builder
+        .with_projection(mask)
+        .build()
+        .map_err(|e| corrupt(path, e))?;
+    let mut best: Option<i128> = None;
+    for batch in reader {
+        let batch = batch.map_err(|e| corrupt(path, e))?;
+        let column = batch.column(0);
+        let most = match column.data_type() {
+            DataType::Int16 => max_of(column.as_primitive::<Int16Type>().iter(), i128::from),
+            DataType::Int32 => max_of(column.as_primitive::<Int32Type>().iter(), i128::from),
+            DataType::Int64 => max_of(column.as_primitive::<Int64Type>().iter(), i128::from),
+            DataType::Date32 => max_of(column.as_primitive::<Date32Type>().iter(), i128::from),
+            DataType::Timestamp(..) => max_of(
+                column.as_primitive::<TimestampMicrosecondType>().iter(),
+                i128::from,
+            ),
+            DataType::Decimal128(..) => {
+                max_of(column.as_primitive::<Decimal128Type>().iter(), |v| v)
+            }
+            other => {
+                return Err(DriverError::internal(format!(
+                    "cursor column '{cursor}' holds {other} in the copy"
+                )))
+            }
+        };
+        best = best.max(most);
+    }
+    Ok(best.map(|v| literal(v, kind)))
+}
+
+fn max_of<T>(values: impl Iterator<Item = Option<T>>, widen: impl Fn(T) -> i128) -> Option<i128> {
+    values.flatten().map(widen).max()
+}
+
+/// A cursor value as a literal PostgreSQL compares with the column. Built from a number,
+/// never from text, so it cannot carry anything but that value.
+fn literal(v: i128, kind: &Kind) -> String {
+    match kind {
+        Kind::Date => {
+            let day = chrono::DateTime::from_timestamp(v as i64 * 86_400, 0).unwrap_or_default();
+            format!("DATE '{}'", day.format("%Y-%m-%d"))
+        }
+        Kind::Timestamp | Kind::TimestampUtc => {
+            let at = chrono::DateTime::from_timestamp_micros(v as i64).unwrap_or_default();
+            let text = at.format("%Y-%m-%d %H:%M:%S%.6f");
+            if *kind == Kind::Timestamp {
+                format!("TIMESTAMP '{text}'")
+            } else {
+                format!("TIMESTAMPTZ '{text}+00'")
+            }
+        }
+        Kind::Decimal { scale, .. } if *scale > 0 => {
+            let digits = v.unsigned_abs().to_string();
+            let scale = *scale as usize;
+            let padded = format!("{digits:0>width$}", width = scale + 1);
+            let (whole, frac) = padded.split_at(padded.len() - scale);
+            format!("{}{whole}.{frac}", if v < 0 { "-" } else { "" })
+        }
+        _ => v.to_string(),
+    }
+}
+
+/// What the admin should hear about values that had to change.
+fn describe(a: &Adjusted) -> Vec<String> {
+    let mut notes = Vec::new();
+    if a.replaced_text > 0 {
+        notes.push(format!(
+            "{} text values held bytes that are not UTF-8; they were replaced by U+FFFD",
+            a.replaced_text
+        ));
+    }
+    if a.nulled > 0 {
+        notes.push(format!(
+            "{} values have no Arrow form (NaN or infinite numerics, infinite dates) and are NULL",
+            a.nulled
+        ));
+    }
+    if a.flattened > 0 {
+        notes.push(format!(
+            "{} multi-dimensional arrays were flattened into lists",
+            a.flattened
+        ));
+    }
+    notes
+}
+
+fn open(path: &Path) -> Result<File> {
+    File::open(path).map_err(|e| DriverError::internal(format!("{}: {e}", path.display())))
+}
+
+fn corrupt(path: &Path, e: impl std::fmt::Display) -> DriverError {
+    DriverError::new(
+        ErrorKind::Corrupt,
+        format!("the copy {} cannot be read: {e}", path.display()),
+    )
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| DriverError::internal(format!("a blocking task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_literals_are_exact() {
+        assert_eq!(literal(42, &Kind::I64), "42");
+        assert_eq!(literal(1, &Kind::Date), "DATE '1970-01-02'");
+        assert_eq!(
+            literal(1_709_296_496_789_012, &Kind::Timestamp),
+            "TIMESTAMP '2024-03-01 12:34:56.789012'"
+        );
+        assert_eq!(
+            literal(0, &Kind::TimestampUtc),
+            "TIMESTAMPTZ '1970-01-01 00:00:00.000000+00'"
+        );
+        let money = Kind::Decimal {
+            precision: 12,
+            scale: 2,
+        };
+        assert_eq!(literal(-5, &money), "-0.05");
+        assert_eq!(literal(123_456, &money), "1234.56");
+    }
+}

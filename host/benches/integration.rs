@@ -211,23 +211,12 @@ fn main() {
 
 /// A fresh server syncs `table` once: seconds, parquet bytes, the server's peak RSS (KiB).
 fn svc_sync(url: &str, table: &str, rows: u64) -> (f64, u64, u64) {
-    let dir = TempDir::new();
-    let server = Server::start_with(&dir.0, &[("SVC_INTEGRATION_BENCH_URL", url)]);
-    let token = server.cli(&["tokens", "create", "--email", "admin@localhost"]);
-    let http = Client::builder()
-        .timeout(Duration::from_secs(3600))
-        .build()
-        .unwrap();
     let id = format!("bench_{table}");
-    let body = json!({"id": id, "source_type": "integration", "bucket": "bench",
-                      "source_table": format!("public.{table}"), "query_mode": "materialized"});
-    let r = http
-        .post(format!("{}/api/admin/register-table", server.base))
-        .bearer_auth(&token)
-        .json(&body)
-        .send()
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.text().unwrap());
+    let (_dir, server, token, http) = registered(
+        url,
+        json!({"id": id, "source_type": "integration", "bucket": "bench",
+               "source_table": format!("public.{table}"), "query_mode": "materialized"}),
+    );
     let t = Instant::now();
     let state = sync(&http, &server.base, &token, &id, false);
     let secs = t.elapsed().as_secs_f64();
@@ -238,6 +227,26 @@ fn svc_sync(url: &str, table: &str, rows: u64) -> (f64, u64, u64) {
         state["size_bytes"].as_u64().unwrap_or(0),
         server.peak_rss_kib(),
     )
+}
+
+/// A fresh server with the bench connection and one table registered by `body`: its data
+/// directory (kept alive by the caller), the server, an admin token and a client.
+fn registered(url: &str, body: Value) -> (TempDir, Server, String, Client) {
+    let dir = TempDir::new();
+    let server = Server::start_with(&dir.0, &[("SVC_INTEGRATION_BENCH_URL", url)]);
+    let token = server.cli(&["tokens", "create", "--email", "admin@localhost"]);
+    let http = Client::builder()
+        .timeout(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let r = http
+        .post(format!("{}/api/admin/register-table", server.base))
+        .bearer_auth(&token)
+        .json(&body)
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().unwrap());
+    (dir, server, token, http)
 }
 
 /// Triggers a sync of `id` and waits for it; answers its sync state.
@@ -271,23 +280,12 @@ fn sync(http: &Client, base: &str, token: &str, id: &str, full: bool) -> Value {
 }
 
 fn incremental(url: &str, rows: u64) {
-    let dir = TempDir::new();
-    let server = Server::start_with(&dir.0, &[("SVC_INTEGRATION_BENCH_URL", url)]);
-    let token = server.cli(&["tokens", "create", "--email", "admin@localhost"]);
-    let http = Client::builder()
-        .timeout(Duration::from_secs(3600))
-        .build()
-        .unwrap();
-    let body = json!({"id": "bench_inc", "source_type": "integration", "bucket": "bench",
-                      "source_table": "public.big", "query_mode": "materialized",
-                      "primary_key": "id", "cursor_column": "updated_at"});
-    let r = http
-        .post(format!("{}/api/admin/register-table", server.base))
-        .bearer_auth(&token)
-        .json(&body)
-        .send()
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.text().unwrap());
+    let (_dir, server, token, http) = registered(
+        url,
+        json!({"id": "bench_inc", "source_type": "integration", "bucket": "bench",
+               "source_table": "public.big", "query_mode": "materialized",
+               "primary_key": "id", "cursor_column": "updated_at"}),
+    );
     let first = sync(&http, &server.base, &token, "bench_inc", false);
     assert_eq!(first["rows"], rows);
     let t = Instant::now();

@@ -252,7 +252,8 @@ fn catalog_and_tables_pages_show_tables_and_stream_the_warmup_log() {
         tabs.as_array().unwrap().iter().any(|t| t == "local"),
         "{tabs}"
     );
-    // Register from the page: the row appears, audited as a web change.
+    // Register a local table from the page: the row appears, audited as a web change.
+    visit(&b, &s, "/admin/tables?kind=local", "tables-local");
     b.type_into("input[name=name]", "events_page");
     b.type_into("input[name=description]", "registered from the page");
     b.click("form[action='/admin/tables/register'] button[type=submit]");

@@ -187,54 +187,32 @@ fn decode_value(b: &mut Builder, v: &[u8], adjusted: &mut Adjusted) -> Result<()
         Builder::Bytes(b) => b.append_value(v),
         Builder::Date(b) => {
             need(v, 4, "date")?;
-            match be_i32(v) {
-                i32::MAX | i32::MIN => {
-                    adjusted.nulled += 1;
-                    b.append_null();
-                }
-                d => match d.checked_add(EPOCH_DAYS) {
-                    Some(d) => b.append_value(d),
-                    None => {
-                        adjusted.nulled += 1;
-                        b.append_null();
-                    }
-                },
-            }
+            // ±infinity are i32::MIN and i32::MAX; MAX, like any day past Arrow's range,
+            // fails the shift.
+            let day = Some(be_i32(v))
+                .filter(|d| *d != i32::MIN)
+                .and_then(|d| d.checked_add(EPOCH_DAYS));
+            b.append_option(counted(day, adjusted));
         }
         Builder::Timestamp(b, _) => {
             need(v, 8, "timestamp")?;
-            match be_i64(v) {
-                i64::MAX | i64::MIN => {
-                    adjusted.nulled += 1;
-                    b.append_null();
-                }
-                t => match t.checked_add(EPOCH_MICROS) {
-                    Some(t) => b.append_value(t),
-                    None => {
-                        adjusted.nulled += 1;
-                        b.append_null();
-                    }
-                },
-            }
+            let at = Some(be_i64(v))
+                .filter(|t| *t != i64::MIN)
+                .and_then(|t| t.checked_add(EPOCH_MICROS));
+            b.append_option(counted(at, adjusted));
         }
         Builder::Time(b) => {
             need(v, 8, "time")?;
             b.append_value(be_i64(v));
         }
-        Builder::Decimal128(b, _, scale) => match numeric(v, *scale)?.and_then(|n| n.to_i128()) {
-            Some(n) => b.append_value(n),
-            None => {
-                adjusted.nulled += 1;
-                b.append_null();
-            }
-        },
-        Builder::Decimal256(b, _, scale) => match numeric(v, *scale)? {
-            Some(n) => b.append_value(n),
-            None => {
-                adjusted.nulled += 1;
-                b.append_null();
-            }
-        },
+        Builder::Decimal128(b, _, scale) => {
+            let n = numeric(v, *scale)?.and_then(|n| n.to_i128());
+            b.append_option(counted(n, adjusted));
+        }
+        Builder::Decimal256(b, _, scale) => {
+            let n = numeric(v, *scale)?;
+            b.append_option(counted(n, adjusted));
+        }
         Builder::List {
             values,
             offsets,
@@ -248,6 +226,14 @@ fn decode_value(b: &mut Builder, v: &[u8], adjusted: &mut Adjusted) -> Result<()
         }
     }
     Ok(())
+}
+
+/// `value`, counting a `None` as a value with no Arrow form (it is stored as NULL).
+fn counted<T>(value: Option<T>, adjusted: &mut Adjusted) -> Option<T> {
+    if value.is_none() {
+        adjusted.nulled += 1;
+    }
+    value
 }
 
 fn uuid_text(v: &[u8]) -> String {

@@ -240,6 +240,7 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         warmed = true;
     }
     crate::jobs::scheduler::start(state.clone(), scheduler, warmed);
+    crate::jobs::ticketing::start(state.clone());
     state
         .pipeline
         .start(Duration::from_millis(args.telemetry_debounce_ms));

@@ -24,8 +24,8 @@ pub use datafusion::arrow::record_batch::RecordBatch;
 pub use datafusion::catalog::TableProvider;
 pub use error::{DriverError, ErrorKind, Result};
 pub use types::{
-    type_name, Caller, ColumnInfo, ScanEstimate, ScanSpec, SeededTable, SourceTableInfo, SyncMode,
-    SyncReport, TableMetadata, TableRef, TableSchema, DESCRIPTION_KEY,
+    type_name, Caller, ColumnInfo, ScanEstimate, ScanSpec, SeedMode, SeededTable, SourceTableInfo,
+    SyncMode, SyncReport, TableMetadata, TableRef, TableSchema, DESCRIPTION_KEY,
 };
 
 /// A driver's own settings: its `[data_source.<source_type>]` table of the instance config
@@ -114,8 +114,9 @@ pub trait SourceDriver: Send + Sync {
         true
     }
 
-    /// The tables the host seeds into the registry for this driver at every start; the
-    /// internal driver declares the `svc_*` tables here. Most drivers declare none.
+    /// The tables the host registers for this driver at every start ([`SeedMode`]): the
+    /// internal driver's `svc_*` tables, the ticketing driver's per-connection tables. Most
+    /// drivers declare none.
     fn seeded_tables(&self) -> Vec<SeededTable> {
         Vec::new()
     }

@@ -2,9 +2,19 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A table a driver declares itself (the service's own tables). The host registers each one
-/// at every start — read-only, and readable by every caller through the driver's row filter
-/// — and removes a seeded row that no driver declares any more.
+/// How the host registers a table a driver declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeedMode {
+    /// The service's own tables: registered at every start, read-only, readable by every
+    /// caller through the driver's row filter; a row no driver declares any more is removed.
+    Internal,
+    /// Tables a driver writes itself (a ticketing connection's): registered once as `local`
+    /// tables, read under grants like any other and editable by admins; left in place (with
+    /// their data) when the driver stops declaring them.
+    Local,
+}
+
+/// A table a driver declares itself; see [`SeedMode`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeededTable {
     /// Registry id.
@@ -15,6 +25,10 @@ pub struct SeededTable {
     pub bucket: String,
     /// What the driver reads behind it (a store table for the internal driver).
     pub source_table: String,
+    /// How the host registers it.
+    pub mode: SeedMode,
+    /// The catalog's description, for a table registered once.
+    pub description: Option<String>,
 }
 
 /// A registered table as a driver sees it (the registry row, minus bookkeeping).

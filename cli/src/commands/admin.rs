@@ -69,6 +69,9 @@ pub enum Command {
     /// Operational databases tables are extracted from (`[data_source.integration.<name>]`).
     #[command(subcommand)]
     Integration(IntegrationCommand),
+    /// Issue trackers whose webhooks svc receives (`[data_source.ticketing.<name>]`).
+    #[command(subcommand)]
+    Ticketing(super::ticketing::TicketingCommand),
     /// Users.
     #[command(subcommand)]
     User(UserCommand),
@@ -415,6 +418,7 @@ pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
             eprintln!("registered {}", cell(&row["id"]));
         }
         Command::Sync { tables, full, json } => sync(&client, &tables, full, json)?,
+        Command::Ticketing(cmd) => super::ticketing::run(&client, cmd)?,
         Command::Integration(IntegrationCommand::Discover { name, json }) => {
             let doc = client.get(&format!("/api/admin/integration/{}/tables", seg(&name)))?;
             if json {

@@ -16,6 +16,7 @@ pub mod query;
 pub mod sessions;
 pub mod snapshot;
 pub mod telemetry;
+pub mod ticketing;
 pub mod views;
 
 use std::time::Duration;

@@ -25,8 +25,8 @@ pub use events::EventSegments;
 pub use provider::{can_push, InternalProvider, Param, ScanSql};
 pub use rows::StoreColumn;
 use svc_plugin_api::{
-    Caller, ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, SeededTable, SourceDriver,
-    TableProvider, TableRef, TableSchema,
+    Caller, ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, SeedMode, SeededTable,
+    SourceDriver, TableProvider, TableRef, TableSchema,
 };
 
 /// One of the service's own tables exposed through the ordinary query path.
@@ -240,6 +240,8 @@ impl SourceDriver for InternalDriver {
                 name: t.display_name.into(),
                 bucket: INTERNAL_BUCKET.into(),
                 source_table: t.backing_table.into(),
+                mode: SeedMode::Internal,
+                description: None,
             })
             .collect()
     }

@@ -15,6 +15,9 @@ use crate::settings::DriverSettings;
 #[derive(Clone)]
 pub struct Drivers {
     by_type: BTreeMap<&'static str, Arc<dyn SourceDriver>>,
+    /// The ticketing driver again, typed: its webhook receiver, compactor and backfill are
+    /// endpoints and jobs of their own, beyond the `SourceDriver` contract.
+    ticketing: Arc<svc_driver_ticketing::TicketingDriver>,
 }
 
 impl std::fmt::Debug for Drivers {
@@ -26,6 +29,10 @@ impl std::fmt::Debug for Drivers {
 impl Drivers {
     /// The drivers compiled into svc-server.
     pub fn builtin(data_dir: &Path, store: &Store, settings: &DriverSettings) -> Self {
+        let ticketing = Arc::new(svc_driver_ticketing::TicketingDriver::new(
+            data_dir,
+            settings.ticketing().clone(),
+        ));
         let all: [Arc<dyn SourceDriver>; 5] = [
             Arc::new(svc_driver_parquet::ParquetDriver::new(data_dir)),
             Arc::new(svc_driver_warehouse::WarehouseDriver::new(
@@ -36,7 +43,7 @@ impl Drivers {
                 data_dir,
                 settings.integration().clone(),
             )),
-            Arc::new(svc_driver_ticketing::driver(data_dir)),
+            ticketing.clone(),
             Arc::new(svc_driver_internal::InternalDriver::new(
                 store.pool().clone(),
                 store.backend() == Backend::Postgres,
@@ -45,6 +52,7 @@ impl Drivers {
         ];
         Self {
             by_type: all.into_iter().map(|d| (d.source_type(), d)).collect(),
+            ticketing,
         }
     }
 
@@ -96,6 +104,11 @@ impl Drivers {
     /// The driver for a source type, if this server has one.
     pub fn get(&self, source_type: &str) -> Option<&Arc<dyn SourceDriver>> {
         self.by_type.get(source_type)
+    }
+
+    /// The ticketing driver: webhook deliveries, compaction, backfill, status.
+    pub fn ticketing(&self) -> &Arc<svc_driver_ticketing::TicketingDriver> {
+        &self.ticketing
     }
 
     /// The tables every driver declares for the host to seed, with their `source_type`.

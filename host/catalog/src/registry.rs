@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use svc_core::table_id::{is_valid_table_id, TABLE_ID_RULE};
 use svc_core::Error;
+use svc_plugin_api::SeedMode;
 use svc_store::audit::{Actor, AuditWriter, Event};
 use svc_store::registry::{QueryMode, RegistryRow};
 use svc_store::Store;
@@ -272,10 +273,16 @@ impl Registry {
     }
 
     /// Seeds the tables the drivers declare ([`svc_plugin_api::SourceDriver::seeded_tables`])
-    /// idempotently, and removes seeded rows no driver declares any more.
+    /// idempotently: internal tables are kept exactly as declared and removed when no driver
+    /// declares them any more; a driver's local tables are registered once and then left to
+    /// the admins.
     pub async fn seed(&self) -> anyhow::Result<()> {
         let seeded = self.drivers.seeded_tables();
-        let keep: Vec<&str> = seeded.iter().map(|(_, t)| t.id.as_str()).collect();
+        let keep: Vec<&str> = seeded
+            .iter()
+            .filter(|(_, t)| t.mode == SeedMode::Internal)
+            .map(|(_, t)| t.id.as_str())
+            .collect();
         for removed in self.store.prune_internal_tables(&keep).await? {
             tracing::info!(table = %removed, "removed stale internal table");
             self.changed(&removed).await;
@@ -287,24 +294,40 @@ impl Registry {
                 source_type: (*source_type).into(),
                 bucket: Some(t.bucket.clone()),
                 source_table: Some(t.source_table.clone()),
-                query_mode: QueryMode::Internal,
+                query_mode: match t.mode {
+                    SeedMode::Internal => QueryMode::Internal,
+                    SeedMode::Local => QueryMode::Local,
+                },
                 source_query: None,
                 primary_key: None,
                 cursor_column: None,
                 sync_schedule: None,
-                description: None,
+                description: t.description.clone(),
                 registered_by: Some("system_seed".into()),
                 registered_at: None,
                 updated_at: None,
             };
             let current = self.store.table_by_id(&t.id).await?;
-            let unchanged = current.as_ref().is_some_and(|c| {
-                c.name == row.name
-                    && c.source_type == row.source_type
-                    && c.bucket == row.bucket
-                    && c.source_table == row.source_table
-                    && c.query_mode == row.query_mode
-            });
+            let unchanged = match (t.mode, &current) {
+                (_, None) => false,
+                (SeedMode::Local, Some(c)) => {
+                    if c.source_type != row.source_type {
+                        tracing::warn!(
+                            table = %t.id,
+                            "a {source_type} table is not registered: the id is taken by a {} table",
+                            c.source_type
+                        );
+                    }
+                    true
+                }
+                (SeedMode::Internal, Some(c)) => {
+                    c.name == row.name
+                        && c.source_type == row.source_type
+                        && c.bucket == row.bucket
+                        && c.source_table == row.source_table
+                        && c.query_mode == row.query_mode
+                }
+            };
             if !unchanged {
                 self.store.upsert_table(&row).await?;
                 self.changed(&t.id).await;

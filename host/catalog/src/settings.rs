@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use anyhow::anyhow;
 use svc_driver_integration::IntegrationConfig;
+use svc_driver_ticketing::TicketingConfig;
 use svc_driver_warehouse::WarehouseConfig;
 use svc_plugin_api::DriverSettings as Settings;
 
@@ -18,10 +19,11 @@ pub type RawSettings = BTreeMap<String, toml::Table>;
 pub struct DriverSettings {
     warehouse: WarehouseConfig,
     integration: IntegrationConfig,
+    ticketing: TicketingConfig,
 }
 
 /// The source types whose drivers take settings.
-const WITH_SETTINGS: &[&str] = &["warehouse", "integration"];
+const WITH_SETTINGS: &[&str] = &["warehouse", "integration", "ticketing"];
 
 impl DriverSettings {
     /// Resolves the file's tables with the environment; errors name the table and the key.
@@ -35,12 +37,18 @@ impl DriverSettings {
         Ok(Self {
             warehouse: resolve("warehouse", raw.remove("warehouse"))?,
             integration: resolve("integration", raw.remove("integration"))?,
+            ticketing: resolve("ticketing", raw.remove("ticketing"))?,
         })
     }
 
     /// `[data_source.integration.<name>]`.
     pub fn integration(&self) -> &IntegrationConfig {
         &self.integration
+    }
+
+    /// `[data_source.ticketing.<name>]`.
+    pub fn ticketing(&self) -> &TicketingConfig {
+        &self.ticketing
     }
 
     /// `[data_source.warehouse]`.

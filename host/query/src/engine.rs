@@ -162,6 +162,7 @@ impl Engine {
         self.drivers
             .seeded_tables()
             .into_iter()
+            .filter(|(_, t)| t.mode == svc_plugin_api::SeedMode::Internal)
             .map(|(_, t)| t.id)
             .collect::<Vec<_>>()
             .join(", ")
@@ -354,6 +355,7 @@ impl Engine {
             .drivers
             .seeded_tables()
             .into_iter()
+            .filter(|(_, t)| t.mode == svc_plugin_api::SeedMode::Internal)
             .find(|(_, t)| t.source_table.eq_ignore_ascii_case(name))
         {
             return Error::bad_request(format!(

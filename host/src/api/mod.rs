@@ -26,6 +26,7 @@ mod scripts;
 mod sessions;
 mod sync;
 pub(crate) mod telemetry;
+mod ticketing;
 mod types;
 mod upload;
 pub(crate) mod warmup;
@@ -235,6 +236,7 @@ type Apis = (
         scheduler::SchedulerApi,
         scripts::ScriptsApi,
         upload::UploadApi,
+        ticketing::TicketingApi,
     ),
     (
         sessions::SessionsApi,
@@ -296,6 +298,7 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
             upload::UploadApi {
                 state: state.clone(),
             },
+            ticketing::TicketingApi::new(state.clone()),
         ),
         (
             sessions::SessionsApi {

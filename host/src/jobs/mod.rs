@@ -1,6 +1,7 @@
 //! Background work the server runs on its own: sync passes over materialized tables, scheduled
-//! scripts, and the scheduler loop that starts both.
+//! scripts, the scheduler loop that starts both, and the ticketing compactor.
 
 pub mod scheduler;
 pub mod scripts;
 pub mod sync;
+pub mod ticketing;

@@ -33,5 +33,6 @@ mod svc_cli;
 mod telemetry;
 mod telemetry_export_ask;
 mod telemetry_reads;
+mod ticketing;
 mod upload;
 mod warehouse;

@@ -111,6 +111,18 @@ pub const ACTIONS: &[ActionInfo] = &[
         "one materialized table was synced (rows, bytes, duration; error on failure)",
     ),
     a("sync.trigger", "a sync pass was requested"),
+    a(
+        "ticketing.backfill",
+        "a ticketing connection's history was fetched from the tracker (issues, new, pages)",
+    ),
+    a(
+        "ticketing.compact",
+        "a ticketing connection's received events were folded into its tables on request",
+    ),
+    a(
+        "ticketing.webhook_rejected",
+        "a webhook delivery was refused (signature or body; the body is never kept)",
+    ),
     // Sessions and telemetry.
     a(
         "session.browse",

@@ -10,6 +10,7 @@
 //! raw_retention_days = 90                # raw events kept; 0 keeps them all
 //! max_body_bytes = 10485760              # larger deliveries are refused (413)
 //! compact_interval_ms = 2000             # how often received events are folded in
+//! backfill_every_minutes = 60            # scheduled backfill; 0 (the default): on demand only
 //! ```
 //!
 //! Every key can be set or overridden by `SVC_TICKETING_<NAME>_<KEY>` (`project_keys` as a
@@ -56,6 +57,9 @@ pub struct Connection {
     /// Milliseconds between folds of the received events into the tables.
     #[serde(default = "default_compact_interval_ms")]
     pub compact_interval_ms: u64,
+    /// Minutes between scheduled backfills; 0 runs backfill only on demand.
+    #[serde(default)]
+    pub backfill_every_minutes: u64,
 }
 
 fn default_max_body_bytes() -> u64 {
@@ -79,6 +83,7 @@ impl Default for Connection {
             raw_retention_days: 0,
             max_body_bytes: default_max_body_bytes(),
             compact_interval_ms: default_compact_interval_ms(),
+            backfill_every_minutes: 0,
         }
     }
 }
@@ -122,10 +127,18 @@ impl Connection {
         Duration::from_millis(self.compact_interval_ms.max(100))
     }
 
-    /// Whether an event of this project is kept.
+    /// How often backfill runs on its own, if it does.
+    pub fn backfill_every(&self) -> Option<Duration> {
+        (self.backfill_every_minutes > 0)
+            .then(|| Duration::from_secs(self.backfill_every_minutes * 60))
+    }
+
+    /// Whether an event of this project is kept (an event naming no project always is).
     pub fn keeps_project(&self, project: Option<&str>) -> bool {
-        self.project_keys.is_empty()
-            || project.is_some_and(|p| self.project_keys.iter().any(|k| k == p))
+        match project {
+            None => true,
+            Some(p) => self.project_keys.is_empty() || self.project_keys.iter().any(|k| k == p),
+        }
     }
 }
 
@@ -149,6 +162,7 @@ const CONNECTION_KEYS: &[&str] = &[
     "raw_retention_days",
     "max_body_bytes",
     "compact_interval_ms",
+    "backfill_every_minutes",
 ];
 
 impl DriverSettings for TicketingConfig {
@@ -193,6 +207,7 @@ impl DriverSettings for TicketingConfig {
                     u32::try_from(number(value)?).map_err(|_| format!("{key} is too large"))?
             }
             "max_body_bytes" => c.max_body_bytes = number(value)?,
+            "backfill_every_minutes" => c.backfill_every_minutes = number(value)?,
             _ => c.compact_interval_ms = number(value)?,
         }
         Ok(true)
@@ -230,6 +245,11 @@ impl DriverSettings for TicketingConfig {
                     "project key '{bad}' is not letters, digits and _"
                 )));
             }
+            if c.backfill_every_minutes > 0 && (c.base_url.is_none() || c.user.is_none()) {
+                return Err(at(
+                    "backfill_every_minutes needs base_url, user and a token".into(),
+                ));
+            }
             if c.max_body_bytes == 0 {
                 return Err(at("max_body_bytes must be at least 1".into()));
             }
@@ -254,6 +274,10 @@ mod tests {
         let jira = &c.connections["jira_cloud"];
         assert_eq!(jira.project_keys, ["OPS", "DATA"]);
         assert!(jira.keeps_project(Some("OPS")) && !jira.keeps_project(Some("HR")));
+        assert!(
+            jira.keeps_project(None),
+            "events naming no project are kept"
+        );
         assert_eq!(jira.secret().unwrap(), "s3cret");
         assert!(c.check().is_ok());
 

@@ -260,7 +260,8 @@ impl EventLog {
     }
 
     /// Seals the open segment and starts the next; returns the sealed segment's number
-    /// (every record queued before this call is in it or an earlier one).
+    /// (every record queued before this call is in it or an earlier one). An empty open
+    /// segment is left open and the number before it returned.
     pub async fn rotate(&self) -> std::io::Result<u64> {
         let (done, wait) = oneshot::channel();
         {
@@ -352,6 +353,13 @@ impl Writer {
                     }
                 }
             }
+            if self.written == 0 {
+                // Nothing to seal: what is sealed already is everything written.
+                for done in rotations {
+                    let _ = done.send(Ok(self.number - 1));
+                }
+                continue;
+            }
             if !rotations.is_empty() || self.written >= SEGMENT_BYTES {
                 let sealed = self.number;
                 let next = if failed {
@@ -405,6 +413,11 @@ mod tests {
         }
         assert_eq!(log.durable().through, 100);
         let sealed = log.rotate().await.unwrap();
+        assert_eq!(
+            log.rotate().await.unwrap(),
+            sealed,
+            "nothing new: nothing sealed"
+        );
         let (_, w) = log.enqueue(record("after"));
         w.await.unwrap().unwrap();
         let segs = segments(dir.path()).unwrap();

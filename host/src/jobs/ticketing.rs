@@ -1,11 +1,15 @@
-//! The ticketing compactor: each connection's received events are folded into its tables
-//! every `compact_interval_ms`, and the rewritten tables' caches flushed.
+//! The ticketing connections' own work: each one's received events are folded into its
+//! tables every `compact_interval_ms` (the rewritten tables' caches flushed), and, when
+//! `backfill_every_minutes` is set, its history is fetched from the tracker on that schedule.
 
 use std::sync::Arc;
+use std::time::Instant;
+
+use svc_store::audit::{Actor, Event};
 
 use crate::state::AppState;
 
-/// Starts one compaction loop per configured ticketing connection.
+/// Starts one loop per configured ticketing connection.
 pub fn start(state: Arc<AppState>) {
     let ticketing = state.drivers.ticketing().clone();
     for name in ticketing.connections() {
@@ -13,11 +17,17 @@ pub fn start(state: Arc<AppState>) {
             continue; // Logged when it failed to open; its deliveries get 503.
         };
         let every = tracker.config.compact_interval();
+        let backfill_every = tracker.config.backfill_every();
         let (state, ticketing, name) = (state.clone(), ticketing.clone(), name.to_owned());
         tokio::spawn(async move {
             // The last failure, logged once until it changes or clears.
             let mut failing: Option<String> = None;
+            let mut next_backfill = backfill_every.map(|b| Instant::now() + b);
             loop {
+                if next_backfill.is_some_and(|at| Instant::now() >= at) {
+                    next_backfill = backfill_every.map(|b| Instant::now() + b);
+                    backfill(&state, &name).await;
+                }
                 match ticketing.compact(&name).await {
                     Ok((_, ids)) => {
                         for id in &ids {
@@ -38,4 +48,30 @@ pub fn start(state: Arc<AppState>) {
             }
         });
     }
+}
+
+/// One scheduled backfill, audited as the scheduler's.
+async fn backfill(state: &AppState, name: &str) {
+    let started = Instant::now();
+    let result = state.drivers.ticketing().backfill(name).await;
+    if let Ok((_, ids)) = &result {
+        for id in ids {
+            state.data_changed(id);
+        }
+    }
+    let result = result.map_err(svc_core::Error::from);
+    state
+        .audit
+        .write_outcome(
+            &Actor::scheduler(),
+            Event::new("ticketing.backfill").resource(format!("ticketing:{name}")),
+            started,
+            &result,
+            |e, (done, _)| {
+                e.param("issues", done.issues)
+                    .param("new", done.new)
+                    .param("pages", done.pages)
+            },
+        )
+        .await;
 }

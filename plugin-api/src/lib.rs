@@ -54,6 +54,38 @@ pub trait DriverSettings: serde::de::DeserializeOwned + Default {
     }
 }
 
+/// Splits the `<NAME>_<KEY>` of an override for a named sub-table (what follows
+/// `SVC_<SOURCE_TYPE>_` in the variable, for `[data_source.<source_type>.<name>]`) into the
+/// lower-cased name and the one of `keys` it ends with; None when it ends with none of them.
+pub fn split_named_key<'k>(rest: &str, keys: &[&'k str]) -> Option<(String, &'k str)> {
+    let rest = rest.to_ascii_lowercase();
+    keys.iter().find_map(|key| {
+        let name = rest.strip_suffix(key)?.strip_suffix('_')?;
+        (!name.is_empty()).then(|| (name.to_owned(), *key))
+    })
+}
+
+/// A secret named in a driver's settings by a variable (`<what>_env`) or a file
+/// (`<what>_file`, its first line), read when it is used so it is never kept in the settings;
+/// None when neither is set. Errors name the key, never the secret.
+pub fn read_secret(
+    what: &str,
+    env: Option<&str>,
+    file: Option<&std::path::Path>,
+) -> std::result::Result<Option<String>, String> {
+    if let Some(var) = env {
+        return std::env::var(var)
+            .map(Some)
+            .map_err(|_| format!("{what}_env names {var}, which is not set"));
+    }
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("{what}_file {}: {e}", path.display()))?;
+        return Ok(Some(text.lines().next().unwrap_or("").to_owned()));
+    }
+    Ok(None)
+}
+
 /// Version of this contract. Dynamically loaded drivers state the version they were built
 /// against; the host refuses a library whose version differs.
 pub const PLUGIN_API_VERSION: u32 = 1;

@@ -89,17 +89,11 @@ impl Connection {
 
     /// The password, when one is configured outside the URL.
     pub fn password(&self) -> Result<Option<String>, String> {
-        if let Some(var) = &self.password_env {
-            return std::env::var(var)
-                .map(Some)
-                .map_err(|_| format!("password_env names {var}, which is not set"));
-        }
-        if let Some(path) = &self.password_file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("password_file {}: {e}", path.display()))?;
-            return Ok(Some(text.lines().next().unwrap_or("").to_owned()));
-        }
-        Ok(None)
+        svc_plugin_api::read_secret(
+            "password",
+            self.password_env.as_deref(),
+            self.password_file.as_deref(),
+        )
     }
 }
 
@@ -129,11 +123,7 @@ impl DriverSettings for IntegrationConfig {
     }
 
     fn set_named(&mut self, rest: &str, value: &str) -> Result<bool, String> {
-        let rest = rest.to_ascii_lowercase();
-        let Some((name, key)) = CONNECTION_KEYS.iter().find_map(|key| {
-            let name = rest.strip_suffix(key)?.strip_suffix('_')?;
-            (!name.is_empty()).then_some((name.to_owned(), *key))
-        }) else {
+        let Some((name, key)) = svc_plugin_api::split_named_key(rest, CONNECTION_KEYS) else {
             return Ok(false);
         };
         let connection = self.connections.entry(name).or_insert_with(|| Connection {

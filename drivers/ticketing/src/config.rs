@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
-use svc_plugin_api::DriverSettings;
+use svc_plugin_api::{read_secret, DriverSettings};
 
 /// One issue tracker.
 #[derive(Debug, Clone, Deserialize)]
@@ -88,29 +88,14 @@ impl Default for Connection {
     }
 }
 
-/// A secret named by a variable or a file.
-fn read_secret(
-    what: &str,
-    env: &Option<String>,
-    file: &Option<PathBuf>,
-) -> Result<Option<String>, String> {
-    if let Some(var) = env {
-        return std::env::var(var)
-            .map(Some)
-            .map_err(|_| format!("{what}_env names {var}, which is not set"));
-    }
-    if let Some(path) = file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("{what}_file {}: {e}", path.display()))?;
-        return Ok(Some(text.lines().next().unwrap_or("").to_owned()));
-    }
-    Ok(None)
-}
-
 impl Connection {
     /// The webhook signing secret.
     pub fn secret(&self) -> Result<String, String> {
-        match read_secret("secret", &self.secret_env, &self.secret_file)? {
+        match read_secret(
+            "secret",
+            self.secret_env.as_deref(),
+            self.secret_file.as_deref(),
+        )? {
             Some(s) if !s.is_empty() => Ok(s),
             Some(_) => Err("the webhook secret is empty".into()),
             None => Err("no webhook secret: set secret_env or secret_file".into()),
@@ -119,7 +104,11 @@ impl Connection {
 
     /// The backfill API token, when one is configured.
     pub fn token(&self) -> Result<Option<String>, String> {
-        read_secret("token", &self.token_env, &self.token_file)
+        read_secret(
+            "token",
+            self.token_env.as_deref(),
+            self.token_file.as_deref(),
+        )
     }
 
     /// How often received events are folded into the tables.
@@ -173,11 +162,7 @@ impl DriverSettings for TicketingConfig {
     }
 
     fn set_named(&mut self, rest: &str, value: &str) -> Result<bool, String> {
-        let rest = rest.to_ascii_lowercase();
-        let Some((name, key)) = CONNECTION_KEYS.iter().find_map(|key| {
-            let name = rest.strip_suffix(key)?.strip_suffix('_')?;
-            (!name.is_empty()).then_some((name.to_owned(), *key))
-        }) else {
+        let Some((name, key)) = svc_plugin_api::split_named_key(rest, CONNECTION_KEYS) else {
             return Ok(false);
         };
         let c = self.connections.entry(name).or_default();

@@ -305,24 +305,7 @@ impl TicketingApi {
     )]
     async fn compact(&self, auth: AdminAuth, name: Path<String>) -> ApiResult<Json<CompactResult>> {
         let started = Instant::now();
-        let result = async {
-            let (done, ids) = self.state.drivers.ticketing().compact(&name).await?;
-            for id in &ids {
-                self.state.data_changed(id);
-            }
-            Ok::<_, Error>((done, ids))
-        }
-        .await;
-        self.state
-            .audit
-            .write_outcome(
-                &auth.0.actor,
-                Event::new("ticketing.compact").resource(format!("ticketing:{}", name.0)),
-                started,
-                &result,
-                |e, (done, _)| e.param("events", done.events),
-            )
-            .await;
+        let result = crate::jobs::ticketing::compact(&self.state, &name, &auth.0.actor).await;
         let (done, tables) = result?;
         Ok(Json(CompactResult {
             connection: name.0,
@@ -346,29 +329,7 @@ impl TicketingApi {
         auth: AdminAuth,
         name: Path<String>,
     ) -> ApiResult<Json<BackfillResult>> {
-        let started = Instant::now();
-        let result = async {
-            let (done, ids) = self.state.drivers.ticketing().backfill(&name).await?;
-            for id in &ids {
-                self.state.data_changed(id);
-            }
-            Ok::<_, Error>((done, ids))
-        }
-        .await;
-        self.state
-            .audit
-            .write_outcome(
-                &auth.0.actor,
-                Event::new("ticketing.backfill").resource(format!("ticketing:{}", name.0)),
-                started,
-                &result,
-                |e, (done, _)| {
-                    e.param("issues", done.issues)
-                        .param("new", done.new)
-                        .param("pages", done.pages)
-                },
-            )
-            .await;
+        let result = crate::jobs::ticketing::backfill(&self.state, &name, &auth.0.actor).await;
         let (done, tables) = result?;
         Ok(Json(BackfillResult {
             connection: name.0,

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use svc_core::Error;
+use svc_driver_ticketing::{Backfilled, Compacted};
 use svc_store::audit::{Actor, Event};
 
 use crate::state::AppState;
@@ -26,7 +28,8 @@ pub fn start(state: Arc<AppState>) {
             loop {
                 if next_backfill.is_some_and(|at| Instant::now() >= at) {
                     next_backfill = backfill_every.map(|b| Instant::now() + b);
-                    backfill(&state, &name).await;
+                    // Audited; a failure is in the audit row and the status.
+                    let _ = backfill(&state, &name, &Actor::scheduler()).await;
                 }
                 match ticketing.compact(&name).await {
                     Ok((_, ids)) => {
@@ -50,20 +53,29 @@ pub fn start(state: Arc<AppState>) {
     }
 }
 
-/// One scheduled backfill, audited as the scheduler's.
-async fn backfill(state: &AppState, name: &str) {
+/// Backfills connection `name` for `actor`: the rewritten tables' caches are flushed and the
+/// run audited (`ticketing.backfill`), whoever asked (an admin, or the schedule).
+pub async fn backfill(
+    state: &AppState,
+    name: &str,
+    actor: &Actor,
+) -> Result<(Backfilled, Vec<String>), Error> {
     let started = Instant::now();
-    let result = state.drivers.ticketing().backfill(name).await;
+    let result = state
+        .drivers
+        .ticketing()
+        .backfill(name)
+        .await
+        .map_err(Error::from);
     if let Ok((_, ids)) = &result {
         for id in ids {
             state.data_changed(id);
         }
     }
-    let result = result.map_err(svc_core::Error::from);
     state
         .audit
         .write_outcome(
-            &Actor::scheduler(),
+            actor,
             Event::new("ticketing.backfill").resource(format!("ticketing:{name}")),
             started,
             &result,
@@ -74,4 +86,37 @@ async fn backfill(state: &AppState, name: &str) {
             },
         )
         .await;
+    result
+}
+
+/// Compacts connection `name` now at `actor`'s request, flushing and auditing like
+/// [`backfill`] (`ticketing.compact`; the periodic compactions are not audited).
+pub async fn compact(
+    state: &AppState,
+    name: &str,
+    actor: &Actor,
+) -> Result<(Compacted, Vec<String>), Error> {
+    let started = Instant::now();
+    let result = state
+        .drivers
+        .ticketing()
+        .compact(name)
+        .await
+        .map_err(Error::from);
+    if let Ok((_, ids)) = &result {
+        for id in ids {
+            state.data_changed(id);
+        }
+    }
+    state
+        .audit
+        .write_outcome(
+            actor,
+            Event::new("ticketing.compact").resource(format!("ticketing:{name}")),
+            started,
+            &result,
+            |e, (done, _)| e.param("events", done.events),
+        )
+        .await;
+    result
 }

@@ -462,6 +462,16 @@ fn every_operation_writes_exactly_one_complete_audit_row() {
         &admin,
         "metadata_cache.refresh_all",
     ));
+    // The refresh just started runs in the background; a warmup asked for before it ends is
+    // refused (409), so wait for it (it has no remote tables: quick, unless the machine is busy).
+    let waited = Instant::now();
+    while s.get_json("/api/admin/cache-warmup/status", &admin).1["running"] != false {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the refresh never ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     sw.drive(post(
         "run_cache_warmup",
         "/api/admin/cache-warmup/run",

@@ -53,56 +53,47 @@ pub fn start(state: Arc<AppState>) {
     }
 }
 
-/// Backfills connection `name` for `actor`: the rewritten tables' caches are flushed and the
-/// run audited (`ticketing.backfill`), whoever asked (an admin, or the schedule).
+/// Backfills connection `name` for `actor` (an admin, or the schedule); see [`run`].
 pub async fn backfill(
     state: &AppState,
     name: &str,
     actor: &Actor,
 ) -> Result<(Backfilled, Vec<String>), Error> {
-    let started = Instant::now();
-    let result = state
-        .drivers
-        .ticketing()
-        .backfill(name)
-        .await
-        .map_err(Error::from);
-    if let Ok((_, ids)) = &result {
-        for id in ids {
-            state.data_changed(id);
-        }
-    }
-    state
-        .audit
-        .write_outcome(
-            actor,
-            Event::new("ticketing.backfill").resource(format!("ticketing:{name}")),
-            started,
-            &result,
-            |e, (done, _)| {
-                e.param("issues", done.issues)
-                    .param("new", done.new)
-                    .param("pages", done.pages)
-            },
-        )
-        .await;
-    result
+    let work = state.drivers.ticketing().backfill(name);
+    run(state, name, actor, "ticketing.backfill", work, |e, done| {
+        e.param("issues", done.issues)
+            .param("new", done.new)
+            .param("pages", done.pages)
+    })
+    .await
 }
 
-/// Compacts connection `name` now at `actor`'s request, flushing and auditing like
-/// [`backfill`] (`ticketing.compact`; the periodic compactions are not audited).
+/// Compacts connection `name` now at `actor`'s request (the periodic compactions are not
+/// audited); see [`run`].
 pub async fn compact(
     state: &AppState,
     name: &str,
     actor: &Actor,
 ) -> Result<(Compacted, Vec<String>), Error> {
+    let work = state.drivers.ticketing().compact(name);
+    run(state, name, actor, "ticketing.compact", work, |e, done| {
+        e.param("events", done.events)
+    })
+    .await
+}
+
+/// Runs `work` (which returns the ids of the tables it rewrote), flushes those tables'
+/// caches, and audits it as `action` with what `params` adds on success.
+async fn run<T>(
+    state: &AppState,
+    name: &str,
+    actor: &Actor,
+    action: &str,
+    work: impl std::future::Future<Output = svc_plugin_api::Result<(T, Vec<String>)>>,
+    params: impl FnOnce(Event, &T) -> Event,
+) -> Result<(T, Vec<String>), Error> {
     let started = Instant::now();
-    let result = state
-        .drivers
-        .ticketing()
-        .compact(name)
-        .await
-        .map_err(Error::from);
+    let result = work.await.map_err(Error::from);
     if let Ok((_, ids)) = &result {
         for id in ids {
             state.data_changed(id);
@@ -112,10 +103,10 @@ pub async fn compact(
         .audit
         .write_outcome(
             actor,
-            Event::new("ticketing.compact").resource(format!("ticketing:{name}")),
+            Event::new(action).resource(format!("ticketing:{name}")),
             started,
             &result,
-            |e, (done, _)| e.param("events", done.events),
+            |e, (done, _)| params(e, done),
         )
         .await;
     result

@@ -324,14 +324,38 @@ impl Compactor {
         self.checkpoint = next;
         self.state.issues_dirty = false;
         self.state.comments_dirty = false;
-        done.rows = vec![
-            (TableKind::Events, self.checkpoint.events_rows),
-            (TableKind::Changelog, self.checkpoint.changelog_rows),
-            (TableKind::Comments, self.state.live_comments().len() as u64),
-            (TableKind::Issues, self.state.live_issues().len() as u64),
-        ];
+        done.rows = self.rows();
         self.remove_segments(&all, sealed)?;
         Ok(done)
+    }
+
+    /// Rows per table as of the last compaction.
+    pub fn rows(&self) -> Vec<(TableKind, u64)> {
+        let live = |n: usize| n as u64;
+        vec![
+            (
+                TableKind::Issues,
+                live(
+                    self.state
+                        .issues
+                        .values()
+                        .filter(|s| s.issue.is_some())
+                        .count(),
+                ),
+            ),
+            (
+                TableKind::Comments,
+                live(
+                    self.state
+                        .comments
+                        .values()
+                        .filter(|s| s.row.is_some())
+                        .count(),
+                ),
+            ),
+            (TableKind::Changelog, self.checkpoint.changelog_rows),
+            (TableKind::Events, self.checkpoint.events_rows),
+        ]
     }
 
     fn retention_cutoff(&self, now_ms: i64) -> Option<i64> {

@@ -74,7 +74,7 @@ async fn a_failed_compaction_leaves_whole_tables_and_the_next_one_has_no_duplica
     // Every table is whole and readable (old or new), never half-written.
     assert_eq!(rows(dir.path(), TableKind::Events), 8);
     std::fs::remove_dir_all(&blocker).unwrap();
-    let status = d.tracker("jira").unwrap().status().await;
+    let status = d.tracker("jira").unwrap().status();
     assert!(status.checkpoint.last.unwrap().error.is_some());
 
     // The next compaction replays the same segments: no row twice.
@@ -90,7 +90,7 @@ async fn a_failed_compaction_leaves_whole_tables_and_the_next_one_has_no_duplica
     assert!(matches!(r, Ok(Receipt::Duplicate { .. })), "{r:?}");
     d.compact("jira").await.unwrap();
     assert_eq!(rows(dir.path(), TableKind::Events), 8);
-    assert_eq!(d.tracker("jira").unwrap().status().await.totals.received, 8);
+    assert_eq!(d.tracker("jira").unwrap().status().totals.received, 8);
 }
 
 #[tokio::test]

@@ -133,6 +133,9 @@ pub struct Tracker {
     /// When the oldest pending delivery arrived.
     oldest_pending_ms: Mutex<Option<i64>>,
     compactor: Arc<AsyncMutex<Compactor>>,
+    /// The checkpoint and row counts as of the last compaction, for status reads that must
+    /// not wait for a compaction in progress.
+    published: Mutex<(Checkpoint, Vec<(TableKind, u64)>)>,
 }
 
 impl std::fmt::Debug for Tracker {
@@ -193,6 +196,7 @@ impl Tracker {
             }
         }
         let log = EventLog::open(&paths.log).map_err(io)?;
+        let published = Mutex::new((compactor.checkpoint.clone(), compactor.rows()));
         Ok(Self {
             name: name.to_owned(),
             config,
@@ -209,6 +213,7 @@ impl Tracker {
             compacted: AtomicU64::new(0),
             oldest_pending_ms: Mutex::new(oldest),
             compactor: Arc::new(AsyncMutex::new(compactor)),
+            published,
         })
     }
 
@@ -334,11 +339,18 @@ impl Tracker {
             .map_err(|e| DriverError::internal(format!("sealing the event log: {e}")))?;
         let base = compactor.checkpoint.totals;
         let since = self.counters.snapshot();
-        let done =
-            tokio::task::spawn_blocking(move || compactor.run(sealed, base.plus(since), now_ms()))
-                .await
-                .map_err(|e| DriverError::internal(format!("compaction stopped: {e}")))??;
-        self.take_counted(since);
+        let (done, checkpoint, rows) = tokio::task::spawn_blocking(move || {
+            let done = compactor.run(sealed, base.plus(since), now_ms());
+            (done, compactor.checkpoint.clone(), compactor.rows())
+        })
+        .await
+        .map_err(|e| DriverError::internal(format!("compaction stopped: {e}")))?;
+        let failed = done.is_err();
+        *self.published.lock().expect("published lock") = (checkpoint, rows);
+        let done = done?;
+        if !failed {
+            self.take_counted(since);
+        }
         self.compacted.fetch_add(done.events, Ordering::Relaxed);
         let mut oldest = self.oldest_pending_ms.lock().expect("pending lock");
         *oldest = if self.appended.load(Ordering::Relaxed) > appended_before {
@@ -363,23 +375,9 @@ impl Tracker {
         sub(&self.counters.unknown_events, taken.unknown_events);
     }
 
-    /// Counters and backlog.
-    pub async fn status(&self) -> Status {
-        let compactor = self.compactor.lock().await;
-        let checkpoint = compactor.checkpoint.clone();
-        let rows = vec![
-            (
-                TableKind::Issues,
-                compactor.state.live_issues().len() as u64,
-            ),
-            (
-                TableKind::Comments,
-                compactor.state.live_comments().len() as u64,
-            ),
-            (TableKind::Changelog, checkpoint.changelog_rows),
-            (TableKind::Events, checkpoint.events_rows),
-        ];
-        drop(compactor);
+    /// Counters and backlog (as of the last compaction; never waits for one in progress).
+    pub fn status(&self) -> Status {
+        let (checkpoint, rows) = self.published.lock().expect("published lock").clone();
         let pending = self
             .appended
             .load(Ordering::Relaxed)

@@ -264,7 +264,7 @@ impl TicketingApi {
         name: Path<String>,
     ) -> ApiResult<Json<TicketingStatus>> {
         let tracker = self.state.drivers.ticketing().tracker(&name)?;
-        let s = tracker.status().await;
+        let s = tracker.status();
         let t = s.totals;
         Ok(Json(TicketingStatus {
             connection: name.0.clone(),

@@ -319,15 +319,6 @@ impl Tracker {
         Ok(true)
     }
 
-    /// Counts a delivery refused before it reached the tracker (too large for the server).
-    pub fn count_refused(&self, refused: &Refused) {
-        let c = match refused {
-            Refused::Signature(_) => &self.counters.rejected_signatures,
-            _ => &self.counters.bad_payloads,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// Folds everything logged so far into the tables.
     pub async fn compact(&self) -> Result<Compacted> {
         let mut compactor = self.compactor.clone().lock_owned().await;
@@ -345,12 +336,9 @@ impl Tracker {
         })
         .await
         .map_err(|e| DriverError::internal(format!("compaction stopped: {e}")))?;
-        let failed = done.is_err();
         *self.published.lock().expect("published lock") = (checkpoint, rows);
         let done = done?;
-        if !failed {
-            self.take_counted(since);
-        }
+        self.take_counted(since);
         self.compacted.fetch_add(done.events, Ordering::Relaxed);
         let mut oldest = self.oldest_pending_ms.lock().expect("pending lock");
         *oldest = if self.appended.load(Ordering::Relaxed) > appended_before {

@@ -408,6 +408,25 @@ impl Server {
         (status, body)
     }
 
+    /// Sends only a POST's head, announcing `content_length` body bytes that never come, and
+    /// returns the raw answer. For limits that must refuse before reading the body: a client
+    /// that really sent an oversized body could see its write fail (the server closes early)
+    /// before it reads the 413.
+    pub fn post_head_only(&self, path: &str, headers: &[(&str, &str)], content_length: u64) -> String {
+        use std::io::{Read, Write};
+        let addr = self.base.trim_start_matches("http://");
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        let mut head = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\n");
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str(&format!("Content-Length: {content_length}\r\nConnection: close\r\n\r\n"));
+        tcp.write_all(head.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = tcp.read_to_string(&mut answer);
+        answer
+    }
+
     pub fn get_json(&self, path: &str, token: &str) -> (u16, Value) {
         self.send(self.http.get(self.url(path)).bearer_auth(token))
     }

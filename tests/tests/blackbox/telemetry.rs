@@ -305,20 +305,16 @@ fn bad_uploads_are_refused_and_leave_nothing_behind() {
     assert!(!s.dir.0.join("state/evil.jsonl").exists());
 
     // Over the limit: 413 in the envelope before a byte of the body is read.
-    let addr = s.base.trim_start_matches("http://").to_owned();
-    let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
-    write!(
-        tcp,
-        "POST /api/upload/sessions?name=big.jsonl HTTP/1.1\r\nHost: {addr}\r\n\
-         Authorization: Bearer {ana}\r\nContent-Length: 80000001\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    let _ = tcp.read_to_string(&mut answer);
+    let answer = s.post_head_only(
+        "/api/upload/sessions?name=big.jsonl",
+        &[("Authorization", &format!("Bearer {ana}"))],
+        80_000_001,
+    );
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("SVC_SESSION_UPLOAD_MAX_BYTES"), "{answer}");
 
     // A client that goes away mid-body leaves no file, visible or hidden.
+    let addr = s.base.trim_start_matches("http://").to_owned();
     let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
     write!(
         tcp,

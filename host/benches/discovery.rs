@@ -10,7 +10,6 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +24,7 @@ use svc_store::Store;
 
 mod common;
 
-use common::{percentile, Server};
+use common::{percentile, wrk, Server};
 
 fn write_parquet(path: &Path, min_bytes: u64) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -54,38 +53,6 @@ fn write_parquet(path: &Path, min_bytes: u64) {
         }
     }
     w.close().unwrap();
-}
-
-fn wrk(url: &str, token: &str) -> Option<(String, String)> {
-    let out = Command::new("wrk")
-        .args([
-            "-t2",
-            "-c32",
-            "-d10s",
-            "--latency",
-            "-H",
-            &format!("Authorization: Bearer {token}"),
-            url,
-        ])
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let rps = text
-        .lines()
-        .find(|l| l.starts_with("Requests/sec"))?
-        .split_whitespace()
-        .nth(1)?
-        .to_string();
-    let p99 = text
-        .lines()
-        .find(|l| l.trim_start().starts_with("99%"))?
-        .split_whitespace()
-        .nth(1)?
-        .to_string();
-    if text.contains("Non-2xx") {
-        eprintln!("wrk saw errors:\n{text}");
-    }
-    Some((rps, p99))
 }
 
 /// Times `iterations` uncached samples: each one follows a registry change, which flushes
@@ -157,13 +124,12 @@ fn main() {
     // 1. Cached sample.
     let url = format!("{}/api/v2/sample/orders?n=5", s.base);
     http.get(&url).bearer_auth(&admin).send().unwrap();
-    match wrk(&url, &admin) {
-        Some((rps, p99)) => println!("cached sample (wrk -t2 -c32 10s): {rps} req/s, p99 {p99}"),
+    match wrk(&url, Some(&admin), 32, 0, 10) {
+        Some(l) => println!(
+            "cached sample (wrk -t2 -c32 10s): {:.0} req/s, p99 {:.2} ms (the request_path bench sets it against its floor)",
+            l.rps, l.p99_ms
+        ),
         None => println!("cached sample: wrk not installed, skipped"),
-    }
-    // A peer under the same load: no auth, access check or audit, but one store read.
-    if let Some((rps, p99)) = wrk(&format!("{}/api/health", s.base), &admin) {
-        println!("peer: /api/health (one store read per request) under the same load: {rps} req/s, p99 {p99}");
     }
 
     // 2. Uncached n=100 samples: small file first, then the big one; peak RSS after each.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use moka::sync::Cache;
 
-use crate::api::discovery::{CachedSample, SchemaResponse};
+use crate::api::discovery::{CachedCatalog, CachedSample, SchemaResponse};
 
 /// Schema payloads and sample payloads. (The registry snapshot lives with the access
 /// check, [`svc_auth::access::Access`].)
@@ -18,13 +18,21 @@ pub struct DiscoveryCaches {
     pub sample: Cache<(String, usize), Arc<CachedSample>>,
     /// Local tables' WHERE examples, by file version (a new file is read afresh).
     pub examples: svc_catalog::examples::LocalExamples,
+    /// Catalog bodies by caller view ([`CachedCatalog::key`]): dropped whole by any table's
+    /// flush, and kept at most [`CATALOG_TTL`] for what changes without one (freshness
+    /// labels age, local files change size).
+    pub catalog: Cache<(usize, usize), Arc<CachedCatalog>>,
 }
+
+/// How long a catalog body is served before it is rebuilt.
+pub const CATALOG_TTL: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for DiscoveryCaches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiscoveryCaches")
             .field("schema", &self.schema.entry_count())
             .field("sample", &self.sample.entry_count())
+            .field("catalog", &self.catalog.entry_count())
             .finish()
     }
 }
@@ -42,6 +50,10 @@ impl Default for DiscoveryCaches {
                 .support_invalidation_closures()
                 .build(),
             examples: Default::default(),
+            catalog: Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(CATALOG_TTL)
+                .build(),
         }
     }
 }
@@ -50,6 +62,8 @@ impl DiscoveryCaches {
     /// Drops everything cached about one table.
     pub fn forget_table(&self, table_id: &str) {
         self.schema.invalidate(table_id);
+        // Every caller's catalog lists the table (or might, after the change).
+        self.catalog.invalidate_all();
         let id = table_id.to_string();
         // Only fails when closures are not enabled, which the builder above does.
         let _ = self.sample.invalidate_entries_if(move |(t, _), _| *t == id);

@@ -131,6 +131,7 @@ impl AppState {
         let warmer = MetadataWarmer::new(
             store.clone(),
             drivers.clone(),
+            caches.clone(),
             config.metadata_refresh_concurrency,
         );
         let registry = Registry::new(

@@ -22,6 +22,7 @@ pub use datafusion;
 pub use datafusion::arrow;
 pub use datafusion::arrow::record_batch::RecordBatch;
 pub use datafusion::catalog::TableProvider;
+use datafusion::optimizer::OptimizerRule;
 pub use error::{DriverError, ErrorKind, Result};
 pub use types::{
     type_name, Caller, ColumnInfo, ScanEstimate, ScanSpec, SeedMode, SeededTable, SourceTableInfo,
@@ -173,6 +174,13 @@ pub trait SourceDriver: Send + Sync {
         table: &TableRef,
         caller: &Caller,
     ) -> Result<Arc<dyn TableProvider>>;
+
+    /// Logical optimizer rules the host adds (after DataFusion's own) when a query reads this
+    /// driver's tables: how a driver answers more of a plan than one scan, e.g. an aggregate
+    /// its store computes. A rule must leave plans over other providers untouched.
+    fn optimizer_rules(&self) -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
+        Vec::new()
+    }
 
     /// Metadata for the persistent metadata cache (remote sources).
     async fn refresh_metadata(&self, table: &TableRef) -> Result<TableMetadata> {

@@ -9,6 +9,7 @@
 //! `svc_sessions` and `svc_audit` are store tables; `svc_telemetry`'s events are parquet
 //! segments, one per session file ([`events`]), whose list the store keeps.
 
+mod aggregate;
 pub mod events;
 mod provider;
 #[cfg(test)]
@@ -19,8 +20,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sqlx::{AnyPool, Row};
+use svc_plugin_api::datafusion::optimizer::OptimizerRule;
 use svc_plugin_api::datafusion::prelude::SessionContext;
 
+pub use aggregate::AggregatePushdown;
 pub use events::EventSegments;
 pub use provider::{can_push, InternalProvider, Param, ScanSql};
 pub use rows::StoreColumn;
@@ -311,6 +314,10 @@ impl SourceDriver for InternalDriver {
         )
         .map_err(DriverError::internal)?;
         Ok(vec![scan.fetch_batch(&self.pool, &columns).await?])
+    }
+
+    fn optimizer_rules(&self) -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
+        vec![Arc::new(AggregatePushdown)]
     }
 
     async fn table_provider(

@@ -66,6 +66,41 @@ impl ScanSql {
         limit: Option<usize>,
         postgres: bool,
     ) -> Result<Self, String> {
+        let select = if select.is_empty() {
+            // Only the row count is needed (e.g. count(*)).
+            "1 AS one".to_owned()
+        } else {
+            select
+                .iter()
+                .map(|c| format!("\"{}\"", c.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut scan = Self::select(
+            table,
+            table_columns,
+            &select,
+            row_filter,
+            predicates,
+            postgres,
+        )?;
+        if let Some(n) = limit {
+            scan.sql.push_str(&format!(" LIMIT {n}"));
+        }
+        Ok(scan)
+    }
+
+    /// `SELECT <select> FROM <backing> WHERE <row filter> AND <predicates>`: the one place the
+    /// row filter is written, always as the first condition, so every statement built for a
+    /// caller (scans, samples, pushed aggregates) carries it.
+    pub(crate) fn select(
+        table: &InternalTable,
+        table_columns: &[StoreColumn],
+        select: &str,
+        row_filter: Option<&(&'static str, String)>,
+        predicates: &[Expr],
+        postgres: bool,
+    ) -> Result<Self, String> {
         let mut params = Vec::new();
         let mut conditions = Vec::new();
         if let Some((column, value)) = row_filter {
@@ -77,23 +112,10 @@ impl ScanSql {
                 .ok_or_else(|| format!("predicate {p} cannot run in the store"))?;
             conditions.push(sql);
         }
-        let select = if select.is_empty() {
-            // Only the row count is needed (e.g. count(*)).
-            "1 AS one".to_owned()
-        } else {
-            select
-                .iter()
-                .map(|c| format!("\"{}\"", c.name))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let mut sql = format!("SELECT {select} FROM {}", table.backing_table);
         if !conditions.is_empty() {
             sql.push_str(" WHERE ");
             sql.push_str(&conditions.join(" AND "));
-        }
-        if let Some(n) = limit {
-            sql.push_str(&format!(" LIMIT {n}"));
         }
         Ok(Self { sql, params })
     }
@@ -253,7 +275,7 @@ fn bind(value: &ScalarValue, column: &StoreColumn, params: &mut Vec<Param>) -> O
 }
 
 /// An internal table as seen by one caller.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct InternalProvider {
     pool: AnyPool,
     postgres: bool,
@@ -284,6 +306,44 @@ impl InternalProvider {
     }
 }
 
+impl InternalProvider {
+    /// The backing table's columns.
+    pub(crate) fn columns(&self) -> &[StoreColumn] {
+        &self.columns
+    }
+
+    /// Whether the store is PostgreSQL (else SQLite).
+    pub(crate) fn postgres(&self) -> bool {
+        self.postgres
+    }
+
+    /// The store's pool.
+    pub(crate) fn pool(&self) -> AnyPool {
+        self.pool.clone()
+    }
+
+    /// How the store takes `filter`: exactly, or not at all.
+    pub(crate) fn pushdown(&self, filter: &Expr) -> TableProviderFilterPushDown {
+        if can_push(filter, &self.columns, self.postgres) {
+            TableProviderFilterPushDown::Exact
+        } else {
+            TableProviderFilterPushDown::Unsupported
+        }
+    }
+
+    /// `SELECT <select>` over this caller's rows matching `filters` (see [`ScanSql::select`]).
+    pub(crate) fn select(&self, select: &str, filters: &[Expr]) -> Result<ScanSql, String> {
+        ScanSql::select(
+            self.table,
+            &self.columns,
+            select,
+            self.row_filter.as_ref(),
+            filters,
+            self.postgres,
+        )
+    }
+}
+
 #[async_trait::async_trait]
 impl TableProvider for InternalProvider {
     fn schema(&self) -> SchemaRef {
@@ -298,16 +358,7 @@ impl TableProvider for InternalProvider {
         &self,
         filters: &[&Expr],
     ) -> svc_plugin_api::datafusion::common::Result<Vec<TableProviderFilterPushDown>> {
-        Ok(filters
-            .iter()
-            .map(|f| {
-                if can_push(f, &self.columns, self.postgres) {
-                    TableProviderFilterPushDown::Exact
-                } else {
-                    TableProviderFilterPushDown::Unsupported
-                }
-            })
-            .collect())
+        Ok(filters.iter().map(|f| self.pushdown(f)).collect())
     }
 
     async fn scan(
@@ -331,31 +382,52 @@ impl TableProvider for InternalProvider {
             self.postgres,
         )
         .map_err(DataFusionError::Internal)?;
-        let partition = Arc::new(StoreScan {
-            pool: self.pool.clone(),
-            schema: rows::schema(&columns),
+        StoreScan::plan(
+            self.pool.clone(),
+            rows::schema(&columns),
             columns,
             scan,
-        });
-        let schema = partition.schema.clone();
-        Ok(Arc::new(StreamingTableExec::try_new(
-            schema,
-            vec![partition],
             None,
-            Vec::new(),
-            false,
-            limit,
-        )?))
+        )
     }
 }
 
 /// One streamed SELECT.
 #[derive(Debug)]
-struct StoreScan {
+pub(crate) struct StoreScan {
     pool: AnyPool,
+    /// The batches' schema: the columns' own, or one that types them more narrowly (a
+    /// count is never null).
     schema: SchemaRef,
     columns: Vec<StoreColumn>,
     scan: ScanSql,
+}
+
+impl StoreScan {
+    /// The plan streaming `scan`'s rows, read as `columns` into batches of `schema`, keeping
+    /// the `projection` of them.
+    pub(crate) fn plan(
+        pool: AnyPool,
+        schema: SchemaRef,
+        columns: Vec<StoreColumn>,
+        scan: ScanSql,
+        projection: Option<&Vec<usize>>,
+    ) -> svc_plugin_api::datafusion::common::Result<Arc<dyn ExecutionPlan>> {
+        let partition = Arc::new(Self {
+            pool,
+            schema: schema.clone(),
+            columns,
+            scan,
+        });
+        Ok(Arc::new(StreamingTableExec::try_new(
+            schema,
+            vec![partition],
+            projection,
+            Vec::new(),
+            false,
+            None,
+        )?))
+    }
 }
 
 impl PartitionStream for StoreScan {
@@ -368,6 +440,7 @@ impl PartitionStream for StoreScan {
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 2);
         let tx = builder.tx();
         let (pool, columns, scan) = (self.pool.clone(), self.columns.clone(), self.scan.clone());
+        let schema = self.schema.clone();
         builder.spawn(async move {
             let mut stream = scan.query().fetch(&pool);
             let mut chunk = Vec::with_capacity(BATCH_ROWS);
@@ -379,6 +452,7 @@ impl PartitionStream for StoreScan {
                 }
                 if (done && !chunk.is_empty()) || chunk.len() == BATCH_ROWS {
                     let batch = rows::to_batch(&columns, &chunk)
+                        .and_then(|b| rows::retype(b, &schema))
                         .map_err(|e| DataFusionError::External(Box::new(e)))?;
                     chunk.clear();
                     if tx.send(Ok(batch)).await.is_err() {

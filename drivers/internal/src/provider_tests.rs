@@ -270,3 +270,152 @@ fn predicates_are_pushed_only_when_the_store_agrees_and_literals_are_bound() {
         "SELECT 1 AS one FROM audit_log WHERE \"action\" >= $1"
     );
 }
+
+/// Rows of `sql` for `who`, and whether the store answered an aggregate (`pushdown` adds the
+/// driver's optimizer rule, as the engine does).
+async fn run_aggregate(
+    store: &Store,
+    who: &Caller,
+    sql: &str,
+    pushdown: bool,
+) -> (Vec<Vec<String>>, bool) {
+    let driver = InternalDriver::new(
+        store.pool.clone(),
+        store.postgres,
+        std::path::Path::new("/nonexistent"),
+    );
+    let provider = driver.table_provider(&audit_table(), who).await.unwrap();
+    let mut state =
+        svc_plugin_api::datafusion::execution::SessionStateBuilder::new().with_default_features();
+    if pushdown {
+        for rule in driver.optimizer_rules() {
+            state = state.with_optimizer_rule(rule);
+        }
+    }
+    let ctx = SessionContext::new_with_state(state.build());
+    ctx.register_table("svc_audit", provider).unwrap();
+    let df = ctx.sql(sql).await.unwrap();
+    let plan = df.clone().into_optimized_plan().unwrap();
+    let pushed = plan
+        .display_indent()
+        .to_string()
+        .contains("store_aggregate");
+    let batches = df.collect().await.unwrap();
+    let mut rows = Vec::new();
+    for b in &batches {
+        for r in 0..b.num_rows() {
+            rows.push(
+                b.columns()
+                    .iter()
+                    .map(|c| {
+                        svc_plugin_api::arrow::util::display::array_value_to_string(c, r).unwrap()
+                    })
+                    .collect(),
+            );
+        }
+    }
+    (rows, pushed)
+}
+
+#[tokio::test]
+async fn aggregates_run_in_the_store_behind_the_row_filter_and_agree_with_datafusion() {
+    for s in stores().await {
+        // A row of nulls: counts of a column skip it, min/max/sum ignore it, groups keep it.
+        sqlx::query(
+            "INSERT INTO audit_log VALUES ('r9', 'u2', NULL, NULL, NULL), \
+             ('r10', 'u1', 'B', '2026-11-05T10:00:00Z', 1)",
+        )
+        .execute(&s.pool)
+        .await
+        .unwrap();
+        let admin = caller("admin", true);
+        let u1 = caller("u1", false);
+        let cases: &[(&Caller, &str, bool)] = &[
+            (&admin, "SELECT count(*) FROM svc_audit", true),
+            (&u1, "SELECT count(*) FROM svc_audit", true),
+            (
+                &admin,
+                "SELECT user_id, count(*), count(action), min(duration_ms), max(action), \
+                 sum(duration_ms), min(timestamp) FROM svc_audit GROUP BY user_id ORDER BY user_id",
+                true,
+            ),
+            // Text order is byte order ('B' < 'a'), whatever the database's locale says.
+            (&admin, "SELECT min(action), max(action) FROM svc_audit", true),
+            (
+                &admin,
+                "SELECT action, count(user_id) AS n FROM svc_audit WHERE duration_ms > 6 \
+                 GROUP BY action HAVING count(*) >= 1 ORDER BY action NULLS FIRST",
+                true,
+            ),
+            (
+                &admin,
+                "SELECT action, count(*) FROM svc_audit GROUP BY action ORDER BY action NULLS FIRST",
+                true,
+            ),
+            // A predicate naming other users cannot widen the row filter of a pushed aggregate.
+            (
+                &u1,
+                "SELECT count(*), sum(duration_ms), max(action) FROM svc_audit \
+                 WHERE user_id = 'u2' OR action = 'z'",
+                true,
+            ),
+            (
+                &u1,
+                "SELECT user_id, count(*) FROM svc_audit GROUP BY user_id ORDER BY user_id",
+                true,
+            ),
+            // Not the store's to answer: DataFusion does, and the answers agree.
+            (&admin, "SELECT count(*) FROM svc_audit WHERE upper(action) = 'A'", false),
+            (&admin, "SELECT avg(duration_ms) FROM svc_audit", false),
+            (&admin, "SELECT sum(duration_ms) FILTER (WHERE action = 'a') FROM svc_audit", false),
+            (&admin, "SELECT count(*) FROM (SELECT * FROM svc_audit LIMIT 2)", false),
+            (
+                &admin,
+                "SELECT length(action), count(*) FROM svc_audit GROUP BY length(action) \
+                 ORDER BY 1 NULLS FIRST",
+                false,
+            ),
+            (&admin, "SELECT count(DISTINCT user_id) FROM svc_audit", true),
+        ];
+        for (who, sql, expect_pushed) in cases {
+            let (plain, pushed_without) = run_aggregate(&s, who, sql, false).await;
+            let (got, pushed) = run_aggregate(&s, who, sql, true).await;
+            assert!(!pushed_without);
+            assert_eq!(got, plain, "postgres={} {sql}", s.postgres);
+            assert_eq!(pushed, *expect_pushed, "postgres={} {sql}", s.postgres);
+        }
+        // The answers themselves, not only their agreement.
+        let (rows, _) = run_aggregate(
+            &s,
+            &u1,
+            "SELECT count(*), sum(duration_ms), max(action) FROM svc_audit \
+             WHERE user_id = 'u2' OR action = 'z'",
+            true,
+        )
+        .await;
+        assert_eq!(rows, [["0", "", ""]]);
+        let (rows, _) = run_aggregate(
+            &s,
+            &admin,
+            "SELECT user_id, count(*), count(action), min(duration_ms), max(action), \
+             sum(duration_ms) FROM svc_audit GROUP BY user_id ORDER BY user_id",
+            true,
+        )
+        .await;
+        assert_eq!(
+            rows,
+            [
+                ["u1", "4", "4", "1", "c", "556"],
+                ["u2", "3", "2", "7", "z", "77"]
+            ]
+        );
+        let (rows, _) = run_aggregate(
+            &s,
+            &admin,
+            "SELECT min(action), max(action) FROM svc_audit",
+            true,
+        )
+        .await;
+        assert_eq!(rows, [["B", "z"]]);
+    }
+}

@@ -106,3 +106,13 @@ pub fn to_batch(columns: &[StoreColumn], rows: &[AnyRow]) -> Result<RecordBatch>
 fn decode(column: &str) -> impl Fn(sqlx::Error) -> DriverError + '_ {
     move |e| DriverError::internal(format!("state store column {column}: {e}"))
 }
+
+/// `batch` under `schema` (same columns, possibly narrower nullability); as is when equal.
+pub fn retype(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    if batch.schema_ref() == schema {
+        return Ok(batch);
+    }
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(schema.clone(), batch.columns().to_vec(), &options)
+        .map_err(|e| DriverError::internal(format!("building rows: {e}")))
+}

@@ -6,7 +6,7 @@
 //!
 //! The check runs before any cache of table data, on two in-memory views of the store: the
 //! registry snapshot (dropped by every registry change, [`Access::forget_registry`]) and each
-//! caller's granted table ids, kept at most [`IDENTITY_TTL`] and dropped at once by every
+//! caller's granted table ids (and groups, for `/api/me`), kept at most [`IDENTITY_TTL`] and dropped at once by every
 //! grant, group or membership change made through this server ([`Access::forget_grants`]). A change made by another process takes
 //! effect within that bound, like identities. A table id missing from the snapshot is looked
 //! up in the store, so a table registered elsewhere is never reported missing.
@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use moka::sync::Cache;
 use svc_core::{Error, Result};
+use svc_store::groups::Group;
 use svc_store::registry::RegistryRow;
 use svc_store::Store;
 
@@ -57,6 +58,7 @@ pub struct Access {
     store: Store,
     registry: Cache<(), Arc<RegistrySnapshot>>,
     grants: Cache<String, Arc<HashSet<String>>>,
+    groups: Cache<String, Arc<Vec<Group>>>,
 }
 
 impl std::fmt::Debug for Access {
@@ -80,6 +82,10 @@ impl Access {
                 .max_capacity(100_000)
                 .time_to_live(IDENTITY_TTL)
                 .build(),
+            groups: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(IDENTITY_TTL)
+                .build(),
         }
     }
 
@@ -88,9 +94,23 @@ impl Access {
         self.registry.invalidate_all();
     }
 
-    /// Drops every caller's grant set (a grant, group or membership change).
+    /// Drops every caller's grant set and group list (a grant, group or membership change).
     pub fn forget_grants(&self) {
         self.grants.invalidate_all();
+        self.groups.invalidate_all();
+    }
+
+    /// The groups the caller belongs to, system groups first; cached like grant sets.
+    pub async fn groups_of(&self, caller: &Caller) -> Result<Arc<Vec<Group>>> {
+        let user_id = &caller.user.id;
+        let hit = self.groups.get(user_id);
+        svc_metrics::Cache::Grants.lookup(hit.is_some());
+        if let Some(hit) = hit {
+            return Ok(hit);
+        }
+        let groups = Arc::new(self.store.groups_of_user(user_id).await?);
+        self.groups.insert(user_id.clone(), groups.clone());
+        Ok(groups)
     }
 
     /// The registry snapshot: cached, or read from the store.

@@ -98,11 +98,20 @@ impl Server {
     }
 
     pub fn peak_rss_kib(&self) -> u64 {
+        self.status_kib("VmHWM:")
+    }
+
+    /// Resident memory now.
+    pub fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    fn status_kib(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();
         status
             .lines()
-            .find(|l| l.starts_with("VmHWM:"))
+            .find(|l| l.starts_with(field))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
@@ -119,4 +128,97 @@ impl Drop for Server {
 /// The value at fraction `p` (0–1) of ascending samples.
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// What `wrk` measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    /// Requests per second.
+    pub rps: f64,
+    /// 99th percentile latency, milliseconds.
+    pub p99_ms: f64,
+    /// Non-2xx answers and socket errors.
+    pub errors: u64,
+}
+
+/// Runs `wrk -t2 -c<connections>` against `url` for `seconds` (after `warmup` seconds of the
+/// same load, not measured); None when wrk is not installed.
+pub fn wrk(
+    url: &str,
+    token: Option<&str>,
+    connections: u32,
+    warmup: u32,
+    seconds: u32,
+) -> Option<Load> {
+    let run = |secs: u32| {
+        let mut cmd = Command::new("wrk");
+        cmd.args([
+            "-t2",
+            &format!("-c{connections}"),
+            &format!("-d{secs}s"),
+            "--latency",
+        ]);
+        if let Some(t) = token {
+            cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        cmd.arg(url).output().ok()
+    };
+    if warmup > 0 {
+        run(warmup)?;
+    }
+    let out = run(seconds)?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let field = |prefix: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(prefix))
+            .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+    };
+    let rps = field("Requests/sec")?.parse().ok()?;
+    let p99 = field("99%")?;
+    let p99_ms = if let Some(us) = p99.strip_suffix("us") {
+        us.parse::<f64>().ok()? / 1e3
+    } else if let Some(ms) = p99.strip_suffix("ms") {
+        ms.parse().ok()?
+    } else {
+        p99.strip_suffix('s')?.parse::<f64>().ok()? * 1e3
+    };
+    let errors = text
+        .lines()
+        .filter(|l| l.contains("Non-2xx") || l.contains("Socket errors"))
+        .flat_map(|l| l.split(|c: char| !c.is_ascii_digit()))
+        .filter_map(|n| n.parse::<u64>().ok())
+        .sum();
+    Some(Load {
+        rps,
+        p99_ms,
+        errors,
+    })
+}
+
+/// The machine's CPU time counters (`/proc/stat`): (steal, total) in ticks.
+pub fn cpu_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (fields.get(7).copied().unwrap_or(0), fields.iter().sum())
+}
+
+/// Steal since `since` (an earlier [`cpu_ticks`]), in percent of all CPU time.
+pub fn steal_since(since: (u64, u64)) -> f64 {
+    let now = cpu_ticks();
+    let total = now.1.saturating_sub(since.1).max(1);
+    100.0 * now.0.saturating_sub(since.0) as f64 / total as f64
+}
+
+/// Median, min and max of samples.
+pub fn spread(samples: &[f64]) -> (f64, f64, f64) {
+    let mut s = samples.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (s[s.len() / 2], s[0], s[s.len() - 1])
 }

@@ -351,7 +351,7 @@ mod tests {
             drivers.clone(),
             AuditWriter::start(store.clone()),
             Arc::default(),
-            MetadataWarmer::new(store, drivers, 1),
+            MetadataWarmer::new(store, drivers, Arc::default(), 1),
         );
         let flushed = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let count = Arc::new(AtomicUsize::new(0));

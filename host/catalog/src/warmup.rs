@@ -10,6 +10,7 @@ use futures::StreamExt;
 use svc_plugin_api::ErrorKind;
 use svc_store::Store;
 
+use crate::caches::CacheHooks;
 use crate::drivers::Drivers;
 
 /// What a re-warm did, for logs and tests.
@@ -168,17 +169,25 @@ pub struct Subscription {
 pub struct MetadataWarmer {
     store: Store,
     drivers: Drivers,
+    /// Flushed for a table whose metadata changed (the catalog shows it).
+    caches: Arc<CacheHooks>,
     concurrency: usize,
     running: Arc<AtomicBool>,
     progress: Arc<Progress>,
 }
 
 impl MetadataWarmer {
-    /// A warmer over the store and drivers the server uses.
-    pub fn new(store: Store, drivers: Drivers, concurrency: usize) -> Self {
+    /// A warmer over the store, drivers and cache hooks the server uses.
+    pub fn new(
+        store: Store,
+        drivers: Drivers,
+        caches: Arc<CacheHooks>,
+        concurrency: usize,
+    ) -> Self {
         Self {
             store,
             drivers,
+            caches,
             concurrency: concurrency.max(1),
             running: Arc::new(AtomicBool::new(false)),
             progress: Arc::new(Progress {
@@ -304,7 +313,7 @@ impl MetadataWarmer {
         let Some(driver) = self.drivers.get(&row.source_type) else {
             return Rewarm::Skipped;
         };
-        match driver.refresh_metadata(&row.table_ref()).await {
+        let outcome = match driver.refresh_metadata(&row.table_ref()).await {
             Ok(metadata) => match self.store.save_metadata(table_id, &metadata).await {
                 Ok(()) => Rewarm::Refreshed,
                 Err(e) => Rewarm::Failed(format!("state store: {e}")),
@@ -319,6 +328,10 @@ impl MetadataWarmer {
                 }
                 Rewarm::Failed(e.message)
             }
+        };
+        if !matches!(outcome, Rewarm::Skipped) {
+            self.caches.forget_table(table_id);
         }
+        outcome
     }
 }

@@ -361,6 +361,8 @@ pub enum Cache {
     Registry,
     /// Each user's granted tables.
     Grants,
+    /// Catalog bodies per caller view.
+    Catalog,
 }
 
 impl Cache {
@@ -371,6 +373,7 @@ impl Cache {
             Self::Identity => "identity",
             Self::Registry => "registry",
             Self::Grants => "grants",
+            Self::Catalog => "catalog",
         }
     }
 

@@ -22,6 +22,7 @@ use svc_plugin_api::datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use svc_plugin_api::datafusion::execution::SessionStateBuilder;
 use svc_plugin_api::datafusion::execution::SessionStateDefaults;
 use svc_plugin_api::datafusion::logical_expr::LogicalPlan;
+use svc_plugin_api::datafusion::optimizer::OptimizerRule;
 use svc_plugin_api::datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
 use svc_plugin_api::ScanSpec;
 
@@ -246,7 +247,16 @@ impl Engine {
             self.guard_remote(&reads).await?;
         }
 
-        let ctx = context(limits, &self.file_metadata)?;
+        // Each driver read adds its own rules once (the internal driver's aggregate push-down).
+        let mut source_types: Vec<&str> = tables.iter().map(|t| t.source_type.as_str()).collect();
+        source_types.sort_unstable();
+        source_types.dedup();
+        let rules = source_types
+            .into_iter()
+            .filter_map(|t| self.drivers.get(t))
+            .flat_map(|d| d.optimizer_rules())
+            .collect();
+        let ctx = context(limits, &self.file_metadata, rules)?;
         let who: svc_plugin_api::Caller = caller.into();
         for row in &tables {
             let driver = self.drivers.get(&row.source_type).ok_or_else(|| {
@@ -443,8 +453,12 @@ pub fn file_metadata_cache() -> Arc<FileMetadataCache> {
 
 /// A fresh context: only the tables registered next, identifiers as written (registry ids
 /// are case-sensitive), a memory pool of its own, the shared parquet metadata cache, and the
-/// string-keyed partial aggregate.
-fn context(limits: QueryLimits, file_metadata: &Arc<FileMetadataCache>) -> Result<SessionContext> {
+/// string-keyed partial aggregate, plus the optimizer `rules` of the drivers read.
+fn context(
+    limits: QueryLimits,
+    file_metadata: &Arc<FileMetadataCache>,
+    rules: Vec<Arc<dyn OptimizerRule + Send + Sync>>,
+) -> Result<SessionContext> {
     let mut config = SessionConfig::new()
         .with_information_schema(false)
         .with_default_catalog_and_schema("svc", "public");
@@ -460,12 +474,17 @@ fn context(limits: QueryLimits, file_metadata: &Arc<FileMetadataCache>) -> Resul
     let budget = limits.memory_bytes / 8;
     let mut planners = vec![bounded::planner(budget)];
     planners.extend(SessionStateDefaults::default_expr_planners());
-    let state = SessionStateBuilder::new()
-        .with_config(config)
-        .with_runtime_env(runtime)
-        .with_default_features()
-        .with_expr_planners(planners)
-        .with_physical_optimizer_rule(Arc::new(StringKeyAggregation))
+    let state = rules
+        .into_iter()
+        .fold(
+            SessionStateBuilder::new()
+                .with_config(config)
+                .with_runtime_env(runtime)
+                .with_default_features()
+                .with_expr_planners(planners)
+                .with_physical_optimizer_rule(Arc::new(StringKeyAggregation)),
+            |builder, rule| builder.with_optimizer_rule(rule),
+        )
         .build();
     let ctx = SessionContext::new_with_state(state);
     bounded::install(&ctx, budget);
@@ -592,7 +611,7 @@ mod tests {
         w.write(&batch).unwrap();
         w.close().unwrap();
 
-        let ctx = context(QueryLimits::default(), &file_metadata_cache()).unwrap();
+        let ctx = context(QueryLimits::default(), &file_metadata_cache(), Vec::new()).unwrap();
         ctx.register_parquet("t", path.to_str().unwrap(), Default::default())
             .await
             .unwrap();

@@ -5,6 +5,7 @@
 //! (403), and only then a cache or the driver — a cached answer is never served to a caller
 //! who fails the check.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,9 +13,10 @@ use chrono::Utc;
 use poem::Body;
 use poem_openapi::param::{Header, Path, Query};
 use poem_openapi::payload::{Binary, Json};
+use poem_openapi::types::ToJSON;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::{json, Value};
-use svc_auth::access;
+use svc_auth::access::{self, RegistrySnapshot};
 use svc_auth::Caller;
 use svc_catalog::examples::{self, Dialect};
 use svc_core::{Error, ErrorKind};
@@ -120,6 +122,64 @@ pub struct SchemaResponse {
     pub(crate) clustered_by: Vec<String>,
     /// Dialect hints for writing WHERE clauses (empty for the default dialect).
     pub(crate) where_dialect_hints: Value,
+}
+
+/// A caller's catalog rows, encoded once, as cached and served.
+pub struct CachedCatalog {
+    /// Tables visible to the caller, in catalog order.
+    pub rows: Vec<CatalogRow>,
+    /// `rows` as a JSON array.
+    tables_json: bytes::Bytes,
+    /// The views the rows were built from, held so that no other snapshot can take their
+    /// addresses (the cache key) while this entry lives.
+    views: (Arc<RegistrySnapshot>, Option<Arc<HashSet<String>>>),
+}
+
+impl std::fmt::Debug for CachedCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CachedCatalog({} rows)", self.rows.len())
+    }
+}
+
+impl CachedCatalog {
+    /// The cache key of a caller's view: the registry snapshot and the caller's grant set
+    /// (none for administrators) by identity. Any registry or access change replaces one of
+    /// them, so a body built before the change is never found under the new key.
+    fn key(
+        registry: &Arc<RegistrySnapshot>,
+        readable: Option<&Arc<HashSet<String>>>,
+    ) -> (usize, usize) {
+        (
+            Arc::as_ptr(registry) as usize,
+            readable.map_or(0, |r| Arc::as_ptr(r) as usize),
+        )
+    }
+
+    /// Whether this body was built from exactly these views.
+    fn built_from(
+        &self,
+        registry: &Arc<RegistrySnapshot>,
+        readable: Option<&Arc<HashSet<String>>>,
+    ) -> bool {
+        Arc::ptr_eq(&self.views.0, registry)
+            && match (&self.views.1, readable) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+
+    /// The `GET /api/v2/catalog` body at `server_time`, from the encoded rows.
+    fn body(&self, server_time: &str) -> EncodedJson<Catalog> {
+        let time = serde_json::to_string(server_time).expect("strings encode");
+        let mut out = Vec::with_capacity(self.tables_json.len() + time.len() + 32);
+        out.extend_from_slice(b"{\"tables\":");
+        out.extend_from_slice(&self.tables_json);
+        out.extend_from_slice(b",\"server_time\":");
+        out.extend_from_slice(time.as_bytes());
+        out.push(b'}');
+        EncodedJson::from_encoded(out.into())
+    }
 }
 
 /// A sample encoded once, as cached and served.
@@ -281,16 +341,35 @@ impl DiscoveryApi {
         out
     }
 
-    async fn catalog_inner(&self, caller: &Caller) -> ApiResult<Vec<CatalogRow>> {
+    /// The caller's catalog: built once per view of the registry and grants (see
+    /// [`CachedCatalog::key`]) and served from memory until a flush or [`crate::discovery::CATALOG_TTL`].
+    async fn catalog_inner(&self, caller: &Caller) -> ApiResult<Arc<CachedCatalog>> {
         let registry = self.state.access.registry().await?;
         let readable = self.state.access.readable_ids(caller).await?;
+        let key = CachedCatalog::key(&registry, readable.as_ref());
+        let cache = &self.state.discovery.catalog;
+        let hit = cache
+            .get(&key)
+            .filter(|c| c.built_from(&registry, readable.as_ref()));
+        svc_metrics::Cache::Catalog.lookup(hit.is_some());
+        if let Some(hit) = hit {
+            return Ok(hit);
+        }
         let metadata = self.state.store.all_metadata().await?;
-        Ok(registry
+        let rows: Vec<CatalogRow> = registry
             .rows()
             .iter()
             .filter(|r| access::is_visible(r, readable.as_deref()))
             .map(|r| self.catalog_row(r, metadata.get(&r.id)))
-            .collect())
+            .collect();
+        let tables_json = serde_json::to_vec(&rows.to_json()).expect("JSON values always encode");
+        let built = Arc::new(CachedCatalog {
+            rows,
+            tables_json: tables_json.into(),
+            views: (registry, readable),
+        });
+        cache.insert(key, built.clone());
+        Ok(built)
     }
 
     async fn schema_inner(
@@ -357,10 +436,10 @@ impl DiscoveryApi {
 
     /// Writes the audit row for a table operation, success or failure.
     /// The catalog for a caller, audited as `catalog.list` (the API's and the page's).
-    pub(crate) async fn catalog_for(&self, caller: &Caller) -> ApiResult<Vec<CatalogRow>> {
+    pub(crate) async fn catalog_for(&self, caller: &Caller) -> ApiResult<Arc<CachedCatalog>> {
         let started = Instant::now();
         let result = self.catalog_inner(caller).await;
-        let rows = result.as_ref().ok().map(Vec::len);
+        let rows = result.as_ref().ok().map(|c| c.rows.len());
         let event = Event::new("catalog.list").resource("catalog");
         self.audit(caller, event, started, &result, rows).await;
         result
@@ -437,15 +516,9 @@ impl DiscoveryApi {
     /// Tables the caller can read (internal tables for everyone), with size and freshness
     /// hints. Remote rows are enriched only from the metadata cache.
     #[oai(path = "/api/v2/catalog", method = "get", operation_id = "get_catalog")]
-    async fn catalog(&self, auth: BearerAuth) -> ApiResult<Json<Catalog>> {
-        let result = self.catalog_for(&auth.0).await;
-        let server_time = svc_core::clock::now();
-        result.map(|tables| {
-            Json(Catalog {
-                tables,
-                server_time,
-            })
-        })
+    async fn catalog(&self, auth: BearerAuth) -> ApiResult<EncodedJson<Catalog>> {
+        let catalog = self.catalog_for(&auth.0).await?;
+        Ok(catalog.body(&svc_core::clock::now()))
     }
 
     /// A table's columns.

@@ -41,6 +41,14 @@ impl<T: ToJSON> EncodedJson<T> {
         &self.bytes
     }
 
+    /// Bytes already encoded from a `T` (assembled from encoded parts).
+    pub fn from_encoded(bytes: bytes::Bytes) -> Self {
+        Self {
+            bytes,
+            _body: PhantomData,
+        }
+    }
+
     /// Encodes `value` once.
     pub fn new(value: &T) -> Self {
         let bytes = serde_json::to_vec(&value.to_json()).expect("JSON values always encode");

@@ -1,16 +1,63 @@
 //! `GET /api/health` — unauthenticated liveness with versions.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
-use svc_store::CURRENT_SCHEMA_VERSION;
+use svc_store::{Store, CURRENT_SCHEMA_VERSION};
 
 use super::{Tag, VERSION};
 use crate::state::AppState;
 
 pub struct HealthApi {
-    pub state: Arc<AppState>,
+    state: Arc<AppState>,
+    probe: SchemaProbe,
+}
+
+impl HealthApi {
+    pub fn new(state: Arc<AppState>) -> Self {
+        Self {
+            state,
+            probe: SchemaProbe::default(),
+        }
+    }
+}
+
+/// How long a store reading answers health checks: a load balancer polling many times a
+/// second costs the store one query per second, and an outage shows within a second.
+const PROBE_TTL: Duration = Duration::from_secs(1);
+
+/// The store's schema version, read at most once per [`PROBE_TTL`].
+#[derive(Default)]
+struct SchemaProbe {
+    /// When it was last read, and what it said (None: unreadable).
+    last: Mutex<Option<(Instant, Option<i64>)>>,
+    /// Held by the one request re-reading it; the others answer with the last reading.
+    reading: tokio::sync::Mutex<()>,
+}
+
+impl SchemaProbe {
+    async fn version(&self, store: &Store) -> Option<i64> {
+        let last = *self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let _reading = match last {
+            Some((at, version)) if at.elapsed() < PROBE_TTL => return version,
+            Some((_, version)) => match self.reading.try_lock() {
+                Ok(guard) => guard,
+                Err(_) => return version,
+            },
+            // Nothing read yet: wait for the first reading rather than guess.
+            None => self.reading.lock().await,
+        };
+        if let Some((at, version)) = *self.last.lock().unwrap_or_else(|p| p.into_inner()) {
+            if at.elapsed() < PROBE_TTL {
+                return version;
+            }
+        }
+        let version = store.schema_version().await.ok();
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), version));
+        version
+    }
 }
 
 /// Service health.
@@ -59,7 +106,7 @@ impl HealthApi {
         operation_id = "get_health"
     )]
     async fn health(&self) -> HealthResponse {
-        let schema = self.state.store.schema_version().await.ok();
+        let schema = self.probe.version(&self.state.store).await;
         let healthy = schema == Some(CURRENT_SCHEMA_VERSION);
         let body = Json(Health {
             status: if healthy { "ok" } else { "unhealthy" }.into(),

@@ -137,13 +137,13 @@ impl MeApi {
     )]
     async fn me(&self, auth: BearerAuth) -> ApiResult<Json<Me>> {
         let c = auth.0;
-        let groups = self.state.store.groups_of_user(&c.user.id).await?;
+        let groups = self.state.access.groups_of(&c).await?;
         Ok(Json(Me {
             id: c.user.id,
             email: c.user.email,
             name: c.user.name,
             is_admin: c.is_admin,
-            groups: groups.into_iter().map(GroupRef::from).collect(),
+            groups: groups.iter().cloned().map(GroupRef::from).collect(),
             token_type: match c.token_type {
                 TokenType::Session => "session",
                 TokenType::Pat => "pat",

@@ -254,9 +254,7 @@ type Apis = (
 fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
     let apis = (
         (
-            health::HealthApi {
-                state: state.clone(),
-            },
+            health::HealthApi::new(state.clone()),
             auth::AuthApi {
                 state: state.clone(),
             },

@@ -182,7 +182,7 @@ impl Tools {
             .collect();
         let mut lines = vec!["id,bucket,mode,size,freshness,description".to_owned()];
         let mut count = 0;
-        for row in &rows {
+        for row in &rows.rows {
             let row_bucket = buckets.get(row.id.as_str()).copied().flatten();
             if bucket.as_deref().is_some_and(|b| Some(b) != row_bucket) {
                 continue;
@@ -494,6 +494,7 @@ impl ServerHandler for Tools {
             .await
             .map_err(|e| ErrorData::internal_error(e.0.to_string(), None))?;
         let resources = rows
+            .rows
             .iter()
             .map(|row| {
                 let mut r = Resource::new(format!("svc://table/{}", row.id), row.id.clone())

@@ -92,7 +92,7 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
     };
     let mut business: Vec<(String, &CatalogRow)> = Vec::new();
     let mut internal = Vec::new();
-    for row in rows.iter().filter(|r| matches(r)) {
+    for row in rows.rows.iter().filter(|r| matches(r)) {
         if row.query_mode == "internal" {
             internal.push(entry(row));
             continue;

@@ -265,6 +265,94 @@ fn grants_decide_visibility_and_a_cached_sample_never_outlives_a_revoke() {
     }
 }
 
+/// Catalog bodies are cached per caller view; under load, each grant change and registry
+/// change shows in the very next catalog, and one caller's body never reaches another.
+#[test]
+fn cached_catalogs_follow_grants_and_registry_changes_under_load() {
+    let s = Server::start();
+    let admin = s.admin_token();
+    write_parquet(&s.dir.0, "local", "orders", 10, "o");
+    register(&s, &admin, json!({"id": "orders", "source_type": "local"}));
+    let ana = s.user_token("ana@example.com", false);
+    let bob = s.user_token("bob@example.com", false);
+    let (_, group) = s.post_json("/api/admin/groups", &admin, &json!({"name": "analysts"}));
+    let group_id = group["id"].as_str().unwrap().to_string();
+    let (status, _) = s.post_json(
+        &format!("/api/admin/groups/{group_id}/members"),
+        &admin,
+        &json!({"email": "ana@example.com"}),
+    );
+    assert!(status < 300, "{status}");
+    let catalog = |token: &str| {
+        let (status, cat) = s.get_json("/api/v2/catalog", token);
+        assert_eq!(status, 200, "{cat}");
+        assert!(cat["server_time"].as_str().is_some(), "{cat}");
+        cat["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["id"].as_str().unwrap().to_string(),
+                    t["description"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let sees_orders = |token: &str| catalog(token).iter().any(|(id, _)| id == "orders");
+
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let load: Vec<_> = [ana.as_str(), bob.as_str(), admin.as_str()]
+            .into_iter()
+            .map(|token| {
+                let (stop, catalog, bob) = (&stop, &catalog, bob.as_str());
+                scope.spawn(move || {
+                    let mut served = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let ids = catalog(token);
+                        if token == bob {
+                            assert!(ids.iter().all(|(id, _)| id != "orders"), "{ids:?}");
+                        }
+                        served += 1;
+                    }
+                    served
+                })
+            })
+            .collect();
+        for round in 0..8 {
+            let (status, g) = s.post_json(
+                "/api/admin/grants",
+                &admin,
+                &json!({"group_id": group_id, "resource_id": "orders"}),
+            );
+            assert_eq!(status, 201, "{g}");
+            assert!(sees_orders(&ana), "round {round}: granted, not listed");
+            let grant_id = g["id"].as_str().unwrap();
+            assert_eq!(
+                s.delete(&format!("/api/admin/grants/{grant_id}"), &admin).0,
+                204
+            );
+            assert!(!sees_orders(&ana), "round {round}: revoked, still listed");
+            let description = format!("round {round}");
+            let (status, _) = s.put_json(
+                "/api/admin/registry/orders",
+                &admin,
+                &json!({ "description": description }),
+            );
+            assert_eq!(status, 200);
+            assert!(
+                catalog(&admin).contains(&("orders".into(), description.clone())),
+                "round {round}: old description served"
+            );
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for l in load {
+            assert!(l.join().unwrap() > 0);
+        }
+    });
+}
+
 #[test]
 fn registry_changes_flush_cached_samples_and_schemas() {
     let s = Server::start();

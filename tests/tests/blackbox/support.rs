@@ -412,7 +412,12 @@ impl Server {
     /// returns the raw answer. For limits that must refuse before reading the body: a client
     /// that really sent an oversized body could see its write fail (the server closes early)
     /// before it reads the 413.
-    pub fn post_head_only(&self, path: &str, headers: &[(&str, &str)], content_length: u64) -> String {
+    pub fn post_head_only(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        content_length: u64,
+    ) -> String {
         use std::io::{Read, Write};
         let addr = self.base.trim_start_matches("http://");
         let mut tcp = std::net::TcpStream::connect(addr).unwrap();
@@ -420,7 +425,9 @@ impl Server {
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
-        head.push_str(&format!("Content-Length: {content_length}\r\nConnection: close\r\n\r\n"));
+        head.push_str(&format!(
+            "Content-Length: {content_length}\r\nConnection: close\r\n\r\n"
+        ));
         tcp.write_all(head.as_bytes()).unwrap();
         let mut answer = String::new();
         let _ = tcp.read_to_string(&mut answer);

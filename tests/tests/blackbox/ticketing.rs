@@ -206,7 +206,10 @@ fn signed_webhooks_are_kept_once_survive_a_kill_and_fold_into_tables() {
     // 20 MB announced: refused before a byte of it is read.
     let answer = s.post_head_only(
         "/api/webhooks/ticketing/jira",
-        &[("Content-Type", "application/json"), ("X-Hub-Signature", &sign(b"x"))],
+        &[
+            ("Content-Type", "application/json"),
+            ("X-Hub-Signature", &sign(b"x")),
+        ],
         20 << 20,
     );
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");

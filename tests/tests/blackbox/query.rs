@@ -176,6 +176,14 @@ fn internal_tables_answer_only_the_callers_rows_and_stay_apart() {
         .map(|r| r[0].as_str().unwrap())
         .collect();
     assert_eq!(users, [ana_id.as_str()], "{body}");
+    // That aggregate ran in the store (behind the same row filter), not over fetched rows.
+    let (status, body) = s.post_json(
+        "/api/query",
+        &ana,
+        &json!({"sql": "EXPLAIN SELECT user_id, count(*) AS n FROM svc_audit GROUP BY user_id"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.to_string().contains("store_aggregate"), "{body}");
 
     let (status, body) = s.post_json(
         "/api/query",

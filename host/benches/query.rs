@@ -421,7 +421,6 @@ fn main() {
     }
     drop(s);
 
-    drop(s);
     if wanted("internal") {
         internal_aggregates(&dir.join("internal"), &http);
     }

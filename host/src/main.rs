@@ -13,11 +13,7 @@ use svc_host::state::AppState;
 use svc_store as store;
 use svc_store::audit::Actor;
 
-// DataFusion allocates and frees large column buffers for every batch it decodes; the
-// system allocator returns them to the kernel and faults them back in each time, mimalloc
-// keeps them.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+mod allocator;
 
 /// svc-server — data access and observability for analysts and their AI agents.
 #[derive(Parser, Debug)]

@@ -368,11 +368,21 @@ pub fn app(
     metrics: Option<svc_metrics::Exporter>,
 ) -> impl Endpoint<Output = Response> {
     let svc = service(&state);
+    // The document is generated once, for the route names and as `/api/openapi.json`'s body.
+    let spec = bytes::Bytes::from(svc.spec());
     let routes = Arc::new(crate::ops::metrics::RouteTemplates::from_openapi(
-        &svc.spec(),
+        std::str::from_utf8(&spec).unwrap_or_default(),
     ));
-    let spec = svc.spec_endpoint();
-    let docs = svc.swagger_ui();
+    let spec = poem::endpoint::make_sync(move |_| {
+        Response::builder()
+            .content_type("application/json; charset=utf-8")
+            .body(spec.clone())
+    });
+    // The docs page carries the whole Swagger UI bundle (about 2 MB): built on first visit.
+    let docs = {
+        let state = state.clone();
+        Lazy::new(move || service(&state).swagger_ui().map_to_response().boxed())
+    };
     let max_body = state.config.max_body_bytes;
     let trust_proxy = state.config.trust_proxy;
     let body_deadline = connections.limits().request_read;
@@ -611,4 +621,31 @@ fn client_ip(req: &Request, trust_proxy: bool) -> Option<IpAddr> {
         }
     }
     req.remote_addr().as_socket_addr().map(|a| a.ip())
+}
+
+/// An endpoint built on its first request and kept: for pages few visit that are costly to
+/// hold from the start.
+struct Lazy<F> {
+    make: F,
+    built: std::sync::OnceLock<poem::endpoint::BoxEndpoint<'static, Response>>,
+}
+
+impl<F> Lazy<F> {
+    fn new(make: F) -> Self {
+        Self {
+            make,
+            built: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+impl<F> Endpoint for Lazy<F>
+where
+    F: Fn() -> poem::endpoint::BoxEndpoint<'static, Response> + Send + Sync,
+{
+    type Output = Response;
+
+    async fn call(&self, req: Request) -> poem::Result<Response> {
+        self.built.get_or_init(&self.make).call(req).await
+    }
 }

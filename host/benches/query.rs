@@ -427,6 +427,9 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The count with a target.
+const COUNT: &str = "SELECT count(*) AS n FROM svc_audit";
+
 /// Part 3: aggregates over 1,000,000 audit rows, answered by the store (admin and a
 /// non-admin whose row filter admits 1% of them).
 fn internal_aggregates(dir: &Path, http: &Client) {
@@ -437,11 +440,13 @@ fn internal_aggregates(dir: &Path, http: &Client) {
         t.elapsed().as_secs_f64()
     );
     let s = Server::start(dir);
+    // The seeded analyst means no first administrator was made at start.
+    s.cli(&["users", "create", "--email", "admin@localhost", "--admin"]);
     let admin = s.cli(&["tokens", "create", "--email", "admin@localhost"]);
     let analyst = s.cli(&["tokens", "create", "--email", "analyst@example.com"]);
     for (who, token, sql) in [
-        ("admin", &admin, "SELECT count(*) AS n FROM svc_audit"),
-        ("non-admin", &analyst, "SELECT count(*) AS n FROM svc_audit"),
+        ("admin", &admin, COUNT),
+        ("non-admin", &analyst, COUNT),
         (
             "admin",
             &admin,
@@ -469,10 +474,11 @@ fn internal_aggregates(dir: &Path, http: &Client) {
         }
         times.sort_by(|a, b| a.partial_cmp(b).unwrap());
         println!(
-            "svc_audit, 1,000,000 rows, {who}: {sql} → {first}: p50 {:.1} ms, min {:.1}, max {:.1} (target ≤ 50 ms)",
+            "svc_audit, 1,000,000 rows, {who}: {sql} → {first}: p50 {:.1} ms, min {:.1}, max {:.1}{}",
             percentile(&times, 0.5),
             times[0],
             times[times.len() - 1],
+            if sql == COUNT { " (target ≤ 50 ms)" } else { "" },
         );
     }
 }

@@ -106,7 +106,8 @@ impl Server {
         self.status_kib("VmRSS:")
     }
 
-    fn status_kib(&self, field: &str) -> u64 {
+    /// A `/proc/<pid>/status` field, in KiB.
+    pub fn status_kib(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();
         status
@@ -216,9 +217,15 @@ pub fn steal_since(since: (u64, u64)) -> f64 {
     100.0 * now.0.saturating_sub(since.0) as f64 / total as f64
 }
 
-/// Median, min and max of samples.
+/// Median (the mean of the middle two of an even count), min and max of samples.
 pub fn spread(samples: &[f64]) -> (f64, f64, f64) {
     let mut s = samples.to_vec();
     s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    (s[s.len() / 2], s[0], s[s.len() - 1])
+    let n = s.len();
+    let median = if n % 2 == 0 {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    } else {
+        s[n / 2]
+    };
+    (median, s[0], s[n - 1])
 }

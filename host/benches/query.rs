@@ -33,7 +33,6 @@ use svc_plugin_api::datafusion::prelude::SessionContext;
 use svc_plugin_api::RecordBatch;
 use svc_query::format::Format;
 use svc_store::audit::AuditRecord;
-use svc_store::Store;
 
 const QUERIES: [(&str, &str); 3] = [
     (
@@ -263,16 +262,8 @@ impl Drop for DuckDb {
 }
 
 fn seed_audit(dir: &Path, rows: usize, share: usize) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (rt, store, user) = common::store_with_analyst(dir);
     rt.block_on(async {
-        let store = Store::open(&svc_store::default_sqlite_url(dir))
-            .await
-            .unwrap();
-        store.seed_system_groups().await.unwrap();
-        let user = store
-            .create_user("analyst@example.com", None, None)
-            .await
-            .unwrap();
         let mut batch = Vec::with_capacity(10_000);
         for i in 0..rows {
             batch.push(AuditRecord {

@@ -29,7 +29,6 @@ use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
 use svc_plugin_api::datafusion::parquet::arrow::ArrowWriter;
 use svc_plugin_api::RecordBatch;
 use svc_store::registry::{QueryMode, RegistryRow};
-use svc_store::Store;
 
 /// Tables registered besides `orders` (the catalog lists these, `orders` and the three
 /// internal tables: 204).
@@ -103,16 +102,8 @@ fn write_orders(path: &Path) {
 /// A store with `orders`, 200 more tables, and an analyst whose group is granted half.
 fn seed(dir: &Path) {
     write_orders(&dir.join("extracts/local/data/orders.parquet"));
-    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (rt, store, user) = common::store_with_analyst(dir);
     rt.block_on(async {
-        let store = Store::open(&svc_store::default_sqlite_url(dir))
-            .await
-            .unwrap();
-        store.seed_system_groups().await.unwrap();
-        let user = store
-            .create_user("analyst@example.com", None, None)
-            .await
-            .unwrap();
         let group = store.create_group("analysts", None, "bench").await.unwrap();
         store
             .add_member(&group.id, &user.id, "admin", "bench")

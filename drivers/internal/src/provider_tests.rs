@@ -121,8 +121,13 @@ async fn run(store: &Store, who: &Caller, sql: &str) -> Vec<Vec<String>> {
     let ctx = SessionContext::new();
     ctx.register_table("svc_audit", provider).unwrap();
     let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    rows_of(&batches)
+}
+
+/// Every cell as text, row by row.
+fn rows_of(batches: &[svc_plugin_api::RecordBatch]) -> Vec<Vec<String>> {
     let mut rows = Vec::new();
-    for b in &batches {
+    for b in batches {
         for r in 0..b.num_rows() {
             rows.push(
                 b.columns()
@@ -301,20 +306,7 @@ async fn run_aggregate(
         .to_string()
         .contains("store_aggregate");
     let batches = df.collect().await.unwrap();
-    let mut rows = Vec::new();
-    for b in &batches {
-        for r in 0..b.num_rows() {
-            rows.push(
-                b.columns()
-                    .iter()
-                    .map(|c| {
-                        svc_plugin_api::arrow::util::display::array_value_to_string(c, r).unwrap()
-                    })
-                    .collect(),
-            );
-        }
-    }
-    (rows, pushed)
+    (rows_of(&batches), pushed)
 }
 
 #[tokio::test]

@@ -229,3 +229,27 @@ pub fn spread(samples: &[f64]) -> (f64, f64, f64) {
     };
     (median, s[0], s[n - 1])
 }
+
+/// A new SQLite store in `dir` with its system groups and the user `analyst@example.com`,
+/// with the runtime to go on using it on.
+pub fn store_with_analyst(
+    dir: &Path,
+) -> (
+    tokio::runtime::Runtime,
+    svc_store::Store,
+    svc_store::users::User,
+) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (store, user) = rt.block_on(async {
+        let store = svc_store::Store::open(&svc_store::default_sqlite_url(dir))
+            .await
+            .unwrap();
+        store.seed_system_groups().await.unwrap();
+        let user = store
+            .create_user("analyst@example.com", None, None)
+            .await
+            .unwrap();
+        (store, user)
+    });
+    (rt, store, user)
+}

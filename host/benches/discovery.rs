@@ -20,7 +20,6 @@ use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema};
 use svc_plugin_api::datafusion::parquet::arrow::ArrowWriter;
 use svc_plugin_api::RecordBatch;
 use svc_store::registry::{QueryMode, RegistryRow};
-use svc_store::Store;
 
 mod common;
 
@@ -153,16 +152,8 @@ fn main() {
 
     // 3. Catalog at scale for a non-admin.
     let dir2 = dir.join("catalog");
-    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (rt, store, user) = common::store_with_analyst(&dir2);
     rt.block_on(async {
-        let store = Store::open(&svc_store::default_sqlite_url(&dir2))
-            .await
-            .unwrap();
-        store.seed_system_groups().await.unwrap();
-        let user = store
-            .create_user("analyst@example.com", None, None)
-            .await
-            .unwrap();
         for t in 0..1000 {
             let row = RegistryRow {
                 id: format!("table_{t:04}"),

@@ -304,9 +304,7 @@ impl InternalProvider {
             row_filter,
         }
     }
-}
 
-impl InternalProvider {
     /// The backing table's columns.
     pub(crate) fn columns(&self) -> &[StoreColumn] {
         &self.columns

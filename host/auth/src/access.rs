@@ -104,7 +104,7 @@ impl Access {
     pub async fn groups_of(&self, caller: &Caller) -> Result<Arc<Vec<Group>>> {
         let user_id = &caller.user.id;
         let hit = self.groups.get(user_id);
-        svc_metrics::Cache::Grants.lookup(hit.is_some());
+        svc_metrics::Cache::Groups.lookup(hit.is_some());
         if let Some(hit) = hit {
             return Ok(hit);
         }

@@ -361,6 +361,8 @@ pub enum Cache {
     Registry,
     /// Each user's granted tables.
     Grants,
+    /// Each user's groups (`/api/me`).
+    Groups,
     /// Catalog bodies per caller view.
     Catalog,
 }
@@ -373,6 +375,7 @@ impl Cache {
             Self::Identity => "identity",
             Self::Registry => "registry",
             Self::Grants => "grants",
+            Self::Groups => "groups",
             Self::Catalog => "catalog",
         }
     }

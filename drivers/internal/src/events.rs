@@ -46,6 +46,9 @@ use svc_plugin_api::datafusion::physical_plan::empty::EmptyExec;
 use svc_plugin_api::datafusion::physical_plan::ExecutionPlan;
 use svc_plugin_api::{DriverError, RecordBatch, Result, TableProvider};
 
+/// A segment being written ([`EventSegments::create`]).
+pub type SegmentWriter = AtomicParquet;
+
 /// Where the segments live, under the data directory.
 pub const DIR: &str = "telemetry/usage_events";
 
@@ -118,10 +121,15 @@ impl EventSegments {
         Ok(self.dir.join(name))
     }
 
-    /// Writes `batch` (of [`schema`]) as the segment `name`, durably and whole; returns
-    /// the bytes written.
+    /// Starts the segment `name` (of [`schema`]): batches are appended to a hidden file that
+    /// becomes the segment, durably and whole, on commit, or goes if it is dropped first.
+    pub fn create(&self, name: &str) -> Result<SegmentWriter> {
+        AtomicParquet::create(&self.path(name)?, schema())
+    }
+
+    /// Writes `batch` as the segment `name` in one go; returns the bytes written.
     pub fn write(&self, name: &str, batch: &RecordBatch) -> Result<u64> {
-        let mut file = AtomicParquet::create(&self.path(name)?, schema())?;
+        let mut file = self.create(name)?;
         file.write(batch)?;
         Ok(file.commit()?.bytes)
     }

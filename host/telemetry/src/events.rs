@@ -1,6 +1,6 @@
-//! Usage events as they leave the extractor: one Arrow batch per file for its segment
-//! (the internal driver's `events` module owns the format and the directory), and the
-//! file's per-day counts for the store's rollups.
+//! Usage events as they leave the extractor: Arrow batches for the file's segment (the
+//! internal driver's `events` module owns the format and the directory), and the file's
+//! per-day counts and time span, kept as the chunks go by.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -105,44 +105,87 @@ pub fn to_batch(events: &[UsageEvent]) -> RecordBatch {
     RecordBatch::try_new(schema(), columns).expect("events match the segment schema")
 }
 
-/// The file's events counted per (day, session, tool, source, plugin); `user_key` names
-/// the owner for distinct-user counts.
-pub fn daily(events: &[UsageEvent], user_key: &str) -> Vec<DailyUsage> {
-    type Key<'a> = (&'a str, &'a str, Option<&'a str>, &'a str, Option<&'a str>);
-    let mut counts: BTreeMap<Key<'_>, (i64, i64)> = BTreeMap::new();
-    for e in events {
-        let day = e.occurred_at.get(..10).unwrap_or(&e.occurred_at);
-        let key = (
-            day,
-            e.session_id.as_str(),
-            e.tool_name.as_deref(),
-            e.source.as_str(),
-            e.ref_id.as_deref(),
-        );
-        let c = counts.entry(key).or_default();
-        c.0 += 1;
-        c.1 += i64::from(e.is_error);
-    }
-    counts
-        .into_iter()
-        .map(
-            |((day, session_id, tool, source, ref_id), (invocations, error_count))| DailyUsage {
-                session_file: events[0].session_file.clone(),
-                day: day.to_owned(),
-                session_id: session_id.to_owned(),
-                user_key: user_key.to_owned(),
-                tool_name: tool.map(str::to_owned),
-                source: source.to_owned(),
-                ref_id: ref_id.map(str::to_owned),
-                invocations,
-                error_count,
-            },
-        )
-        .collect()
+/// A file's events counted per (day, session, tool, source, plugin), and their time span,
+/// accumulated chunk by chunk: its size is the number of distinct keys, not of events.
+#[derive(Debug, Default)]
+pub struct FileCounts {
+    counts: BTreeMap<DailyKey, (i64, i64)>,
+    first_at: Option<String>,
+    last_at: Option<String>,
 }
 
-/// The earliest and latest event times.
-pub fn span(events: &[UsageEvent]) -> (Option<String>, Option<String>) {
-    let times = events.iter().map(|e| &e.occurred_at);
-    (times.clone().min().cloned(), times.max().cloned())
+/// (day, session, tool, source, plugin).
+type DailyKey = (String, String, Option<String>, String, Option<String>);
+
+impl FileCounts {
+    /// Counts a chunk of one file's events.
+    pub fn add(&mut self, events: &[UsageEvent]) {
+        // Counted under borrowed keys first, so a key is copied once a chunk, not per event.
+        type Borrowed<'a> = (&'a str, &'a str, Option<&'a str>, &'a str, Option<&'a str>);
+        let mut chunk: BTreeMap<Borrowed<'_>, (i64, i64)> = BTreeMap::new();
+        for e in events {
+            let day = e.occurred_at.get(..10).unwrap_or(&e.occurred_at);
+            let key = (
+                day,
+                e.session_id.as_str(),
+                e.tool_name.as_deref(),
+                e.source.as_str(),
+                e.ref_id.as_deref(),
+            );
+            let c = chunk.entry(key).or_default();
+            c.0 += 1;
+            c.1 += i64::from(e.is_error);
+        }
+        for ((day, session, tool, source, ref_id), (n, errors)) in chunk {
+            let key = (
+                day.to_owned(),
+                session.to_owned(),
+                tool.map(str::to_owned),
+                source.to_owned(),
+                ref_id.map(str::to_owned),
+            );
+            let c = self.counts.entry(key).or_default();
+            c.0 += n;
+            c.1 += errors;
+        }
+        let times = events.iter().map(|e| &e.occurred_at);
+        if let Some(first) = times.clone().min() {
+            if self.first_at.as_ref().is_none_or(|f| first < f) {
+                self.first_at = Some(first.clone());
+            }
+        }
+        if let Some(last) = times.max() {
+            if self.last_at.as_ref().is_none_or(|l| last > l) {
+                self.last_at = Some(last.clone());
+            }
+        }
+    }
+
+    /// The earliest and latest event times.
+    pub fn span(&self) -> (Option<String>, Option<String>) {
+        (self.first_at.clone(), self.last_at.clone())
+    }
+
+    /// The per-day rows of the file `session_file`; `user_key` names the owner for
+    /// distinct-user counts.
+    pub fn daily(self, session_file: &str, user_key: &str) -> Vec<DailyUsage> {
+        self.counts
+            .into_iter()
+            .map(
+                |((day, session_id, tool_name, source, ref_id), (invocations, error_count))| {
+                    DailyUsage {
+                        session_file: session_file.to_owned(),
+                        day,
+                        session_id,
+                        user_key: user_key.to_owned(),
+                        tool_name,
+                        source,
+                        ref_id,
+                        invocations,
+                        error_count,
+                    }
+                },
+            )
+            .collect()
+    }
 }

@@ -1,5 +1,7 @@
-//! One session file → usage events and a session summary (reference §4.3–4.5), in one
-//! streaming pass.
+//! One session file → usage events and a session summary (reference §4.3–4.5), streamed:
+//! after a first pass collects the file's error flags ([`crate::errors`]), events are handed
+//! to the caller in chunks as lines are read. What stays for the whole file is small: a
+//! 32-byte identity per event (duplicates are dropped) and a time per line.
 //!
 //! Departures from the reference, on purpose: an unparseable or missing timestamp takes the
 //! file's last good time (then its first, then the file's mtime), never "now"; the summary's
@@ -8,7 +10,7 @@
 //! not the tool-result turns that echo tool output back.
 
 use std::collections::{HashMap, HashSet};
-use std::io::BufRead;
+use std::io::{BufRead, Seek, SeekFrom};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -29,6 +31,9 @@ const ACTIVE_GAP_SECONDS: i64 = 600;
 
 /// Problems kept per file (all are counted).
 const MAX_PROBLEMS: usize = 20;
+
+/// Events handed on at a time, at most: a few megabytes of them.
+const CHUNK_EVENTS: usize = 8192;
 
 /// What kind of usage an event records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -73,11 +78,11 @@ pub struct Problem {
     pub problem: String,
 }
 
-/// Everything one file yielded.
+/// Everything one file yielded besides its events, which went to the caller's sink.
 #[derive(Debug, Clone)]
 pub struct Extracted {
-    /// Its events, de-duplicated by identity.
-    pub events: Vec<UsageEvent>,
+    /// Events handed on (after de-duplication by identity).
+    pub events: u64,
     /// Its summary.
     pub summary: SessionSummary,
     /// Lines read (blank ones included).
@@ -122,6 +127,54 @@ struct Pending {
     at: Option<DateTime<Utc>>,
 }
 
+/// Why an extraction stopped.
+#[derive(Debug)]
+pub enum Failure<E> {
+    /// The file could not be read.
+    Read(std::io::Error),
+    /// The sink refused a chunk of events.
+    Sink(E),
+}
+
+/// The summary's counts over the events handed on so far.
+#[derive(Default)]
+struct Tally {
+    events: u64,
+    tool_calls: i64,
+    tool_errors: i64,
+    skills: i64,
+    subagents: i64,
+    mcp_calls: i64,
+    slash_commands: i64,
+    tools: HashSet<String>,
+    skill_names: HashSet<String>,
+}
+
+impl Tally {
+    fn add(&mut self, e: &UsageEvent) {
+        self.events += 1;
+        if let Some(tool) = &e.tool_name {
+            self.tool_calls += 1;
+            self.tool_errors += i64::from(e.is_error);
+            if !self.tools.contains(tool) {
+                self.tools.insert(tool.clone());
+            }
+        }
+        if let Some(skill) = &e.skill_name {
+            self.skills += 1;
+            if !self.skill_names.contains(skill) {
+                self.skill_names.insert(skill.clone());
+            }
+        }
+        match e.event_type.as_str() {
+            "subagent" => self.subagents += 1,
+            "mcp_call" => self.mcp_calls += 1,
+            "slash_command" => self.slash_commands += 1,
+            _ => {}
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     session_id: Option<String>,
@@ -129,7 +182,11 @@ struct State {
     first_good: Option<DateTime<Utc>>,
     last_good: Option<DateTime<Utc>>,
     pending: Vec<Pending>,
+    /// From the first pass: every call some line marks as failed.
     errored: HashSet<String>,
+    /// Identities handed on (digests: a file's duplicates are dropped).
+    seen: HashSet<[u8; 32]>,
+    tally: Tally,
     models: HashMap<String, u64>,
     user_messages: i64,
     assistant_messages: i64,
@@ -184,22 +241,8 @@ fn turn(state: &mut State, t: Turn<'_>) {
     }
     let at = at.or(state.last_good);
     let kind = t.kind.as_deref().unwrap_or_default();
-    // Error flags may arrive on any turn, before or after the call they answer.
-    if kind == "tool_use_result" && t.is_error.0 {
-        if let Some(id) = owned(&t.tool_use_id) {
-            state.errored.insert(id);
-        }
-    }
+    // Error flags were collected by the first pass (crate::errors).
     let message = t.message.unwrap_or_default();
-    if let Content::Blocks(blocks) = &message.content {
-        for b in blocks {
-            if b.kind.as_deref() == Some("tool_result") && b.is_error.0 {
-                if let Some(id) = owned(&b.tool_use_id) {
-                    state.errored.insert(id);
-                }
-            }
-        }
-    }
     let base = |state: &State| Pending {
         kind: EventType::ToolUse,
         uuid: owned(&t.uuid),
@@ -305,7 +348,7 @@ fn turn(state: &mut State, t: Turn<'_>) {
 /// file's key. The prefix is ours: without it two files naming the same session id (one
 /// user's copy, or another user's forgery) would share ids, and the first stored would
 /// silently win the other's events.
-fn identity(session_file: &str, session_id: &str, e: &Pending) -> String {
+fn identity(session_file: &str, session_id: &str, e: &Pending) -> [u8; 32] {
     let mut h = Sha256::new();
     for (i, part) in [
         Some(session_file),
@@ -324,7 +367,7 @@ fn identity(session_file: &str, session_id: &str, e: &Pending) -> String {
         }
         h.update(part.unwrap_or_default().as_bytes());
     }
-    hex::encode(h.finalize())
+    h.finalize().into()
 }
 
 fn active_seconds(times: &mut [i64]) -> i64 {
@@ -344,17 +387,28 @@ fn active_seconds(times: &mut [i64]) -> i64 {
     (total + prev - start) / 1_000_000
 }
 
-fn finish(mut s: State, cx: &Context<'_>, lines: u64, bytes: u64, hash: String) -> Extracted {
+/// Turns the pending events into finished ones and hands them to `sink`. Before the end of
+/// the file this waits until nothing about them can change: the session id and a good time
+/// (the fallback of events seen before any) must be known; error flags already are.
+fn hand_on<E>(
+    s: &mut State,
+    cx: &Context<'_>,
+    at_end: bool,
+    sink: &mut impl FnMut(&[UsageEvent]) -> Result<(), E>,
+) -> Result<(), E> {
+    let settled = s.session_id.is_some() && s.first_good.is_some();
+    if s.pending.is_empty() || !(at_end || settled) {
+        return Ok(());
+    }
     let session_id = s
         .session_id
         .clone()
         .unwrap_or_else(|| cx.session_file.to_owned());
     let fallback = s.first_good.unwrap_or(cx.mtime);
-    let mut seen = HashSet::new();
     let mut events = Vec::with_capacity(s.pending.len());
     for p in s.pending.drain(..) {
         let id = identity(cx.session_file, &session_id, &p);
-        if !seen.insert(id.clone()) {
+        if !s.seen.insert(id) {
             continue;
         }
         let (source, ref_id) = cx.attribution.attribute(
@@ -362,8 +416,8 @@ fn finish(mut s: State, cx: &Context<'_>, lines: u64, bytes: u64, hash: String) 
             p.subagent.as_deref(),
             p.command.as_deref(),
         );
-        events.push(UsageEvent {
-            id,
+        let event = UsageEvent {
+            id: hex::encode(id),
             session_id: session_id.clone(),
             session_file: cx.session_file.to_owned(),
             username: cx.owner.username.clone(),
@@ -383,12 +437,21 @@ fn finish(mut s: State, cx: &Context<'_>, lines: u64, bytes: u64, hash: String) 
             occurred_at: format_ts(p.at.unwrap_or(fallback)),
             processor_version: PROCESSOR_VERSION,
             extracted_at: cx.extracted_at.to_owned(),
-        });
+        };
+        s.tally.add(&event);
+        events.push(event);
     }
-    let count = |f: &dyn Fn(&UsageEvent) -> bool| events.iter().filter(|e| f(e)).count() as i64;
-    let distinct = |f: &dyn Fn(&UsageEvent) -> Option<&str>| {
-        events.iter().filter_map(f).collect::<HashSet<_>>().len() as i64
-    };
+    if events.is_empty() {
+        return Ok(());
+    }
+    sink(&events)
+}
+
+fn finish(mut s: State, cx: &Context<'_>, lines: u64, bytes: u64, hash: String) -> Extracted {
+    let session_id = s
+        .session_id
+        .clone()
+        .unwrap_or_else(|| cx.session_file.to_owned());
     let started = s.times.iter().min().copied();
     let ended = s.times.iter().max().copied();
     let ts = |micros: Option<i64>| {
@@ -401,6 +464,7 @@ fn finish(mut s: State, cx: &Context<'_>, lines: u64, bytes: u64, hash: String) 
         .iter()
         .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
         .map(|(m, _)| m.clone());
+    let t = &s.tally;
     let summary = SessionSummary {
         session_file: cx.session_file.to_owned(),
         session_id,
@@ -412,14 +476,14 @@ fn finish(mut s: State, cx: &Context<'_>, lines: u64, bytes: u64, hash: String) 
         wall_seconds: started.zip(ended).map_or(0, |(a, b)| (b - a) / 1_000_000),
         user_messages: s.user_messages,
         assistant_messages: s.assistant_messages,
-        tool_calls: count(&|e| e.tool_name.is_some()),
-        tool_errors: count(&|e| e.tool_name.is_some() && e.is_error),
-        skill_invocations: count(&|e| e.skill_name.is_some()),
-        subagent_dispatches: count(&|e| e.event_type == "subagent"),
-        mcp_calls: count(&|e| e.event_type == "mcp_call"),
-        slash_commands: count(&|e| e.event_type == "slash_command"),
-        distinct_tools: distinct(&|e| e.tool_name.as_deref()),
-        distinct_skills: distinct(&|e| e.skill_name.as_deref()),
+        tool_calls: t.tool_calls,
+        tool_errors: t.tool_errors,
+        skill_invocations: t.skills,
+        subagent_dispatches: t.subagents,
+        mcp_calls: t.mcp_calls,
+        slash_commands: t.slash_commands,
+        distinct_tools: t.tools.len() as i64,
+        distinct_skills: t.skill_names.len() as i64,
         input_tokens: s.tokens[0],
         output_tokens: s.tokens[1],
         cache_read_tokens: s.tokens[2],
@@ -429,7 +493,7 @@ fn finish(mut s: State, cx: &Context<'_>, lines: u64, bytes: u64, hash: String) 
         extracted_at: cx.extracted_at.to_owned(),
     };
     Extracted {
-        events,
+        events: t.events,
         summary,
         lines,
         malformed: s.malformed,
@@ -439,13 +503,32 @@ fn finish(mut s: State, cx: &Context<'_>, lines: u64, bytes: u64, hash: String) 
     }
 }
 
-/// Extracts a whole file from a reader, line by line; a bad line is counted and reported,
-/// never fatal. Only a read error fails.
-pub fn extract(reader: impl BufRead, cx: &Context<'_>) -> std::io::Result<Extracted> {
-    let mut lines = LineReader::new(reader);
-    let mut state = State::default();
+/// Extracts a whole file, handing its events to `sink` a chunk at a time; a bad line is
+/// counted and reported, never fatal. Only a read error or the sink's error fails.
+pub fn extract<R: BufRead + Seek, E>(
+    reader: R,
+    cx: &Context<'_>,
+    sink: impl FnMut(&[UsageEvent]) -> Result<(), E>,
+) -> Result<Extracted, Failure<E>> {
+    extract_in_chunks(reader, cx, CHUNK_EVENTS, sink)
+}
+
+/// [`extract`] with a given chunk size (tests use tiny ones).
+fn extract_in_chunks<R: BufRead + Seek, E>(
+    mut reader: R,
+    cx: &Context<'_>,
+    chunk: usize,
+    mut sink: impl FnMut(&[UsageEvent]) -> Result<(), E>,
+) -> Result<Extracted, Failure<E>> {
+    let flags = crate::errors::scan(&mut reader).map_err(Failure::Read)?;
+    reader.seek(SeekFrom::Start(0)).map_err(Failure::Read)?;
+    let mut lines = LineReader::new(reader.take(flags.bytes));
+    let mut state = State {
+        errored: flags.errored,
+        ..State::default()
+    };
     let mut count = 0;
-    while let Some((n, line)) = lines.next_line()? {
+    while let Some((n, line)) = lines.next_line().map_err(Failure::Read)? {
         count = n;
         let (bytes, terminated) = match line {
             Line::TooLong(len) => {
@@ -472,7 +555,11 @@ pub fn extract(reader: impl BufRead, cx: &Context<'_>) -> std::io::Result<Extrac
             ),
             Err(e) => state.problem(n, format!("not a transcript line: {e}")),
         }
+        if state.pending.len() >= chunk {
+            hand_on(&mut state, cx, false, &mut sink).map_err(Failure::Sink)?;
+        }
     }
+    hand_on(&mut state, cx, true, &mut sink).map_err(Failure::Sink)?;
     let (bytes, hash) = (lines.bytes(), lines.hash());
     Ok(finish(state, cx, count, bytes, hash))
 }

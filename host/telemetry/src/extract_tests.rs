@@ -9,7 +9,22 @@ fn rows(v: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn run(text: &[u8], attribution: &Attribution) -> Extracted {
+/// What a file yields, with its events in the order they were handed on.
+#[derive(Debug)]
+struct Run {
+    x: Extracted,
+    events: Vec<UsageEvent>,
+    chunks: usize,
+}
+
+impl std::ops::Deref for Run {
+    type Target = Extracted;
+    fn deref(&self) -> &Extracted {
+        &self.x
+    }
+}
+
+fn run_in_chunks(text: &[u8], attribution: &Attribution, chunk: usize) -> Run {
     let owner = Owner {
         user_id: Some("u-1".into()),
         username: "ana@example.com".into(),
@@ -21,7 +36,24 @@ fn run(text: &[u8], attribution: &Attribution) -> Extracted {
         attribution,
         extracted_at: "2026-11-02T00:00:00.000000Z",
     };
-    extract(text, &cx).unwrap()
+    let (mut events, mut chunks) = (Vec::new(), 0);
+    let x = extract_in_chunks(
+        std::io::Cursor::new(text),
+        &cx,
+        chunk,
+        |c: &[UsageEvent]| {
+            chunks += 1;
+            events.extend_from_slice(c);
+            Ok::<_, ()>(())
+        },
+    )
+    .unwrap();
+    assert_eq!(x.events, events.len() as u64);
+    Run { x, events, chunks }
+}
+
+fn run(text: &[u8], attribution: &Attribution) -> Run {
+    run_in_chunks(text, attribution, CHUNK_EVENTS)
 }
 
 #[test]
@@ -146,8 +178,13 @@ fn hostile_files_never_abort_and_count_every_bad_line() {
     assert!(x.malformed >= 1 && x.malformed <= x.lines, "{x:?}");
     let empty = run(b"", &Attribution::default());
     assert_eq!(
-        (empty.lines, empty.malformed, empty.events.len()),
-        (0, 0, 0)
+        (
+            empty.lines,
+            empty.malformed,
+            empty.events.len(),
+            empty.chunks
+        ),
+        (0, 0, 0, 0)
     );
     assert_eq!(
         empty.summary.session_id, "u-1/s.jsonl",
@@ -167,4 +204,79 @@ fn hostile_files_never_abort_and_count_every_bad_line() {
         &Attribution::default(),
     );
     assert_eq!(x.events[0].occurred_at, "2023-11-14T22:13:20.000000Z");
+}
+
+#[test]
+fn events_handed_on_early_are_the_events_of_a_whole_file() {
+    let fixture = include_bytes!("../fixtures/labelled.jsonl");
+    let attribution = Attribution::default();
+    let whole = run(fixture, &attribution);
+    for chunk in [1, 2, 3] {
+        let early = run_in_chunks(fixture, &attribution, chunk);
+        assert!(
+            early.chunks > 1,
+            "chunk size {chunk} hands on more than once"
+        );
+        assert_eq!(early.events, whole.events, "chunk size {chunk}");
+        assert_eq!(early.summary, whole.summary, "chunk size {chunk}");
+    }
+    // A failure reported lines after its call, after the call's chunk was handed on; a
+    // call before any session id or good time waits for them.
+    let late = br#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t0","name":"Read"}]}}
+{"type":"assistant","sessionId":"S9","timestamp":"2026-01-01T00:00:00Z","message":{"content":[{"type":"tool_use","id":"t1","name":"Bash"}]}}
+{"type":"assistant","timestamp":"2026-01-01T00:00:01Z","message":{"content":[{"type":"tool_use","id":"t2","name":"Grep"}]}}
+{"type":"assistant","timestamp":"2026-01-01T00:00:02Z","message":{"content":[{"type":"tool_use","id":"t3","name":"Edit"}]}}
+{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","is_error":true}]}}
+{"type":"tool_use_result","toolUseId":"t0","is_error":true}
+"#;
+    let x = run_in_chunks(late, &attribution, 1);
+    assert_eq!(
+        x.chunks, 3,
+        "t0 and t1 wait for the session id and a time together"
+    );
+    let got: Vec<(&str, &str, bool, &str)> = x
+        .events
+        .iter()
+        .map(|e| {
+            (
+                e.tool_name.as_deref().unwrap(),
+                e.session_id.as_str(),
+                e.is_error,
+                &e.occurred_at[..19],
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("Read", "S9", true, "2026-01-01T00:00:00"),
+            ("Bash", "S9", true, "2026-01-01T00:00:00"),
+            ("Grep", "S9", false, "2026-01-01T00:00:01"),
+            ("Edit", "S9", false, "2026-01-01T00:00:02"),
+        ]
+    );
+    assert_eq!((x.summary.tool_calls, x.summary.tool_errors), (4, 2));
+}
+
+#[test]
+fn a_sink_that_fails_stops_the_extraction() {
+    let owner = Owner {
+        user_id: None,
+        username: "x".into(),
+    };
+    let attribution = Attribution::default();
+    let cx = Context {
+        session_file: "x/s.jsonl",
+        owner: &owner,
+        mtime: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+        attribution: &attribution,
+        extracted_at: "2026-11-02T00:00:00.000000Z",
+    };
+    let fixture = include_bytes!("../fixtures/labelled.jsonl");
+    let result = extract(
+        std::io::Cursor::new(&fixture[..]),
+        &cx,
+        |_: &[UsageEvent]| Err("disk full"),
+    );
+    assert!(matches!(result, Err(Failure::Sink("disk full"))));
 }

@@ -1,8 +1,9 @@
 //! svc-telemetry: agent session files in, tool-usage telemetry out.
 //!
 //! - Owns the session file root and its path rules ([`files`], [`names`]), the JSONL
-//!   extractor ([`extract`], over [`transcript`] shapes read by [`lines`]), plugin
-//!   attribution ([`attribution`]) and the pipeline runs ([`runner`]).
+//!   extractor ([`extract`], over [`transcript`] shapes read by [`lines`], after the
+//!   error-flag pass [`errors`]), plugin attribution ([`attribution`]) and the pipeline
+//!   runs ([`runner`]).
 //! - Reads for people: the telemetry browser ([`browse`]), sessions and their transcripts
 //!   ([`sessions`], [`transcript_view`]) and ZIP streams of a user's files ([`archive`]).
 //! - Principal type: [`Pipeline`], holding only the store and the session root.
@@ -20,6 +21,8 @@ pub mod attribution;
 pub mod browse;
 pub mod compact;
 pub mod corpus;
+pub mod distinct;
+pub mod errors;
 pub mod events;
 pub mod extract;
 pub mod files;

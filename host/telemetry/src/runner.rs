@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use svc_core::clock::{format_ts, new_id, now};
 use svc_core::Error;
+use svc_driver_internal::events::SegmentWriter;
 use svc_driver_internal::EventSegments;
 use svc_store::packs::EventPack;
 use svc_store::usage::{DayRange, FileScope, FileState, ProcessedFile};
@@ -24,8 +25,8 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::attribution::Attribution;
 use crate::compact::{self, CompactReport};
-use crate::events;
-use crate::extract::{extract, Context, Extracted, Owner, Problem};
+use crate::events::{self, FileCounts, UsageEvent};
+use crate::extract::{extract, Context, Extracted, Failure, Owner, Problem};
 use crate::files::{FoundFile, SessionFiles};
 
 /// Failures in a row after which a file is parked until it changes or is reprocessed.
@@ -581,45 +582,69 @@ fn read_one(
         attribution,
         extracted_at,
     };
+    // Events go to the segment chunk by chunk as the file is read; the segment is started
+    // by the first chunk, so a file without events leaves none.
+    let mut segment: Option<(String, SegmentWriter)> = None;
+    let mut counts = FileCounts::default();
+    let mut writing = Duration::ZERO;
+    let sink = |chunk: &[UsageEvent]| -> Result<(), svc_plugin_api::DriverError> {
+        let clock = Instant::now();
+        counts.add(chunk);
+        if segment.is_none() {
+            let name = format!("{}.parquet", new_id());
+            let file = segments.create(&name)?;
+            segment = Some((name, file));
+        }
+        let (_, file) = segment.as_mut().expect("started above");
+        file.write(&events::to_batch(chunk))?;
+        writing += clock.elapsed();
+        Ok(())
+    };
     let result = std::fs::File::open(&job.file.path)
-        .and_then(|f| extract(BufReader::with_capacity(1 << 20, f), &cx));
+        .map_err(Failure::Read)
+        .and_then(|f| extract(BufReader::with_capacity(1 << 20, f), &cx, sink));
     let x = match result {
         Ok(x) => x,
-        Err(e) => return Outcome::Failed(Box::new(job), format!("cannot read the file: {e}")),
-    };
-    svc_metrics::telemetry::transcript(x.bytes, x.events.len(), x.malformed);
-    let parse = clock.elapsed();
-    let clock = Instant::now();
-    let segment = if x.events.is_empty() {
-        None
-    } else {
-        let name = format!("{}.parquet", new_id());
-        if let Err(e) = segments.write(&name, &events::to_batch(&x.events)) {
-            return Outcome::Failed(Box::new(job), format!("cannot write its events: {e}"));
+        Err(Failure::Read(e)) => {
+            return Outcome::Failed(Box::new(job), format!("cannot read the file: {e}"))
         }
-        Some(name)
+        Err(Failure::Sink(e)) => {
+            return Outcome::Failed(Box::new(job), format!("cannot write its events: {e}"))
+        }
     };
-    let file = processed(&job, &x, segment);
-    // The events are in their segment now; only the counts travel on.
-    let x = Extracted {
-        events: Vec::new(),
-        ..x
+    svc_metrics::telemetry::transcript(x.bytes, x.events as usize, x.malformed);
+    let parse = clock.elapsed().saturating_sub(writing);
+    let clock = Instant::now();
+    let segment = match segment {
+        None => None,
+        Some((name, file)) => match file.commit() {
+            Ok(_) => Some(name),
+            Err(e) => {
+                return Outcome::Failed(Box::new(job), format!("cannot write its events: {e}"))
+            }
+        },
     };
+    let file = processed(&job, &x, counts, segment);
     Outcome::Done(
         Box::new(job),
         Box::new(Read {
             file,
             extracted: x,
             parse,
-            segment: clock.elapsed(),
+            segment: writing + clock.elapsed(),
         }),
     )
 }
 
-fn processed(job: &Job, x: &Extracted, segment: Option<String>) -> ProcessedFile {
+fn processed(
+    job: &Job,
+    x: &Extracted,
+    counts: FileCounts,
+    segment: Option<String>,
+) -> ProcessedFile {
     let problems =
         (!x.problems.is_empty()).then(|| serde_json::to_string(&x.problems).unwrap_or_default());
-    let (first_at, last_at) = events::span(&x.events);
+    let (first_at, last_at) = counts.span();
     let user_key = job
         .owner
         .user_id
@@ -637,7 +662,7 @@ fn processed(job: &Job, x: &Extracted, segment: Option<String>) -> ProcessedFile
             mtime_ns: job.file.mtime_ns,
             content_hash: Some(x.hash.clone()),
             processed_at: Some(now()),
-            events: x.events.len() as i64,
+            events: x.events as i64,
             lines: x.lines as i64,
             malformed_lines: x.malformed as i64,
             problems,
@@ -646,7 +671,7 @@ fn processed(job: &Job, x: &Extracted, segment: Option<String>) -> ProcessedFile
             parked: false,
         },
         summary: x.summary.clone(),
-        daily: events::daily(&x.events, user_key),
+        daily: counts.daily(&job.file.key(), user_key),
     }
 }
 

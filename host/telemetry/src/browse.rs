@@ -27,8 +27,6 @@ use svc_plugin_api::datafusion::prelude::{col, lit, DataFrame, Expr, SessionCont
 use svc_plugin_api::RecordBatch;
 use svc_store::{Backend, Store};
 
-use crate::distinct::count_distinct_text;
-
 /// The longest window (365 days), in minutes.
 pub const MAX_WINDOW_MINUTES: u32 = 525_600;
 /// The default window (7 days), in minutes.
@@ -493,8 +491,8 @@ impl Browser {
                         vec![cast(g.bucket(), DataType::Utf8).alias("bucket")],
                         vec![
                             count(lit(1)).alias("invocations"),
-                            count_distinct_text(col("username")).alias("distinct_users"),
-                            count_distinct_text(col("session_id")).alias("distinct_sessions"),
+                            count_distinct(col("username")).alias("distinct_users"),
+                            count_distinct(col("session_id")).alias("distinct_sessions"),
                             errors().alias("errors"),
                         ],
                     )
@@ -667,7 +665,7 @@ impl Browser {
             .and_then(|d| {
                 d.aggregate(
                     vec![day().alias("day")],
-                    vec![count_distinct_text(col("username")).alias("active_users")],
+                    vec![count_distinct(col("username")).alias("active_users")],
                 )
             })
             .map_err(df_error)?;

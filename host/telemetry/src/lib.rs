@@ -21,7 +21,6 @@ pub mod attribution;
 pub mod browse;
 pub mod compact;
 pub mod corpus;
-pub mod distinct;
 pub mod errors;
 pub mod events;
 pub mod extract;

@@ -13,6 +13,7 @@ use std::io::BufRead;
 
 use memchr::memmem;
 
+use crate::extract::owned;
 use crate::lines::{Line, LineReader};
 use crate::transcript::{Content, Turn};
 
@@ -65,16 +66,13 @@ fn may_be_true(rest: &[u8]) -> bool {
 
 /// The error flags one turn carries.
 fn collect(turn: &Turn<'_>, errored: &mut HashSet<String>) {
-    let id = |s: &Option<std::borrow::Cow<'_, str>>| {
-        s.as_deref().filter(|s| !s.is_empty()).map(str::to_owned)
-    };
     if turn.kind.as_deref() == Some("tool_use_result") && turn.is_error.0 {
-        errored.extend(id(&turn.tool_use_id));
+        errored.extend(owned(&turn.tool_use_id));
     }
     if let Some(Content::Blocks(blocks)) = turn.message.as_ref().map(|m| &m.content) {
         for b in blocks {
             if b.kind.as_deref() == Some("tool_result") && b.is_error.0 {
-                errored.extend(id(&b.tool_use_id));
+                errored.extend(owned(&b.tool_use_id));
             }
         }
     }

@@ -204,7 +204,8 @@ impl State {
     }
 }
 
-fn owned(s: &Option<std::borrow::Cow<'_, str>>) -> Option<String> {
+/// A non-empty borrowed text, owned.
+pub(crate) fn owned(s: &Option<std::borrow::Cow<'_, str>>) -> Option<String> {
     s.as_deref().filter(|s| !s.is_empty()).map(str::to_owned)
 }
 

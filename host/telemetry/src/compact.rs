@@ -19,7 +19,8 @@ use svc_core::clock::new_id;
 use svc_core::Error;
 use svc_driver_internal::events::schema;
 use svc_driver_internal::EventSegments;
-use svc_plugin_api::arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
+use svc_plugin_api::arrow::array::Array;
+use svc_plugin_api::arrow::compute::{concat, interleave_record_batch, sort_to_indices};
 use svc_plugin_api::RecordBatch;
 use svc_store::packs::{EventPack, LooseFile};
 use svc_store::Store;
@@ -158,7 +159,14 @@ fn plans(loose: Vec<LooseFile>, mut packs: HashMap<String, Vec<EventPack>>) -> V
     out
 }
 
+/// Rows per batch written to a pack: the sort's output is built this many rows at a time.
+const WRITE_ROWS: usize = 8192;
+
 /// Reads a plan's inputs, sorts their events by time and writes them as the pack `name`.
+///
+/// Only the time column is concatenated and sorted; the pack is then written in batches
+/// gathered from the inputs, so the build holds its inputs once (not the two or three
+/// copies a concatenate-sort-take would) plus one batch of output.
 fn build(segments: &EventSegments, name: &str, plan: &Plan) -> Result<EventPack, Error> {
     let mut batches: Vec<RecordBatch> = Vec::new();
     let inputs = plan
@@ -169,15 +177,44 @@ fn build(segments: &EventSegments, name: &str, plan: &Plan) -> Result<EventPack,
     for input in inputs {
         batches.extend(segments.read(input).map_err(driver_error)?);
     }
-    let all = concat_batches(&schema(), &batches).map_err(Error::internal)?;
-    drop(batches);
-    let time = all
-        .column_by_name("occurred_at")
+    let time_column = schema()
+        .index_of("occurred_at")
         .expect("events have occurred_at");
-    let order = sort_to_indices(time, None, None).map_err(Error::internal)?;
-    let sorted = take_record_batch(&all, &order).map_err(Error::internal)?;
-    drop(all);
-    let bytes = segments.write(name, &sorted).map_err(driver_error)?;
+    let times: Vec<&dyn Array> = batches
+        .iter()
+        .map(|b| b.column(time_column).as_ref())
+        .collect();
+    let order = match times.as_slice() {
+        [] => None,
+        _ => {
+            let all_times = concat(&times).map_err(Error::internal)?;
+            Some(sort_to_indices(&all_times, None, None).map_err(Error::internal)?)
+        }
+    };
+    // Where each input batch starts in the concatenated order.
+    let starts: Vec<usize> = batches
+        .iter()
+        .scan(0, |at, b| {
+            let start = *at;
+            *at += b.num_rows();
+            Some(start)
+        })
+        .collect();
+    let locate = |row: u32| {
+        let row = row as usize;
+        let batch = starts.partition_point(|&s| s <= row) - 1;
+        (batch, row - starts[batch])
+    };
+    let inputs: Vec<&RecordBatch> = batches.iter().collect();
+    let mut file = segments.create(name).map_err(driver_error)?;
+    let mut events = 0;
+    for rows in order.iter().flat_map(|o| o.values().chunks(WRITE_ROWS)) {
+        let picks: Vec<(usize, usize)> = rows.iter().map(|&r| locate(r)).collect();
+        let sorted = interleave_record_batch(&inputs, &picks).map_err(Error::internal)?;
+        file.write(&sorted).map_err(driver_error)?;
+        events += sorted.num_rows();
+    }
+    let bytes = file.commit().map_err(driver_error)?.bytes;
     let times = plan
         .merged
         .iter()
@@ -195,7 +232,7 @@ fn build(segments: &EventSegments, name: &str, plan: &Plan) -> Result<EventPack,
         day: plan.day.clone(),
         first_at,
         last_at,
-        events: sorted.num_rows() as i64,
+        events: events as i64,
         bytes: bytes as i64,
     })
 }

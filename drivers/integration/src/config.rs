@@ -2,10 +2,10 @@
 //!
 //! ```toml
 //! [data_source.integration.crm]
-//! url = "postgres://svc_reader@db.internal:5432/crm"
+//! url = "postgres://svc_reader@db.internal:5432/crm"   # or "sqlite:///srv/app/app.db"
 //! password_env = "CRM_DB_PASSWORD"      # or password_file = "/etc/svc/crm.pw"
 //! max_connections = 2                   # tables of this connection synced at once
-//! statement_timeout_seconds = 600       # 0: the database's own setting
+//! statement_timeout_seconds = 600       # 0: the database's own setting (PostgreSQL only)
 //! row_group_rows = 131072               # rows per parquet row group in the copies
 //! ```
 //!
@@ -23,7 +23,8 @@ use svc_plugin_api::DriverSettings;
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Connection {
-    /// `postgres://user@host:port/db` (MySQL/MariaDB and SQLite sources are not built yet).
+    /// `postgres://user@host:port/db` or `sqlite:///path/to/file.db` (MySQL/MariaDB sources
+    /// are not built yet).
     pub url: String,
     /// The variable holding the password.
     #[serde(default)]
@@ -68,6 +69,8 @@ impl std::fmt::Debug for Connection {
 pub enum Dialect {
     /// PostgreSQL (and wire-compatible databases).
     Postgres,
+    /// A SQLite database file, opened read-only.
+    Sqlite,
 }
 
 impl Connection {
@@ -76,12 +79,13 @@ impl Connection {
         let scheme = self.url.split_once("://").map(|(s, _)| s).unwrap_or("");
         match scheme {
             "postgres" | "postgresql" => Ok(Dialect::Postgres),
-            "mysql" | "mariadb" | "sqlite" => Err(format!(
-                "'{scheme}' sources are not built yet; postgres:// is (url {})",
+            "sqlite" => Ok(Dialect::Sqlite),
+            "mysql" | "mariadb" => Err(format!(
+                "'{scheme}' sources are not built yet; postgres:// and sqlite:// are (url {})",
                 redact(&self.url)
             )),
             _ => Err(format!(
-                "url {} has no known scheme (postgres://)",
+                "url {} has no known scheme (postgres://, sqlite://)",
                 redact(&self.url)
             )),
         }
@@ -231,6 +235,8 @@ mod tests {
         );
         c.set_named("X_URL", "mysql://u@h/db").unwrap();
         assert!(c.check().unwrap_err().contains("not built yet"));
+        c.set_named("X_URL", "sqlite:///srv/app.db").unwrap();
+        assert!(c.check().is_ok());
         c.set_named("X_URL", "postgres://u@h/db").unwrap();
         c.set_named("X_PASSWORD_ENV", "SVC_TEST_SURELY_UNSET_VAR")
             .unwrap();

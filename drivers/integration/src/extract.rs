@@ -31,8 +31,8 @@ use svc_plugin_api::{DriverError, ErrorKind, RecordBatch, Result, SyncMode, Sync
 use tokio::sync::mpsc;
 
 use crate::columns::{schema, Adjusted, Column, Kind};
-use crate::config::Connection;
-use crate::postgres;
+use crate::config::{Connection, Dialect};
+use crate::session::Session;
 use crate::source::{plain_column, Source};
 
 /// Batches in flight between the source reader and the parquet writer.
@@ -70,7 +70,7 @@ impl Keys {
     }
 
     /// Checks the keys against the source's columns: they exist and the cursor orders.
-    pub fn check(&self, table: &TableRef, columns: &[Column]) -> Result<()> {
+    pub fn check(&self, table: &TableRef, columns: &[Column], dialect: Dialect) -> Result<()> {
         let find = |name: &str, what: &str| {
             columns.iter().find(|c| c.name == name).ok_or_else(|| {
                 DriverError::new(
@@ -92,13 +92,21 @@ impl Keys {
         }
         if let Some(cursor) = &self.cursor {
             let column = find(cursor, "cursor_column")?;
-            if !orders(&column.kind) {
+            if !orders(&column.kind, dialect) {
                 return Err(DriverError::new(
                     ErrorKind::BadRequest,
                     format!(
                         "Table '{}': cursor_column '{cursor}' is {}, which cannot mark changes; \
-                         use an integer, numeric(p,s ≤ 38 digits), date or timestamp column",
-                        table.id, column.source_type
+                         use {}",
+                        table.id,
+                        column.source_type,
+                        match dialect {
+                            Dialect::Postgres =>
+                                "an integer, numeric(p,s ≤ 38 digits), date or timestamp column",
+                            // SQLite keeps dates and times as text in whatever form the writer
+                            // chose, which does not order like the times it means.
+                            Dialect::Sqlite => "an integer or DECIMAL(p,s ≤ 38 digits) column",
+                        }
                     ),
                 ));
             }
@@ -108,11 +116,11 @@ impl Keys {
 }
 
 /// Whether values of `kind` order the way the source orders them, and print exactly.
-fn orders(kind: &Kind) -> bool {
-    matches!(
-        kind,
-        Kind::I16 | Kind::I32 | Kind::I64 | Kind::Date | Kind::Timestamp | Kind::TimestampUtc
-    ) || matches!(kind, Kind::Decimal { precision, .. } if *precision <= 38)
+fn orders(kind: &Kind, dialect: Dialect) -> bool {
+    let times = matches!(kind, Kind::Date | Kind::Timestamp | Kind::TimestampUtc);
+    matches!(kind, Kind::I16 | Kind::I32 | Kind::I64)
+        || matches!(kind, Kind::Decimal { precision, .. } if *precision <= 38)
+        || (times && dialect == Dialect::Postgres)
 }
 
 /// Where the copy goes and how its row groups are cut.
@@ -133,9 +141,9 @@ pub(crate) async fn sync(
 ) -> Result<SyncReport> {
     let source = Source::parse(table)?;
     let keys = Keys::parse(table)?;
-    let mut conn = postgres::connect(name, connection).await?;
-    let columns = postgres::columns(&mut conn, name, &source).await?;
-    keys.check(table, &columns)?;
+    let mut conn = Session::open(name, connection).await?;
+    let columns = conn.columns(name, &source).await?;
+    keys.check(table, &columns, conn.dialect())?;
     let schema = schema(&columns);
     let mut notes = Vec::new();
     let existing = existing_schema(&target.path)?;
@@ -172,7 +180,7 @@ pub(crate) async fn sync(
         }
         _ => full(&mut conn, name, &source, &columns, target, schema).await,
     };
-    postgres::close(conn).await;
+    conn.close().await;
     let (mut report, adjusted) = outcome?;
     notes.extend(describe(&adjusted));
     report.notes.extend(notes);
@@ -181,7 +189,7 @@ pub(crate) async fn sync(
 
 /// Everything, into a new copy.
 async fn full(
-    conn: &mut sqlx::PgConnection,
+    conn: &mut Session,
     name: &str,
     source: &Source,
     columns: &[Column],
@@ -197,7 +205,9 @@ async fn full(
         }
         Ok(w)
     });
-    let read = postgres::copy_rows(conn, name, source, columns, None, target.batch_rows, &tx).await;
+    let read = conn
+        .rows(name, source, columns, None, target.batch_rows, &tx)
+        .await;
     drop(tx);
     let written = writer
         .await
@@ -212,7 +222,7 @@ async fn full(
 /// Rows past the bookmark, merged into the existing copy.
 #[allow(clippy::too_many_arguments)]
 async fn incremental(
-    conn: &mut sqlx::PgConnection,
+    conn: &mut Session,
     name: &str,
     source: &Source,
     columns: &[Column],
@@ -229,16 +239,9 @@ async fn incremental(
         }
         batches
     });
-    let read = postgres::copy_rows(
-        conn,
-        name,
-        source,
-        columns,
-        Some(filter),
-        target.batch_rows,
-        &tx,
-    )
-    .await;
+    let read = conn
+        .rows(name, source, columns, Some(filter), target.batch_rows, &tx)
+        .await;
     drop(tx);
     let changes = collect
         .await
@@ -435,7 +438,8 @@ fn max_of<T>(values: impl Iterator<Item = Option<T>>, widen: impl Fn(T) -> i128)
     values.flatten().map(widen).max()
 }
 
-/// A cursor value as a literal PostgreSQL compares with the column. Built from a number,
+/// A cursor value as a literal the source compares with the column (dates and times only
+/// on PostgreSQL, see [`orders`]). Built from a number,
 /// never from text, so it cannot carry anything but that value.
 fn literal(v: i128, kind: &Kind) -> String {
     match kind {
@@ -474,7 +478,8 @@ fn describe(a: &Adjusted) -> Vec<String> {
     }
     if a.nulled > 0 {
         notes.push(format!(
-            "{} values have no Arrow form (NaN or infinite numerics, infinite dates) and are NULL",
+            "{} values have no exact form in their column's type (NaN or infinite numerics, \
+             infinite dates, text in a number or date column) and are NULL",
             a.nulled
         ));
     }

@@ -8,18 +8,20 @@
 //! ([`extract`]). Reads (schema, sample, queries, scans) go through the shared parquet
 //! reader (`extracts/integration/data/<table_id>.parquet`), like `local` tables.
 //!
-//! Owns: the connections' settings, the source dialects ([`postgres`]), the Arrow form of
-//! source types ([`columns`]). Must never import the host: it is a driver behind
+//! Owns: the connections' settings, the source dialects ([`postgres`], [`sqlite`]) behind one
+//! [`session::Session`], the Arrow form of source types ([`columns`]). Must never import the host: it is a driver behind
 //! [`SourceDriver`]. Principal type: [`IntegrationDriver`].
 //!
-//! Built: PostgreSQL sources over binary `COPY`. Not yet built: MySQL/MariaDB and SQLite
-//! sources (their URLs are refused at start by name).
+//! Built: PostgreSQL sources over binary `COPY`, SQLite database files. Not yet built:
+//! MySQL/MariaDB sources (their URLs are refused at start by name).
 
 mod columns;
 pub mod config;
 mod extract;
 mod postgres;
+mod session;
 mod source;
+mod sqlite;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,6 +35,7 @@ use svc_plugin_api::{
 use tokio::sync::Semaphore;
 
 use config::Connection;
+use session::Session;
 
 /// Rows per Arrow batch handed from the source reader to the writer.
 const BATCH_ROWS: usize = 65_536;
@@ -126,9 +129,9 @@ impl SourceDriver for IntegrationDriver {
 
     async fn source_tables(&self, bucket: &str) -> Result<Vec<SourceTableInfo>> {
         let connection = self.connection(bucket, None)?;
-        let mut conn = postgres::connect(bucket, connection).await?;
-        let tables = postgres::discover(&mut conn, bucket).await;
-        postgres::close(conn).await;
+        let mut conn = Session::open(bucket, connection).await?;
+        let tables = conn.discover(bucket).await;
+        conn.close().await;
         tables
     }
 
@@ -138,16 +141,16 @@ impl SourceDriver for IntegrationDriver {
         let name = table.bucket.as_deref().unwrap_or("");
         let connection = self.connection(name, Some(&table.id))?;
         // Unreachable or refusing: the table is registered and reports it when it syncs.
-        let mut conn = match postgres::connect(name, connection).await {
+        let mut conn = match Session::open(name, connection).await {
             Ok(conn) => conn,
             Err(_) => return Ok(()),
         };
-        let checked = match postgres::columns(&mut conn, name, &source).await {
-            Ok(columns) => keys.check(table, &columns),
+        let checked = match conn.columns(name, &source).await {
+            Ok(columns) => keys.check(table, &columns, conn.dialect()),
             Err(e) if matches!(e.kind, ErrorKind::NotFound | ErrorKind::BadRequest) => Err(e),
             Err(_) => Ok(()),
         };
-        postgres::close(conn).await;
+        conn.close().await;
         checked
     }
 

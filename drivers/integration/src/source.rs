@@ -59,6 +59,25 @@ impl Source {
     }
 }
 
+impl Source {
+    /// Ok when no two of the source's columns share a name: the copy could not hold both.
+    pub fn check_unique<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for name in names {
+            if !seen.insert(name) {
+                return Err(DriverError::new(
+                    ErrorKind::BadRequest,
+                    format!(
+                        "{} has two columns named '{name}'; give each column its own name",
+                        self.display()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 fn bad(table: &TableRef, why: &str) -> DriverError {
     DriverError::new(ErrorKind::BadRequest, format!("Table '{}' {why}", table.id))
 }

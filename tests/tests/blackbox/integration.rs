@@ -266,7 +266,7 @@ fn bad_connections_and_source_names_are_refused_by_name() {
 }
 
 /// The sync state of `id` after a sync of it (full or not), and the pass's notes for it.
-fn sync_now(s: &Server, admin: &str, id: &str, full: bool) -> (Value, Vec<String>) {
+pub(crate) fn sync_now(s: &Server, admin: &str, id: &str, full: bool) -> (Value, Vec<String>) {
     let (status, body) = s.post_json(
         "/api/sync/trigger",
         admin,
@@ -284,7 +284,7 @@ fn sync_now(s: &Server, admin: &str, id: &str, full: bool) -> (Value, Vec<String
     (state, notes)
 }
 
-fn count(s: &Server, admin: &str, sql: &str) -> i64 {
+pub(crate) fn count(s: &Server, admin: &str, sql: &str) -> i64 {
     query_rows(s, admin, sql)[0]["n"].as_i64().unwrap()
 }
 

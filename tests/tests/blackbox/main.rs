@@ -13,6 +13,7 @@ mod drivers;
 mod emulator;
 mod hostile;
 mod integration;
+mod integration_sqlite;
 mod marketplace;
 mod mcp;
 mod memory;

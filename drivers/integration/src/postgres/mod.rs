@@ -21,6 +21,7 @@ use tokio::sync::mpsc::Sender;
 
 use crate::columns::{schema, Adjusted, Batch, Column, Kind};
 use crate::config::{redact, Connection};
+use crate::session::send;
 use crate::source::Source;
 
 /// A read-only session on the connection's database.
@@ -103,19 +104,7 @@ pub(crate) async fn columns(
             ),
             _ => upstream(name, &format!("describing {}", source.display()), &e),
         })?;
-    let mut names = std::collections::HashSet::new();
-    for c in described.columns() {
-        if !names.insert(c.name()) {
-            return Err(DriverError::new(
-                ErrorKind::BadRequest,
-                format!(
-                    "{} has two columns named '{}'; give each column its own name",
-                    source.display(),
-                    c.name()
-                ),
-            ));
-        }
-    }
+    source.check_unique(described.columns().iter().map(|c| c.name()))?;
     let oids: Vec<Oid> = described
         .columns()
         .iter()
@@ -314,12 +303,6 @@ pub(crate) async fn copy_rows(
     Ok(decoder.adjusted)
 }
 
-async fn send(out: &Sender<RecordBatch>, batch: RecordBatch) -> Result<()> {
-    out.send(batch)
-        .await
-        .map_err(|_| DriverError::internal("the parquet writer stopped"))
-}
-
 /// The tables and views the login may read, with each column as it would be extracted.
 pub(crate) async fn discover(conn: &mut PgConnection, name: &str) -> Result<Vec<SourceTableInfo>> {
     let rows = sqlx::query(
@@ -407,11 +390,6 @@ fn upstream(name: &str, doing: &str, e: &sqlx::Error) -> DriverError {
         _ => ErrorKind::Upstream,
     };
     DriverError::new(kind, format!("Connection '{name}', {doing}: {e}"))
-}
-
-/// Closes the session politely (a failure to say goodbye is not the sync's failure).
-pub(crate) async fn close(conn: PgConnection) {
-    let _ = conn.close().await;
 }
 
 #[cfg(test)]

@@ -1,0 +1,93 @@
+//! One connection to a source database, whatever its dialect: the four things a sync or a
+//! discovery asks of a source, each answered by the dialect's module.
+
+use svc_plugin_api::{DriverError, ErrorKind, RecordBatch, Result, SourceTableInfo};
+use tokio::sync::mpsc::Sender;
+
+use crate::columns::{Adjusted, Column};
+use crate::config::{Connection, Dialect};
+use crate::source::Source;
+use crate::{postgres, sqlite};
+
+/// An open, read-only session on a connection's database.
+pub(crate) enum Session {
+    Postgres(sqlx::PgConnection),
+    Sqlite(sqlx::SqliteConnection),
+}
+
+impl Session {
+    /// Opens the connection `name`.
+    pub async fn open(name: &str, connection: &Connection) -> Result<Self> {
+        let dialect = connection.dialect().map_err(|why| {
+            DriverError::new(
+                ErrorKind::NotConfigured,
+                format!("Connection '{name}': {why}"),
+            )
+        })?;
+        Ok(match dialect {
+            Dialect::Postgres => Self::Postgres(postgres::connect(name, connection).await?),
+            Dialect::Sqlite => Self::Sqlite(sqlite::connect(name, connection).await?),
+        })
+    }
+
+    /// The database's kind.
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Self::Postgres(_) => Dialect::Postgres,
+            Self::Sqlite(_) => Dialect::Sqlite,
+        }
+    }
+
+    /// The source's columns, in order, each planned.
+    pub async fn columns(&mut self, name: &str, source: &Source) -> Result<Vec<Column>> {
+        match self {
+            Self::Postgres(c) => postgres::columns(c, name, source).await,
+            Self::Sqlite(c) => sqlite::columns(c, name, source).await,
+        }
+    }
+
+    /// Streams the source's rows to `out` in batches of `batch_rows`; `filter` is what
+    /// follows `WHERE`. Answers what had to change to fit.
+    pub async fn rows(
+        &mut self,
+        name: &str,
+        source: &Source,
+        columns: &[Column],
+        filter: Option<&str>,
+        batch_rows: usize,
+        out: &Sender<RecordBatch>,
+    ) -> Result<Adjusted> {
+        match self {
+            Self::Postgres(c) => {
+                postgres::copy_rows(c, name, source, columns, filter, batch_rows, out).await
+            }
+            Self::Sqlite(c) => {
+                sqlite::rows(c, name, source, columns, filter, batch_rows, out).await
+            }
+        }
+    }
+
+    /// The tables and views the login may read, with each column as it would be extracted.
+    pub async fn discover(&mut self, name: &str) -> Result<Vec<SourceTableInfo>> {
+        match self {
+            Self::Postgres(c) => postgres::discover(c, name).await,
+            Self::Sqlite(c) => sqlite::discover(c, name).await,
+        }
+    }
+
+    /// Closes the session politely (a failure to say goodbye is not the caller's failure).
+    pub async fn close(self) {
+        use sqlx::Connection as _;
+        let _ = match self {
+            Self::Postgres(c) => c.close().await,
+            Self::Sqlite(c) => c.close().await,
+        };
+    }
+}
+
+/// Hands a finished batch to the writer.
+pub(crate) async fn send(out: &Sender<RecordBatch>, batch: RecordBatch) -> Result<()> {
+    out.send(batch)
+        .await
+        .map_err(|_| DriverError::internal("the parquet writer stopped"))
+}

@@ -78,6 +78,11 @@ impl Source {
     }
 }
 
+/// `name` as a quoted SQL identifier (both dialects quote with `"`).
+pub(crate) fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
 fn bad(table: &TableRef, why: &str) -> DriverError {
     DriverError::new(ErrorKind::BadRequest, format!("Table '{}' {why}", table.id))
 }
@@ -200,8 +205,8 @@ impl SourceTable {
     /// The name for the source's SQL, quoted.
     pub fn quoted(&self) -> String {
         match &self.schema {
-            Some(s) => format!("\"{s}\".\"{}\"", self.table),
-            None => format!("\"{}\"", self.table),
+            Some(s) => format!("{}.{}", quoted(s), quoted(&self.table)),
+            None => quoted(&self.table),
         }
     }
 

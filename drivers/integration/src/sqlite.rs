@@ -25,7 +25,7 @@ use tokio::sync::mpsc::Sender;
 use crate::columns::{schema, Adjusted, Batch, Builder, Column, Kind};
 use crate::config::{redact, Connection};
 use crate::session::send;
-use crate::source::Source;
+use crate::source::{quoted, Source};
 
 /// The database file, opened read-only: a `source_query` can never change it.
 pub(crate) async fn connect(name: &str, connection: &Connection) -> Result<SqliteConnection> {
@@ -54,13 +54,12 @@ pub(crate) async fn columns(
 ) -> Result<Vec<Column>> {
     let declared: Vec<(String, String)> = match source {
         Source::Table(t) => {
-            let rows =
-                sqlx::query("SELECT name, type FROM pragma_table_info(?1, ?2) ORDER BY cid")
-                    .bind(&t.table)
-                    .bind(t.schema.as_deref().unwrap_or("main"))
-                    .fetch_all(&mut *conn)
-                    .await
-                    .map_err(|e| upstream(name, &format!("describing {}", t.display()), &e))?;
+            let rows = sqlx::query("SELECT name, type FROM pragma_table_info(?1, ?2) ORDER BY cid")
+                .bind(&t.table)
+                .bind(t.schema.as_deref().unwrap_or("main"))
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|e| upstream(name, &format!("describing {}", t.display()), &e))?;
             if rows.is_empty() {
                 return Err(DriverError::new(
                     ErrorKind::NotFound,
@@ -158,10 +157,6 @@ fn decimal(upper: &str) -> Option<Kind> {
             scale: scale as i8,
         },
     )
-}
-
-fn quoted(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// Streams the source's rows to `out` in batches of `batch_rows`; `filter` is what follows
@@ -264,9 +259,7 @@ fn append(builder: &mut Builder, value: Option<Value<'_>>, adjusted: &mut Adjust
     let number = |v: Value<'_>, scale: i8| match v {
         Value::Integer(i) => Some(i.to_string()),
         Value::Real(f) if f.is_finite() => Some(format!("{f:.*}", scale.max(0) as usize)),
-        Value::Text(t) => utf8(t)
-            .filter(|s| exact_at(s, scale))
-            .map(str::to_owned),
+        Value::Text(t) => utf8(t).filter(|s| exact_at(s, scale)).map(str::to_owned),
         _ => None,
     };
     let fitted = match (&mut *builder, value) {

@@ -31,7 +31,10 @@ fn a_sqlite_file_syncs_with_exact_types_incrementally_and_keeps_its_copy_when_it
     );
     let s = Server::start_with(
         Backend::Sqlite,
-        &[("SVC_INTEGRATION_APP_URL", format!("sqlite://{}", file.display()).as_str())],
+        &[(
+            "SVC_INTEGRATION_APP_URL",
+            format!("sqlite://{}", file.display()).as_str(),
+        )],
     );
     let admin = s.admin_token();
     register(
@@ -49,7 +52,9 @@ fn a_sqlite_file_syncs_with_exact_types_incrementally_and_keeps_its_copy_when_it
     );
     // 'not a day' in DATE, 'n/a' in DECIMAL(12,2) and 'many' in BIGINT have no exact form.
     assert!(
-        notes.iter().any(|n| n.starts_with("3 values have no exact form")),
+        notes
+            .iter()
+            .any(|n| n.starts_with("3 values have no exact form")),
         "{notes:?}"
     );
     assert!(
@@ -94,7 +99,11 @@ fn a_sqlite_file_syncs_with_exact_types_incrementally_and_keeps_its_copy_when_it
     );
     let expect = |row: usize, pairs: &[(&str, serde_json::Value)]| {
         for (column, value) in pairs {
-            assert_eq!(&rows[row][*column], value, "row {row} {column}: {}", rows[row]);
+            assert_eq!(
+                &rows[row][*column], value,
+                "row {row} {column}: {}",
+                rows[row]
+            );
         }
     };
     expect(
@@ -139,7 +148,10 @@ fn a_sqlite_file_syncs_with_exact_types_incrementally_and_keeps_its_copy_when_it
             .unwrap_or_default()
     };
     assert!(described("doc").contains("JSON"), "{schema}");
-    assert!(described("anything").contains("no declared type"), "{schema}");
+    assert!(
+        described("anything").contains("no declared type"),
+        "{schema}"
+    );
 
     // Incremental: only rows past the copy's highest version, merged by id.
     exec_store(

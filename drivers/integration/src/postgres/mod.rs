@@ -22,7 +22,7 @@ use tokio::sync::mpsc::Sender;
 use crate::columns::{schema, Adjusted, Batch, Column, Kind};
 use crate::config::{redact, Connection};
 use crate::session::send;
-use crate::source::Source;
+use crate::source::{quoted, Source};
 
 /// A read-only session on the connection's database.
 pub(crate) async fn connect(name: &str, connection: &Connection) -> Result<PgConnection> {
@@ -238,10 +238,6 @@ fn decimal(typmod: i32) -> Option<Kind> {
         precision: precision as u8,
         scale: scale as i8,
     })
-}
-
-fn quoted(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// Streams the source's rows to `out` in batches of `batch_rows`; `filter` is what follows

@@ -206,5 +206,10 @@ fn quiet_panics() {
             .map(|l| format!(" ({}:{})", l.file(), l.line()))
             .unwrap_or_default();
         eprintln!("svc: internal error: {message}{at}; please report it");
+        // Shipped builds abort on panic (the `dist-cli` profile): end with the documented
+        // "other" code instead of a SIGABRT and a core dump.
+        if cfg!(panic = "abort") {
+            std::process::exit(exit::Exit::Other as i32);
+        }
     }));
 }

@@ -3,7 +3,8 @@
 //! Handlers describe what happened as an [`Event`]; [`AuditWriter::write`] stamps it with the
 //! caller's context, applies the truncation rules, and queues it. A background task stores
 //! queued rows in batches (group commit), so a request never waits on an audit insert. A
-//! failed insert is logged together with the rows it lost and never changes a response.
+//! failed insert is retried for about eight seconds (the queue waits meanwhile); one that
+//! still fails is logged together with the rows it lost, and never changes a response.
 //! [`AuditWriter::flush`] waits until everything queued so far is stored; shutdown calls it.
 //!
 //! Observability reads (an admin paging the activity log, re-opening a transcript) would
@@ -45,6 +46,13 @@ pub const MAX_ERROR_CHARS: usize = 200;
 const QUEUE_CAPACITY: usize = 100_000;
 /// Most rows stored in one transaction.
 const MAX_BATCH: usize = 5_000;
+/// Waits before each retry of a batch the store refused; after the last, its rows are logged.
+const RETRY_DELAYS: [Duration; 4] = [
+    Duration::from_millis(100),
+    Duration::from_millis(500),
+    Duration::from_secs(2),
+    Duration::from_secs(5),
+];
 /// How long a repeated observability read writes no new row (reference §2.4).
 pub const READ_SUPPRESSION: Duration = Duration::from_secs(60);
 /// Recent reads remembered; past this, expired ones are dropped, then the oldest.
@@ -394,7 +402,15 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
         if !batch.is_empty() {
             svc_metrics::audit::queue_depth(rx.len() + batch.len());
             let began = Instant::now();
-            let stored = store.insert_audit_batch(&batch).await;
+            let mut stored = store.insert_audit_batch(&batch).await;
+            // A store that is briefly unavailable (a lock held past the busy timeout, a
+            // failover) must not cost audit rows: retry, holding the queue meanwhile.
+            for delay in RETRY_DELAYS {
+                let Err(err) = &stored else { break };
+                tracing::warn!(error = %err, rows = batch.len(), retry_in = ?delay, "audit write failed; retrying");
+                tokio::time::sleep(delay).await;
+                stored = store.insert_audit_batch(&batch).await;
+            }
             svc_metrics::audit::batch(batch.len(), stored.is_ok(), began.elapsed());
             if let Err(err) = stored {
                 for r in &batch {
@@ -414,6 +430,31 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
 mod tests {
     use super::*;
     use crate::testing;
+
+    #[tokio::test]
+    async fn a_batch_the_store_refuses_for_a_moment_is_retried_not_lost() {
+        let (store, _dir) = testing::sqlite().await;
+        let writer = AuditWriter::start(store.clone());
+        sqlx::query("ALTER TABLE audit_log RENAME TO audit_log_away")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        writer
+            .write(&Actor::console(), Event::new("test.retried"))
+            .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        sqlx::query("ALTER TABLE audit_log_away RENAME TO audit_log")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        writer.flush().await;
+        let rows = store.audit_by_action("test.retried", 10).await.unwrap();
+        assert_eq!(
+            rows.len(),
+            1,
+            "the row arrives once the store takes it again"
+        );
+    }
 
     #[tokio::test]
     async fn batches_are_stored_with_truncation_and_context() {
@@ -495,7 +536,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failed_write_loses_only_its_batch_and_the_writer_keeps_going() {
+    async fn a_batch_refused_past_every_retry_is_lost_alone_and_the_writer_keeps_going() {
         let (store, _dir) = testing::sqlite().await;
         let writer = AuditWriter::start(store.clone());
         sqlx::query("ALTER TABLE audit_log RENAME TO audit_log_away")

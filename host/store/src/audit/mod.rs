@@ -431,22 +431,24 @@ mod tests {
     use super::*;
     use crate::testing;
 
+    /// Makes the store refuse audit inserts (and take them again): the table goes away.
+    async fn rename_table(store: &Store, from: &str, to: &str) {
+        sqlx::query(&format!("ALTER TABLE {from} RENAME TO {to}"))
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+
     #[tokio::test]
     async fn a_batch_the_store_refuses_for_a_moment_is_retried_not_lost() {
         let (store, _dir) = testing::sqlite().await;
         let writer = AuditWriter::start(store.clone());
-        sqlx::query("ALTER TABLE audit_log RENAME TO audit_log_away")
-            .execute(store.pool())
-            .await
-            .unwrap();
+        rename_table(&store, "audit_log", "audit_log_away").await;
         writer
             .write(&Actor::console(), Event::new("test.retried"))
             .await;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        sqlx::query("ALTER TABLE audit_log_away RENAME TO audit_log")
-            .execute(store.pool())
-            .await
-            .unwrap();
+        rename_table(&store, "audit_log_away", "audit_log").await;
         writer.flush().await;
         let rows = store.audit_by_action("test.retried", 10).await.unwrap();
         assert_eq!(
@@ -539,18 +541,12 @@ mod tests {
     async fn a_batch_refused_past_every_retry_is_lost_alone_and_the_writer_keeps_going() {
         let (store, _dir) = testing::sqlite().await;
         let writer = AuditWriter::start(store.clone());
-        sqlx::query("ALTER TABLE audit_log RENAME TO audit_log_away")
-            .execute(store.pool())
-            .await
-            .unwrap();
+        rename_table(&store, "audit_log", "audit_log_away").await;
         writer
             .write(&Actor::console(), Event::new("lost.event"))
             .await;
         writer.flush().await;
-        sqlx::query("ALTER TABLE audit_log_away RENAME TO audit_log")
-            .execute(store.pool())
-            .await
-            .unwrap();
+        rename_table(&store, "audit_log_away", "audit_log").await;
         writer
             .write(&Actor::console(), Event::new("kept.event"))
             .await;

@@ -9,6 +9,10 @@
 //!    and for the whole one (each on a fresh server), to show it does not grow with the table.
 //! 2. Incremental syncs of the same table keyed by `id` with `updated_at` as the cursor: no
 //!    change, then 1% of the rows changed.
+//! 3. MariaDB/MySQL → parquet, a `SVC_BENCH_MYSQL_ROWS`-row (default 1,000,000) table of the
+//!    same 16 columns from `$SVC_BENCH_MYSQL` (default `mysql://root@127.0.0.1:3306/test`;
+//!    skipped when no server answers): rows/s of svc's sync beside the `mysql` client
+//!    streaming the same rows to /dev/null and ConnectorX loading them to Arrow.
 //!
 //! `cargo bench -p svc-host --bench integration`. The database comes from
 //! `$SVC_BENCH_PG` (default `postgres://postgres@127.0.0.1:5432/test`); the bench creates and
@@ -207,15 +211,131 @@ fn main() {
     );
 
     incremental(&db.url, rows);
+    mariadb();
+}
+
+fn mysql(url: &str, sql: &str) -> bool {
+    let (auth, database) = url
+        .trim_start_matches("mysql://")
+        .split_once('/')
+        .expect("mysql://user@host:port/db");
+    let (user, host) = auth.split_once('@').unwrap_or(("root", auth));
+    let (host, port) = host.split_once(':').unwrap_or((host, "3306"));
+    Command::new("mysql")
+        .args(["-h", host, "-P", port, "-u", user, database, "-e", sql])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+const MYSQL_COLUMNS: &str = "id BIGINT PRIMARY KEY, a INT, b INT, c BIGINT, d DOUBLE, \
+     e DOUBLE, f FLOAT, g BOOL, h VARCHAR(32), i CHAR(32), j DATE, k DATETIME(6), \
+     updated_at TIMESTAMP(6) NULL, m DECIMAL(12,2), n SMALLINT, o VARCHAR(10)";
+
+const MYSQL_FILL: &str = "SELECT seq, seq % 1000, seq * 7 % 100000, seq * 31, seq * 0.5, \
+     sqrt(seq), seq % 977, seq % 2 = 0, concat('customer-', seq % 5000), md5(seq), \
+     DATE '2020-01-01' + INTERVAL (seq % 2000) DAY, TIMESTAMP '2020-01-01' + INTERVAL seq SECOND, \
+     TIMESTAMP '2020-01-01' + INTERVAL seq SECOND, (seq % 100000) / 100.0, seq % 30000, \
+     concat('c', seq % 97) FROM seq_1_to_$N";
+
+/// MariaDB/MySQL → parquet beside the `mysql` client and ConnectorX.
+fn mariadb() {
+    let admin = std::env::var("SVC_BENCH_MYSQL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
+    let rows: u64 = std::env::var("SVC_BENCH_MYSQL_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let name = format!("svc_bench_my_{}", std::process::id());
+    if !mysql(&admin, &format!("CREATE DATABASE {name}")) {
+        println!("\nMariaDB/MySQL: no server answers at {admin} (skipped)");
+        return;
+    }
+    let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+    let t = Instant::now();
+    assert!(mysql(&url, &format!("CREATE TABLE big ({MYSQL_COLUMNS})")));
+    assert!(mysql(
+        &url,
+        &format!(
+            "INSERT INTO big {}",
+            MYSQL_FILL.replace("$N", &rows.to_string())
+        )
+    ));
+    println!(
+        "\nMariaDB source: {rows} rows x 16 columns made in {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
+    let (auth, _) = url.trim_start_matches("mysql://").split_once('/').unwrap();
+    let (user, host) = auth.split_once('@').unwrap_or(("root", auth));
+    let (host, port) = host.split_once(':').unwrap_or((host, "3306"));
+    let cx_python = std::path::PathBuf::from(std::env::var("HOME").unwrap())
+        .join(".cache/svc-cx-venv/bin/python");
+    for round in 1..=2 {
+        let t = Instant::now();
+        let streamed = Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "mysql --quick -h {host} -P {port} -u {user} {name} \
+                     -e 'SELECT * FROM big' > /dev/null"
+                ),
+            ])
+            .status()
+            .unwrap();
+        assert!(streamed.success());
+        let client = t.elapsed().as_secs_f64();
+        let cx = if cx_python.exists() {
+            let out = Command::new(&cx_python)
+                .args([
+                    "-c",
+                    "import sys, time, connectorx as cx\n\
+                     t = time.time()\n\
+                     tbl = cx.read_sql(sys.argv[1], 'SELECT * FROM big', return_type='arrow')\n\
+                     print(time.time() - t, tbl.num_rows)",
+                    &url,
+                ])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .next()
+                .and_then(|s| s.parse::<f64>().ok())
+        } else {
+            None
+        };
+        let (secs, bytes, peak) = svc_sync_from(&name, &url, "big", rows);
+        println!(
+            "round {round}: svc sync {secs:.2} s ({:.0} rows/s, {:.1} MB/s of parquet, server \
+             peak RSS {} MiB); mysql client to /dev/null {client:.2} s ({:.0} rows/s); {}",
+            rows as f64 / secs,
+            bytes as f64 / 1e6 / secs,
+            peak / 1024,
+            rows as f64 / client,
+            match cx {
+                Some(cx) => format!(
+                    "connectorx to Arrow {cx:.2} s ({:.0} rows/s, svc/connectorx = {:.2}x)",
+                    rows as f64 / cx,
+                    secs / cx
+                ),
+                None => "connectorx: not installed".to_owned(),
+            }
+        );
+    }
+    mysql(&admin, &format!("DROP DATABASE {name}"));
 }
 
 /// A fresh server syncs `table` once: seconds, parquet bytes, the server's peak RSS (KiB).
 fn svc_sync(url: &str, table: &str, rows: u64) -> (f64, u64, u64) {
+    svc_sync_from("public", url, table, rows)
+}
+
+/// [`svc_sync`] of `schema.table`.
+fn svc_sync_from(schema: &str, url: &str, table: &str, rows: u64) -> (f64, u64, u64) {
     let id = format!("bench_{table}");
     let (_dir, server, token, http) = registered(
         url,
         json!({"id": id, "source_type": "integration", "bucket": "bench",
-               "source_table": format!("public.{table}"), "query_mode": "materialized"}),
+               "source_table": format!("{schema}.{table}"), "query_mode": "materialized"}),
     );
     let t = Instant::now();
     let state = sync(&http, &server.base, &token, &id, false);

@@ -26,7 +26,7 @@ use datafusion::optimizer::OptimizerRule;
 pub use error::{DriverError, ErrorKind, Result};
 pub use types::{
     type_name, Caller, ColumnInfo, ScanEstimate, ScanSpec, SeedMode, SeededTable, SourceTableInfo,
-    SyncMode, SyncReport, TableMetadata, TableRef, TableSchema, DESCRIPTION_KEY,
+    SyncMode, SyncProgress, SyncReport, TableMetadata, TableRef, TableSchema, DESCRIPTION_KEY,
 };
 
 /// A driver's own settings: its `[data_source.<source_type>]` table of the instance config
@@ -231,8 +231,13 @@ pub trait SourceDriver: Send + Sync {
 
     /// Brings the table's copy on this server up to date (materialized warehouse tables,
     /// extracted sources). The new data replaces the old atomically: a failed or interrupted
-    /// sync leaves the last good copy in place.
-    async fn sync(&self, table: &TableRef, _mode: SyncMode) -> Result<SyncReport> {
+    /// sync leaves the last good copy in place. Count rows into `progress` as they arrive.
+    async fn sync(
+        &self,
+        table: &TableRef,
+        _mode: SyncMode,
+        _progress: &SyncProgress,
+    ) -> Result<SyncReport> {
         Err(DriverError::unsupported(format!(
             "source type '{}' has nothing to sync for '{}' (query_mode {})",
             self.source_type(),

@@ -218,6 +218,38 @@ pub struct SourceTableInfo {
     pub columns: Vec<ColumnInfo>,
 }
 
+/// How far a running sync has got: the driver counts as it goes and the host reports it
+/// while the sync runs (`GET /api/sync/status`, the CLI's progress line). A driver that cannot
+/// count leaves it at zero. A clone counts into the same numbers (a writer thread can hold
+/// one).
+#[derive(Debug, Default, Clone)]
+pub struct SyncProgress(std::sync::Arc<ProgressCounts>);
+
+#[derive(Debug, Default)]
+struct ProgressCounts {
+    rows: std::sync::atomic::AtomicU64,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+impl SyncProgress {
+    /// Records `rows` more rows, and the size of what has been written so far.
+    pub fn advance(&self, rows: u64, bytes_written: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.0.rows.fetch_add(rows, Relaxed);
+        self.0.bytes.fetch_max(bytes_written, Relaxed);
+    }
+
+    /// Rows so far.
+    pub fn rows(&self) -> u64 {
+        self.0.rows.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Bytes written so far.
+    pub fn bytes(&self) -> u64 {
+        self.0.bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// How much of a table a sync rewrites.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

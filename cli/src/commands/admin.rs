@@ -713,12 +713,26 @@ fn grant(client: &Client, cmd: GrantCommand) -> Result<()> {
 fn sync(client: &Client, tables: &[String], full: bool, json_out: bool) -> Result<()> {
     let body = json!({"tables": tables, "full": full});
     client.json(Method::POST, "/api/sync/trigger", Some(&body))?;
-    let bar = progress::counter("s", &format!("syncing {}", tables.join(", ")));
+    let bar = progress::counter("rows", &format!("syncing {}", tables.join(", ")));
+    let mut syncing = String::new();
     let status = loop {
         std::thread::sleep(std::time::Duration::from_millis(250));
         let status = client.get("/api/sync/status")?;
         if status["locked"] != json!(true) && !status["last_pass"]["finished_at"].is_null() {
             break status;
+        }
+        // The table the pass is on, and its rows and bytes so far.
+        let current = &status["current"];
+        if let Some(table) = current["table_id"].as_str() {
+            if table != syncing {
+                syncing = table.to_owned();
+                bar.reset();
+            }
+            bar.set_position(current["rows"].as_u64().unwrap_or(0));
+            bar.set_message(format!(
+                "syncing {table}: {:.1} MB written,",
+                current["bytes"].as_f64().unwrap_or(0.0) / 1e6
+            ));
         }
     };
     bar.finish_and_clear();

@@ -22,8 +22,12 @@ use svc_plugin_api::arrow::array::{
     TimestampMicrosecondBuilder,
 };
 use svc_plugin_api::arrow::buffer::OffsetBuffer;
+use svc_plugin_api::arrow::compute::kernels::cast_utils::{
+    parse_decimal, string_to_datetime, Parser,
+};
 use svc_plugin_api::arrow::datatypes::{
-    DataType, Field, FieldRef, Int32Type, Schema, SchemaRef, TimeUnit,
+    DataType, Date32Type, Decimal128Type, Decimal256Type, Field, FieldRef, Int32Type, Schema,
+    SchemaRef, Time64MicrosecondType, TimeUnit,
 };
 use svc_plugin_api::{DriverError, RecordBatch, Result, DESCRIPTION_KEY};
 
@@ -232,6 +236,77 @@ impl Builder {
         }
     }
 
+    /// Appends a value given in its text form (how SQLite hands over text, and how MySQL's
+    /// text protocol hands over every value), parsed into the builder's kind; NULL, counted
+    /// in `adjusted`, when the text has no exact form there (`twelve` in an integer column, a
+    /// zero date, a decimal with more digits than its scale).
+    pub fn append_text_form(&mut self, bytes: &[u8], adjusted: &mut Adjusted) {
+        let text = || std::str::from_utf8(bytes).ok().map(str::trim);
+        let fitted = match self {
+            Self::Text(b) | Self::Uuid(b) => {
+                if Self::append_text(b, bytes) {
+                    adjusted.replaced_text += 1;
+                }
+                Some(())
+            }
+            Self::Enum(b) => {
+                let label = String::from_utf8_lossy(bytes);
+                if matches!(label, std::borrow::Cow::Owned(_)) {
+                    adjusted.replaced_text += 1;
+                }
+                b.append_value(label);
+                Some(())
+            }
+            Self::Bytes(b) => {
+                b.append_value(bytes);
+                Some(())
+            }
+            Self::Bool(b) => match text().map(str::to_ascii_lowercase).as_deref() {
+                Some("true" | "t" | "1") => Some(true),
+                Some("false" | "f" | "0") => Some(false),
+                _ => None,
+            }
+            .map(|v| b.append_value(v)),
+            Self::I16(b) => text()
+                .and_then(|s| s.parse().ok())
+                .map(|v| b.append_value(v)),
+            Self::I32(b) => text()
+                .and_then(|s| s.parse().ok())
+                .map(|v| b.append_value(v)),
+            Self::I64(b) => text()
+                .and_then(|s| s.parse().ok())
+                .map(|v| b.append_value(v)),
+            Self::F32(b) => text()
+                .and_then(|s| s.parse().ok())
+                .map(|v| b.append_value(v)),
+            Self::F64(b) => text()
+                .and_then(|s| s.parse().ok())
+                .map(|v| b.append_value(v)),
+            Self::Date(b) => text()
+                .and_then(Date32Type::parse)
+                .map(|d| b.append_value(d)),
+            Self::Timestamp(b, _) => text()
+                .and_then(timestamp_micros)
+                .map(|at| b.append_value(at)),
+            Self::Time(b) => text()
+                .and_then(Time64MicrosecondType::parse)
+                .map(|t| b.append_value(t)),
+            Self::Decimal128(b, precision, scale) => text()
+                .filter(|s| exact_at(s, *scale))
+                .and_then(|s| parse_decimal::<Decimal128Type>(s, *precision, *scale).ok())
+                .map(|d| b.append_value(d)),
+            Self::Decimal256(b, precision, scale) => text()
+                .filter(|s| exact_at(s, *scale))
+                .and_then(|s| parse_decimal::<Decimal256Type>(s, *precision, *scale).ok())
+                .map(|d| b.append_value(d)),
+            Self::List { .. } => None,
+        };
+        if fitted.is_none() {
+            self.append_null();
+            adjusted.nulled += 1;
+        }
+    }
+
     /// Closes a list value whose items were appended to its values builder.
     pub fn close_list(offsets: &mut Vec<i32>, nulls: &mut NullBufferBuilder, values: &Builder) {
         offsets.push(i32::try_from(values.len()).unwrap_or(i32::MAX));
@@ -298,6 +373,27 @@ impl Builder {
                 )
             }
         })
+    }
+}
+
+/// Microseconds since the epoch of an ISO 8601 date and time (`T` or a space between them; an
+/// offset, when given, is honoured; none means UTC). Arrow's own parser goes through
+/// nanoseconds and so stops at the years 1677 and 2262; this one reaches 0001 and 9999.
+pub(crate) fn timestamp_micros(text: &str) -> Option<i64> {
+    string_to_datetime(&chrono::Utc, text)
+        .ok()
+        .map(|at| at.timestamp_micros())
+}
+
+/// Whether `text` has no nonzero digit past `scale` fractional digits (a decimal parse would
+/// drop them silently).
+pub(crate) fn exact_at(text: &str, scale: i8) -> bool {
+    match text.split_once('.') {
+        Some((_, fraction)) if !fraction.contains(['e', 'E']) => fraction
+            .bytes()
+            .skip(scale.max(0) as usize)
+            .all(|b| b == b'0'),
+        _ => true,
     }
 }
 

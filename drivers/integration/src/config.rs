@@ -2,11 +2,13 @@
 //!
 //! ```toml
 //! [data_source.integration.crm]
-//! url = "postgres://svc_reader@db.internal:5432/crm"   # or "sqlite:///srv/app/app.db"
+//! url = "postgres://svc_reader@db.internal:5432/crm"   # or mysql://, mariadb://, sqlite:///path
 //! password_env = "CRM_DB_PASSWORD"      # or password_file = "/etc/svc/crm.pw"
 //! max_connections = 2                   # tables of this connection synced at once
-//! statement_timeout_seconds = 600       # 0: the database's own setting (PostgreSQL only)
+//! statement_timeout_seconds = 600       # 0: the database's own setting (not SQLite)
 //! row_group_rows = 131072               # rows per parquet row group in the copies
+//! tls = "verify_full"                   # disable, prefer (default), require, verify_ca
+//! tls_ca_file = "/etc/svc/crm-ca.pem"   # the authority the server's certificate is checked against
 //! ```
 //!
 //! Every key can be set or overridden by `SVC_INTEGRATION_<NAME>_<KEY>` (a connection may be
@@ -23,8 +25,8 @@ use svc_plugin_api::DriverSettings;
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Connection {
-    /// `postgres://user@host:port/db` or `sqlite:///path/to/file.db` (MySQL/MariaDB sources
-    /// are not built yet).
+    /// `postgres://user@host:port/db`, `mysql://user@host:port/db` (or `mariadb://`), or
+    /// `sqlite:///path/to/file.db`.
     pub url: String,
     /// The variable holding the password.
     #[serde(default)]
@@ -41,6 +43,51 @@ pub struct Connection {
     /// Rows per parquet row group in the copies (the unit a query skips or reads).
     #[serde(default = "default_row_group_rows")]
     pub row_group_rows: u64,
+    /// Whether and how the connection is encrypted (PostgreSQL and MySQL); the URL's own
+    /// `sslmode` applies when this is unset.
+    #[serde(default)]
+    pub tls: Option<Tls>,
+    /// The certificate authority (PEM) the server's certificate must chain to, for
+    /// `verify_ca` and `verify_full`; without it, the public web's authorities.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+}
+
+/// How a connection is encrypted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tls {
+    /// Never.
+    Disable,
+    /// When the server offers it, without checking its certificate.
+    Prefer,
+    /// Always, without checking the server's certificate.
+    Require,
+    /// Always, with a certificate from a trusted authority (any host name).
+    VerifyCa,
+    /// Always, with a trusted certificate naming the host connected to.
+    VerifyFull,
+}
+
+impl std::str::FromStr for Tls {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        Ok(
+            match text.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+                "disable" => Self::Disable,
+                "prefer" => Self::Prefer,
+                "require" => Self::Require,
+                "verify_ca" => Self::VerifyCa,
+                "verify_full" => Self::VerifyFull,
+                _ => {
+                    return Err(format!(
+                    "tls must be disable, prefer, require, verify_ca or verify_full, not '{text}'"
+                ))
+                }
+            },
+        )
+    }
 }
 
 fn default_row_group_rows() -> u64 {
@@ -60,6 +107,8 @@ impl std::fmt::Debug for Connection {
             .field("max_connections", &self.max_connections)
             .field("statement_timeout_seconds", &self.statement_timeout_seconds)
             .field("row_group_rows", &self.row_group_rows)
+            .field("tls", &self.tls)
+            .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
 }
@@ -69,6 +118,8 @@ impl std::fmt::Debug for Connection {
 pub enum Dialect {
     /// PostgreSQL (and wire-compatible databases).
     Postgres,
+    /// MySQL or MariaDB.
+    Mysql,
     /// A SQLite database file, opened read-only.
     Sqlite,
 }
@@ -79,13 +130,10 @@ impl Connection {
         let scheme = self.url.split_once("://").map(|(s, _)| s).unwrap_or("");
         match scheme {
             "postgres" | "postgresql" => Ok(Dialect::Postgres),
+            "mysql" | "mariadb" => Ok(Dialect::Mysql),
             "sqlite" => Ok(Dialect::Sqlite),
-            "mysql" | "mariadb" => Err(format!(
-                "'{scheme}' sources are not built yet; postgres:// and sqlite:// are (url {})",
-                redact(&self.url)
-            )),
             _ => Err(format!(
-                "url {} has no known scheme (postgres://, sqlite://)",
+                "url {} has no known scheme (postgres://, mysql://, mariadb://, sqlite://)",
                 redact(&self.url)
             )),
         }
@@ -117,6 +165,8 @@ const CONNECTION_KEYS: &[&str] = &[
     "max_connections",
     "statement_timeout_seconds",
     "row_group_rows",
+    "tls",
+    "tls_ca_file",
 ];
 
 impl DriverSettings for IntegrationConfig {
@@ -137,6 +187,8 @@ impl DriverSettings for IntegrationConfig {
             max_connections: default_max_connections(),
             statement_timeout_seconds: 0,
             row_group_rows: default_row_group_rows(),
+            tls: None,
+            tls_ca_file: None,
         });
         let number = |v: &str| {
             v.trim()
@@ -152,6 +204,8 @@ impl DriverSettings for IntegrationConfig {
                     u32::try_from(number(value)?).map_err(|_| format!("{key} is too large"))?
             }
             "row_group_rows" => connection.row_group_rows = number(value)?,
+            "tls" => connection.tls = Some(value.parse()?),
+            "tls_ca_file" => connection.tls_ca_file = Some(value.into()),
             _ => connection.statement_timeout_seconds = number(value)?,
         }
         Ok(true)
@@ -169,7 +223,17 @@ impl DriverSettings for IntegrationConfig {
             if c.url.is_empty() {
                 return Err(at("url is missing".into()));
             }
-            c.dialect().map_err(at)?;
+            let dialect = c.dialect().map_err(at)?;
+            if dialect == Dialect::Sqlite && (c.tls.is_some() || c.tls_ca_file.is_some()) {
+                return Err(at(
+                    "tls and tls_ca_file do not apply to a SQLite file".into()
+                ));
+            }
+            if let Some(ca) = &c.tls_ca_file {
+                if !ca.is_file() {
+                    return Err(at(format!("tls_ca_file {} is not a file", ca.display())));
+                }
+            }
             if c.password_env.is_some() && c.password_file.is_some() {
                 return Err(at("set password_env or password_file, not both".into()));
             }
@@ -234,7 +298,20 @@ mod tests {
             "{err}"
         );
         c.set_named("X_URL", "mysql://u@h/db").unwrap();
-        assert!(c.check().unwrap_err().contains("not built yet"));
+        assert!(c.check().is_ok());
+        c.set_named("X_TLS", "verify-full").unwrap();
+        assert_eq!(c.connections["x"].tls, Some(Tls::VerifyFull));
+        assert!(c
+            .set_named("X_TLS", "always")
+            .unwrap_err()
+            .contains("verify_ca"));
+        c.set_named("X_TLS_CA_FILE", "/surely/not/here.pem")
+            .unwrap();
+        assert!(c.check().unwrap_err().contains("tls_ca_file"));
+        c.connections.get_mut("x").unwrap().tls_ca_file = None;
+        c.set_named("X_URL", "sqlite:///srv/app.db").unwrap();
+        assert!(c.check().unwrap_err().contains("SQLite"));
+        c.connections.get_mut("x").unwrap().tls = None;
         c.set_named("X_URL", "sqlite:///srv/app.db").unwrap();
         assert!(c.check().is_ok());
         c.set_named("X_URL", "postgres://u@h/db").unwrap();
@@ -254,6 +331,8 @@ mod tests {
                 max_connections: 1,
                 statement_timeout_seconds: 0,
                 row_group_rows: 1,
+                tls: None,
+                tls_ca_file: None,
             }
         )
         .contains("hunter2"));

@@ -27,7 +27,9 @@ use svc_plugin_api::arrow::datatypes::{
 use svc_plugin_api::arrow::row::{RowConverter, SortField};
 use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use svc_plugin_api::datafusion::parquet::arrow::ProjectionMask;
-use svc_plugin_api::{DriverError, ErrorKind, RecordBatch, Result, SyncMode, SyncReport, TableRef};
+use svc_plugin_api::{
+    DriverError, ErrorKind, RecordBatch, Result, SyncMode, SyncProgress, SyncReport, TableRef,
+};
 use tokio::sync::mpsc;
 
 use crate::columns::{schema, Adjusted, Column, Kind};
@@ -101,7 +103,7 @@ impl Keys {
                         table.id,
                         column.source_type,
                         match dialect {
-                            Dialect::Postgres =>
+                            Dialect::Postgres | Dialect::Mysql =>
                                 "an integer, numeric(p,s ≤ 38 digits), date or timestamp column",
                             // SQLite keeps dates and times as text in whatever form the writer
                             // chose, which does not order like the times it means.
@@ -120,7 +122,7 @@ fn orders(kind: &Kind, dialect: Dialect) -> bool {
     let times = matches!(kind, Kind::Date | Kind::Timestamp | Kind::TimestampUtc);
     matches!(kind, Kind::I16 | Kind::I32 | Kind::I64)
         || matches!(kind, Kind::Decimal { precision, .. } if *precision <= 38)
-        || (times && dialect == Dialect::Postgres)
+        || (times && dialect != Dialect::Sqlite)
 }
 
 /// Where the copy goes and how its row groups are cut.
@@ -138,6 +140,7 @@ pub(crate) async fn sync(
     table: &TableRef,
     target: &Target,
     mode: SyncMode,
+    progress: &SyncProgress,
 ) -> Result<SyncReport> {
     let source = Source::parse(table)?;
     let keys = Keys::parse(table)?;
@@ -165,20 +168,25 @@ pub(crate) async fn sync(
                 .expect("checked")
                 .kind;
             let path = target.path.clone();
-            let (cursor, kind) = (cursor.clone(), kind.clone());
-            blocking(move || highest(&path, &cursor, &kind)).await?
+            let (cursor, kind, dialect) = (cursor.clone(), kind.clone(), conn.dialect());
+            blocking(move || highest(&path, &cursor, &kind, dialect)).await?
         }
         _ => None,
+    };
+    let job = Job {
+        name,
+        source: &source,
+        columns: &columns,
+        target,
+        schema,
+        progress,
     };
     let outcome = match (&bookmark, &keys.cursor) {
         (Some(literal), Some(cursor)) => {
             let filter = format!("\"{cursor}\" > {literal} ORDER BY \"{cursor}\"");
-            incremental(
-                &mut conn, name, &source, &columns, &keys, &filter, target, schema,
-            )
-            .await
+            incremental(&mut conn, &job, &keys, &filter).await
         }
-        _ => full(&mut conn, name, &source, &columns, target, schema).await,
+        _ => full(&mut conn, &job).await,
     };
     conn.close().await;
     let (mut report, adjusted) = outcome?;
@@ -187,26 +195,38 @@ pub(crate) async fn sync(
     Ok(report)
 }
 
-/// Everything, into a new copy.
-async fn full(
-    conn: &mut Session,
-    name: &str,
-    source: &Source,
-    columns: &[Column],
-    target: &Target,
+/// One sync's source, columns and destination, as the two modes need them.
+struct Job<'a> {
+    name: &'a str,
+    source: &'a Source,
+    columns: &'a [Column],
+    target: &'a Target,
     schema: SchemaRef,
-) -> Result<(SyncReport, Adjusted)> {
+    progress: &'a SyncProgress,
+}
+
+/// Everything, into a new copy.
+async fn full(conn: &mut Session, job: &Job<'_>) -> Result<(SyncReport, Adjusted)> {
     let (tx, mut rx) = mpsc::channel::<RecordBatch>(IN_FLIGHT);
-    let (path, rows) = (target.path.clone(), target.row_group_rows);
+    let (path, rows) = (job.target.path.clone(), job.target.row_group_rows);
+    let (schema, progress) = (job.schema.clone(), job.progress.clone());
     let writer = tokio::task::spawn_blocking(move || -> Result<AtomicParquet> {
         let mut w = AtomicParquet::with_row_groups(&path, schema, rows)?;
         while let Some(batch) = rx.blocking_recv() {
             w.write(&batch)?;
+            progress.advance(batch.num_rows() as u64, w.bytes());
         }
         Ok(w)
     });
     let read = conn
-        .rows(name, source, columns, None, target.batch_rows, &tx)
+        .rows(
+            job.name,
+            job.source,
+            job.columns,
+            None,
+            job.target.batch_rows,
+            &tx,
+        )
         .await;
     drop(tx);
     let written = writer
@@ -220,27 +240,32 @@ async fn full(
 }
 
 /// Rows past the bookmark, merged into the existing copy.
-#[allow(clippy::too_many_arguments)]
 async fn incremental(
     conn: &mut Session,
-    name: &str,
-    source: &Source,
-    columns: &[Column],
+    job: &Job<'_>,
     keys: &Keys,
     filter: &str,
-    target: &Target,
-    schema: SchemaRef,
 ) -> Result<(SyncReport, Adjusted)> {
     let (tx, mut rx) = mpsc::channel::<RecordBatch>(IN_FLIGHT);
+    let progress = job.progress.clone();
     let collect = tokio::spawn(async move {
         let mut batches = Vec::new();
         while let Some(b) = rx.recv().await {
+            progress.advance(b.num_rows() as u64, 0);
             batches.push(b);
         }
         batches
     });
+    let (target, columns, schema) = (job.target, job.columns, job.schema.clone());
     let read = conn
-        .rows(name, source, columns, Some(filter), target.batch_rows, &tx)
+        .rows(
+            job.name,
+            job.source,
+            columns,
+            Some(filter),
+            target.batch_rows,
+            &tx,
+        )
         .await;
     drop(tx);
     let changes = collect
@@ -395,7 +420,7 @@ fn same_fields(a: &SchemaRef, b: &SchemaRef) -> bool {
 
 /// The cursor's highest value in the copy, as a SQL literal of the source; `None` when the
 /// copy is empty (the sync is then a full one).
-fn highest(path: &Path, cursor: &str, kind: &Kind) -> Result<Option<String>> {
+fn highest(path: &Path, cursor: &str, kind: &Kind, dialect: Dialect) -> Result<Option<String>> {
     let builder =
         ParquetRecordBatchReaderBuilder::try_new(open(path)?).map_err(|e| corrupt(path, e))?;
     let index = builder
@@ -431,17 +456,17 @@ fn highest(path: &Path, cursor: &str, kind: &Kind) -> Result<Option<String>> {
         };
         best = best.max(most);
     }
-    Ok(best.map(|v| literal(v, kind)))
+    Ok(best.map(|v| literal(v, kind, dialect)))
 }
 
 fn max_of<T>(values: impl Iterator<Item = Option<T>>, widen: impl Fn(T) -> i128) -> Option<i128> {
     values.flatten().map(widen).max()
 }
 
-/// A cursor value as a literal the source compares with the column (dates and times only
-/// on PostgreSQL, see [`orders`]). Built from a number,
-/// never from text, so it cannot carry anything but that value.
-fn literal(v: i128, kind: &Kind) -> String {
+/// A cursor value as a literal the source compares with the column (dates and times not on
+/// SQLite, see [`orders`]). Built from a number, never from text, so it cannot carry anything
+/// but that value. A MySQL session runs in UTC, so its `TIMESTAMP` literal is UTC already.
+fn literal(v: i128, kind: &Kind, dialect: Dialect) -> String {
     match kind {
         Kind::Date => {
             let day = chrono::DateTime::from_timestamp(v as i64 * 86_400, 0).unwrap_or_default();
@@ -450,7 +475,7 @@ fn literal(v: i128, kind: &Kind) -> String {
         Kind::Timestamp | Kind::TimestampUtc => {
             let at = chrono::DateTime::from_timestamp_micros(v as i64).unwrap_or_default();
             let text = at.format("%Y-%m-%d %H:%M:%S%.6f");
-            if *kind == Kind::Timestamp {
+            if *kind == Kind::Timestamp || dialect == Dialect::Mysql {
                 format!("TIMESTAMP '{text}'")
             } else {
                 format!("TIMESTAMPTZ '{text}+00'")
@@ -515,21 +540,25 @@ mod tests {
 
     #[test]
     fn cursor_literals_are_exact() {
-        assert_eq!(literal(42, &Kind::I64), "42");
-        assert_eq!(literal(1, &Kind::Date), "DATE '1970-01-02'");
+        assert_eq!(literal(42, &Kind::I64, Dialect::Postgres), "42");
+        assert_eq!(literal(1, &Kind::Date, Dialect::Mysql), "DATE '1970-01-02'");
         assert_eq!(
-            literal(1_709_296_496_789_012, &Kind::Timestamp),
+            literal(1_709_296_496_789_012, &Kind::Timestamp, Dialect::Postgres),
             "TIMESTAMP '2024-03-01 12:34:56.789012'"
         );
         assert_eq!(
-            literal(0, &Kind::TimestampUtc),
+            literal(0, &Kind::TimestampUtc, Dialect::Postgres),
             "TIMESTAMPTZ '1970-01-01 00:00:00.000000+00'"
+        );
+        assert_eq!(
+            literal(0, &Kind::TimestampUtc, Dialect::Mysql),
+            "TIMESTAMP '1970-01-01 00:00:00.000000'"
         );
         let money = Kind::Decimal {
             precision: 12,
             scale: 2,
         };
-        assert_eq!(literal(-5, &money), "-0.05");
-        assert_eq!(literal(123_456, &money), "1234.56");
+        assert_eq!(literal(-5, &money, Dialect::Sqlite), "-0.05");
+        assert_eq!(literal(123_456, &money, Dialect::Sqlite), "1234.56");
     }
 }

@@ -8,16 +8,18 @@
 //! ([`extract`]). Reads (schema, sample, queries, scans) go through the shared parquet
 //! reader (`extracts/integration/data/<table_id>.parquet`), like `local` tables.
 //!
-//! Owns: the connections' settings, the source dialects ([`postgres`], [`sqlite`]) behind one
-//! [`session::Session`], the Arrow form of source types ([`columns`]). Must never import the host: it is a driver behind
-//! [`SourceDriver`]. Principal type: [`IntegrationDriver`].
+//! Owns: the connections' settings, the source dialects ([`postgres`], [`mysql`], [`sqlite`])
+//! behind one [`session::Session`], the Arrow form of source types ([`columns`]). Must never
+//! import the host: it is a driver behind [`SourceDriver`]. Principal type:
+//! [`IntegrationDriver`].
 //!
-//! Built: PostgreSQL sources over binary `COPY`, SQLite database files. Not yet built:
-//! MySQL/MariaDB sources (their URLs are refused at start by name).
+//! Sources: PostgreSQL over binary `COPY`, MySQL and MariaDB over the text protocol, SQLite
+//! database files.
 
 mod columns;
 pub mod config;
 mod extract;
+mod mysql;
 mod postgres;
 mod session;
 mod source;
@@ -30,7 +32,7 @@ use std::sync::Arc;
 use svc_driver_parquet::{ParquetDriver, ParquetFiles};
 use svc_plugin_api::{
     Caller, DriverError, ErrorKind, RecordBatch, Result, ScanEstimate, ScanSpec, SourceDriver,
-    SourceTableInfo, SyncMode, SyncReport, TableProvider, TableRef, TableSchema,
+    SourceTableInfo, SyncMode, SyncProgress, SyncReport, TableProvider, TableRef, TableSchema,
 };
 use tokio::sync::Semaphore;
 
@@ -154,7 +156,12 @@ impl SourceDriver for IntegrationDriver {
         checked
     }
 
-    async fn sync(&self, table: &TableRef, mode: SyncMode) -> Result<SyncReport> {
+    async fn sync(
+        &self,
+        table: &TableRef,
+        mode: SyncMode,
+        progress: &SyncProgress,
+    ) -> Result<SyncReport> {
         let name = table.bucket.as_deref().unwrap_or("");
         let connection = self.connection(name, Some(&table.id))?;
         let _slot = self.slots[name]
@@ -166,7 +173,7 @@ impl SourceDriver for IntegrationDriver {
             row_group_rows: usize::try_from(connection.row_group_rows).unwrap_or(usize::MAX),
             batch_rows: BATCH_ROWS,
         };
-        extract::sync(name, connection, table, &target, mode).await
+        extract::sync(name, connection, table, &target, mode, progress).await
     }
 
     fn local_file(&self, table: &TableRef) -> Option<PathBuf> {

@@ -6,12 +6,14 @@ use tokio::sync::mpsc::Sender;
 
 use crate::columns::{Adjusted, Column};
 use crate::config::{Connection, Dialect};
+use crate::mysql::{self, MySqlSession};
 use crate::source::Source;
 use crate::{postgres, sqlite};
 
 /// An open, read-only session on a connection's database.
 pub(crate) enum Session {
     Postgres(sqlx::PgConnection),
+    Mysql(MySqlSession),
     Sqlite(sqlx::SqliteConnection),
 }
 
@@ -26,6 +28,7 @@ impl Session {
         })?;
         Ok(match dialect {
             Dialect::Postgres => Self::Postgres(postgres::connect(name, connection).await?),
+            Dialect::Mysql => Self::Mysql(mysql::connect(name, connection).await?),
             Dialect::Sqlite => Self::Sqlite(sqlite::connect(name, connection).await?),
         })
     }
@@ -34,6 +37,7 @@ impl Session {
     pub fn dialect(&self) -> Dialect {
         match self {
             Self::Postgres(_) => Dialect::Postgres,
+            Self::Mysql(_) => Dialect::Mysql,
             Self::Sqlite(_) => Dialect::Sqlite,
         }
     }
@@ -42,6 +46,7 @@ impl Session {
     pub async fn columns(&mut self, name: &str, source: &Source) -> Result<Vec<Column>> {
         match self {
             Self::Postgres(c) => postgres::columns(c, name, source).await,
+            Self::Mysql(s) => mysql::columns(s, name, source).await,
             Self::Sqlite(c) => sqlite::columns(c, name, source).await,
         }
     }
@@ -61,6 +66,7 @@ impl Session {
             Self::Postgres(c) => {
                 postgres::copy_rows(c, name, source, columns, filter, batch_rows, out).await
             }
+            Self::Mysql(s) => mysql::rows(s, name, source, columns, filter, batch_rows, out).await,
             Self::Sqlite(c) => {
                 sqlite::rows(c, name, source, columns, filter, batch_rows, out).await
             }
@@ -71,6 +77,7 @@ impl Session {
     pub async fn discover(&mut self, name: &str) -> Result<Vec<SourceTableInfo>> {
         match self {
             Self::Postgres(c) => postgres::discover(c, name).await,
+            Self::Mysql(s) => mysql::discover(s, name).await,
             Self::Sqlite(c) => sqlite::discover(c, name).await,
         }
     }
@@ -80,6 +87,7 @@ impl Session {
         use sqlx::Connection as _;
         let _ = match self {
             Self::Postgres(c) => c.close().await,
+            Self::Mysql(s) => s.close().await,
             Self::Sqlite(c) => c.close().await,
         };
     }

@@ -15,10 +15,6 @@ use futures::TryStreamExt as _;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteRow};
 use sqlx::{Column as _, Connection as _, Decode, Executor as _, Row as _, Sqlite};
 use sqlx::{TypeInfo as _, ValueRef as _};
-use svc_plugin_api::arrow::compute::kernels::cast_utils::{parse_decimal, Parser};
-use svc_plugin_api::arrow::datatypes::{
-    Date32Type, Decimal128Type, Decimal256Type, Time64MicrosecondType, TimestampMicrosecondType,
-};
 use svc_plugin_api::{ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, SourceTableInfo};
 use tokio::sync::mpsc::Sender;
 
@@ -251,98 +247,65 @@ fn append(builder: &mut Builder, value: Option<Value<'_>>, adjusted: &mut Adjust
         builder.append_null();
         return;
     };
-    fn utf8(bytes: &[u8]) -> Option<&str> {
-        std::str::from_utf8(bytes).ok().map(str::trim)
-    }
-    // A decimal's digits: a REAL (how SQLite keeps a fractional DECIMAL) rounded to the
-    // scale; an integer or text only when no digit past the scale is lost.
-    let number = |v: Value<'_>, scale: i8| match v {
-        Value::Integer(i) => Some(i.to_string()),
-        Value::Real(f) if f.is_finite() => Some(format!("{f:.*}", scale.max(0) as usize)),
-        Value::Text(t) => utf8(t).filter(|s| exact_at(s, scale)).map(str::to_owned),
-        _ => None,
-    };
-    let fitted = match (&mut *builder, value) {
-        (Builder::I64(b), v) => match v {
-            Value::Integer(i) => Some(i),
-            Value::Real(f) if f.fract() == 0.0 && f.abs() < 9.2e18 => Some(f as i64),
-            Value::Text(t) => utf8(t).and_then(|s| s.parse().ok()),
-            _ => None,
-        }
-        .map(|i| b.append_value(i)),
-        (Builder::F64(b), v) => match v {
-            Value::Integer(i) => Some(i as f64),
-            Value::Real(f) => Some(f),
-            Value::Text(t) => utf8(t).and_then(|s| s.parse().ok()),
-            Value::Blob(_) => None,
-        }
-        .map(|f| b.append_value(f)),
-        (Builder::Bool(b), v) => match v {
-            Value::Integer(i) => Some(i != 0),
-            Value::Text(t) => match utf8(t).map(str::to_ascii_lowercase).as_deref() {
-                Some("true" | "t" | "1") => Some(true),
-                Some("false" | "f" | "0") => Some(false),
-                _ => None,
-            },
-            _ => None,
-        }
-        .map(|v| b.append_value(v)),
-        (Builder::Text(b), v) => {
-            match v {
-                Value::Text(t) | Value::Blob(t) => {
-                    if Builder::append_text(b, t) {
-                        adjusted.replaced_text += 1;
-                    }
+    let (integer, real) = match value {
+        Value::Text(t) => return builder.append_text_form(t, adjusted),
+        Value::Blob(b) => {
+            // A blob is bytes whatever the column says; only text and bytes columns hold it.
+            return match builder {
+                Builder::Text(_) | Builder::Bytes(_) => builder.append_text_form(b, adjusted),
+                _ => {
+                    builder.append_null();
+                    adjusted.nulled += 1;
                 }
-                Value::Integer(i) => b.append_value(i.to_string()),
-                Value::Real(f) => b.append_value(f.to_string()),
-            }
-            Some(())
+            };
         }
-        (Builder::Bytes(b), v) => {
-            match v {
-                Value::Text(t) | Value::Blob(t) => b.append_value(t),
-                Value::Integer(i) => b.append_value(i.to_string()),
-                Value::Real(f) => b.append_value(f.to_string()),
-            }
-            Some(())
-        }
-        (Builder::Date(b), Value::Text(t)) => utf8(t)
-            .and_then(Date32Type::parse)
-            .map(|d| b.append_value(d)),
-        (Builder::Timestamp(b, _), v) => match v {
-            Value::Text(t) => utf8(t).and_then(TimestampMicrosecondType::parse),
-            // SQLite's other common form: seconds since the Unix epoch.
-            Value::Integer(secs) => secs.checked_mul(1_000_000),
-            _ => None,
-        }
-        .map(|at| b.append_value(at)),
-        (Builder::Time(b), Value::Text(t)) => utf8(t)
-            .and_then(Time64MicrosecondType::parse)
-            .map(|t| b.append_value(t)),
-        (Builder::Decimal128(b, precision, scale), v) => number(v, *scale)
-            .and_then(|n| parse_decimal::<Decimal128Type>(&n, *precision, *scale).ok())
-            .map(|d| b.append_value(d)),
-        (Builder::Decimal256(b, precision, scale), v) => number(v, *scale)
-            .and_then(|n| parse_decimal::<Decimal256Type>(&n, *precision, *scale).ok())
-            .map(|d| b.append_value(d)),
-        _ => None,
+        Value::Integer(i) => (Some(i), None),
+        Value::Real(f) => (None, Some(f)),
     };
-    if fitted.is_none() {
+    let fitted = match (&mut *builder, integer, real) {
+        (Builder::I64(b), Some(i), _) => {
+            b.append_value(i);
+            true
+        }
+        (Builder::I64(b), _, Some(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => {
+            b.append_value(f as i64);
+            true
+        }
+        (Builder::F64(b), i, f) => {
+            b.append_value(f.unwrap_or(i.unwrap_or_default() as f64));
+            true
+        }
+        (Builder::Bool(b), Some(i), _) => {
+            b.append_value(i != 0);
+            true
+        }
+        // SQLite's other common form of a time: seconds since the Unix epoch.
+        (Builder::Timestamp(b, _), Some(secs), _) => match secs.checked_mul(1_000_000) {
+            Some(at) => {
+                b.append_value(at);
+                true
+            }
+            None => false,
+        },
+        // A number in a text or bytes column, or a decimal's digits: an integer as it is, a
+        // REAL (how SQLite keeps a fractional DECIMAL) rounded to the scale.
+        (Builder::Text(_) | Builder::Bytes(_), i, f) => {
+            let digits = i.map_or_else(|| f.unwrap_or_default().to_string(), |i| i.to_string());
+            return builder.append_text_form(digits.as_bytes(), adjusted);
+        }
+        (Builder::Decimal128(_, _, scale) | Builder::Decimal256(_, _, scale), i, f) => {
+            let digits = match (i, f) {
+                (Some(i), _) => i.to_string(),
+                (_, Some(f)) if f.is_finite() => format!("{f:.*}", (*scale).max(0) as usize),
+                _ => String::new(),
+            };
+            return builder.append_text_form(digits.as_bytes(), adjusted);
+        }
+        _ => false,
+    };
+    if !fitted {
         builder.append_null();
         adjusted.nulled += 1;
-    }
-}
-
-/// Whether `text` has no nonzero digit past `scale` fractional digits (a decimal parse would
-/// drop them silently).
-fn exact_at(text: &str, scale: i8) -> bool {
-    match text.split_once('.') {
-        Some((_, fraction)) if !fraction.contains(['e', 'E']) => fraction
-            .bytes()
-            .skip(scale.max(0) as usize)
-            .all(|b| b == b'0'),
-        _ => true,
     }
 }
 

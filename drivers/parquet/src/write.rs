@@ -121,6 +121,11 @@ impl AtomicParquet {
         self.rows
     }
 
+    /// Bytes of the file flushed so far (row groups still in memory not counted).
+    pub fn bytes(&self) -> u64 {
+        self.writer.as_ref().map_or(0, |w| w.bytes_written() as u64)
+    }
+
     /// Finishes the file, makes it durable and puts it in place of the old one.
     pub fn commit(mut self) -> Result<SyncReport> {
         let writer = self.writer.take().expect("a writer until commit");

@@ -34,7 +34,8 @@ use std::sync::Arc;
 use svc_driver_parquet::{ParquetDriver, ParquetFiles};
 use svc_plugin_api::{
     Caller, DriverError, ErrorKind, RecordBatch, Result, ScanEstimate, ScanSpec, SeedMode,
-    SeededTable, SourceDriver, SyncMode, SyncReport, TableProvider, TableRef, TableSchema,
+    SeededTable, SourceDriver, SyncMode, SyncProgress, SyncReport, TableProvider, TableRef,
+    TableSchema,
 };
 
 pub use backfill::Backfilled;
@@ -207,7 +208,12 @@ impl SourceDriver for TicketingDriver {
     }
 
     /// Compacts the table's connection (its bucket) now.
-    async fn sync(&self, table: &TableRef, _mode: SyncMode) -> Result<SyncReport> {
+    async fn sync(
+        &self,
+        table: &TableRef,
+        _mode: SyncMode,
+        _progress: &SyncProgress,
+    ) -> Result<SyncReport> {
         let name = table.bucket.as_deref().unwrap_or("");
         let (done, _) = self.compact(name).await?;
         let kind = TableKind::ALL

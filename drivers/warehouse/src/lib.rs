@@ -31,7 +31,8 @@ use serde_json::json;
 use svc_driver_parquet::ParquetFiles;
 use svc_plugin_api::{
     Caller, ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, ScanEstimate, ScanSpec,
-    SourceDriver, SyncMode, SyncReport, TableMetadata, TableProvider, TableRef, TableSchema,
+    SourceDriver, SyncMode, SyncProgress, SyncReport, TableMetadata, TableProvider, TableRef,
+    TableSchema,
 };
 
 use client::{Client, SqlOrigin};
@@ -325,7 +326,12 @@ impl SourceDriver for WarehouseDriver {
         })))
     }
 
-    async fn sync(&self, table: &TableRef, _mode: SyncMode) -> Result<SyncReport> {
+    async fn sync(
+        &self,
+        table: &TableRef,
+        _mode: SyncMode,
+        progress: &SyncProgress,
+    ) -> Result<SyncReport> {
         if !is_materialized(table) {
             return Err(DriverError::unsupported(format!(
                 "'{}' is read from the warehouse directly (query_mode {}); only materialized tables sync",
@@ -335,7 +341,14 @@ impl SourceDriver for WarehouseDriver {
         self.config
             .data_project()
             .ok_or_else(Self::not_configured)?;
-        materialize::materialize(&self.client, &self.config, &self.materialized, table).await
+        materialize::materialize(
+            &self.client,
+            &self.config,
+            &self.materialized,
+            table,
+            progress,
+        )
+        .await
     }
 
     fn local_file(&self, table: &TableRef) -> Option<PathBuf> {

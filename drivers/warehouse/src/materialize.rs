@@ -8,7 +8,7 @@
 
 use serde_json::json;
 use svc_driver_parquet::{AtomicParquet, ParquetFiles};
-use svc_plugin_api::{DriverError, ErrorKind, Result, SyncReport, TableRef};
+use svc_plugin_api::{DriverError, ErrorKind, Result, SyncProgress, SyncReport, TableRef};
 
 use crate::client::{arrow_schema, Client, SqlOrigin};
 use crate::config::WarehouseConfig;
@@ -19,6 +19,7 @@ pub(crate) async fn materialize(
     config: &WarehouseConfig,
     files: &ParquetFiles,
     table: &TableRef,
+    progress: &SyncProgress,
 ) -> Result<SyncReport> {
     let sql = table
         .source_query
@@ -55,6 +56,7 @@ pub(crate) async fn materialize(
             None => out.insert(AtomicParquet::create(&target, batch.schema())?),
         };
         writer.write(&batch)?;
+        progress.advance(batch.num_rows() as u64, writer.bytes());
     }
     // An empty result is still a table: its columns, no rows.
     let writer = match out {

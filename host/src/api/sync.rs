@@ -131,7 +131,8 @@ impl SyncApi {
         })
     }
 
-    /// Whether a sync pass runs, the last pass's summary, and the sync state of every
+    /// Whether a sync pass runs, the last pass's summary, the table being synced now with its
+    /// rows and bytes so far (`current`, admins; null when idle), and the sync state of every
     /// materialized table the caller can see.
     #[oai(
         path = "/api/sync/status",
@@ -157,14 +158,18 @@ impl SyncApi {
                 v
             })
             .collect();
-        let last = if auth.0.is_admin {
-            json!(self.state.sync.last())
+        let (last, current) = if auth.0.is_admin {
+            (
+                json!(self.state.sync.last()),
+                json!(self.state.sync.current()),
+            )
         } else {
-            Value::Null
+            (Value::Null, Value::Null)
         };
         Ok(Json(json!({
             "locked": locked,
             "last_pass": last,
+            "current": current,
             "tables": tables,
         })))
     }

@@ -15,7 +15,7 @@ use std::time::Instant;
 use chrono::Utc;
 use serde::Serialize;
 use svc_catalog::schedule::{parse_ts, Schedule, DEFAULT_SCHEDULE};
-use svc_plugin_api::SyncMode;
+use svc_plugin_api::{SyncMode, SyncProgress};
 use svc_store::audit::{Actor, Event};
 use svc_store::registry::RegistryRow;
 
@@ -70,11 +70,25 @@ pub struct PassSummary {
     pub notes: BTreeMap<String, Vec<String>>,
 }
 
+/// The table a pass is syncing now, and how far it has got.
+#[derive(Debug, Clone, Serialize)]
+pub struct Current {
+    /// The table.
+    pub table_id: String,
+    /// Rows read from the source so far.
+    pub rows: u64,
+    /// Bytes of the new copy written so far.
+    pub bytes: u64,
+    /// Since the table's sync started.
+    pub elapsed_ms: u64,
+}
+
 /// Runs sync passes, one at a time.
 #[derive(Debug, Clone, Default)]
 pub struct SyncRunner {
     running: Arc<AtomicBool>,
     last: Arc<Mutex<Option<PassSummary>>>,
+    current: Arc<Mutex<Option<(String, Instant, SyncProgress)>>>,
 }
 
 impl SyncRunner {
@@ -86,6 +100,19 @@ impl SyncRunner {
     /// The current or last pass.
     pub fn last(&self) -> Option<PassSummary> {
         self.last.lock().expect("sync lock").clone()
+    }
+
+    /// The table being synced now, if any, with its progress.
+    pub fn current(&self) -> Option<Current> {
+        let current = self.current.lock().expect("sync lock");
+        current
+            .as_ref()
+            .map(|(table_id, started, progress)| Current {
+                table_id: table_id.clone(),
+                rows: progress.rows(),
+                bytes: progress.bytes(),
+                elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            })
     }
 
     /// Starts a pass in the background; false when one is already running.
@@ -172,7 +199,12 @@ impl SyncRunner {
                 });
                 continue;
             }
-            match sync_table(state, row, mode, actor).await {
+            let progress = SyncProgress::default();
+            *self.current.lock().expect("sync lock") =
+                Some((row.id.clone(), Instant::now(), progress.clone()));
+            let outcome = sync_table(state, row, mode, &progress, actor).await;
+            *self.current.lock().expect("sync lock") = None;
+            match outcome {
                 Ok(notes) => {
                     if !notes.is_empty() {
                         summary.notes.insert(row.id.clone(), notes);
@@ -212,11 +244,12 @@ async fn sync_table(
     state: &AppState,
     row: &RegistryRow,
     mode: SyncMode,
+    progress: &SyncProgress,
     actor: &Actor,
 ) -> Result<Vec<String>, Failed> {
     let started = Instant::now();
     let outcome = match state.drivers.get(&row.source_type) {
-        Some(driver) => driver.sync(&row.table_ref(), mode).await,
+        Some(driver) => driver.sync(&row.table_ref(), mode, progress).await,
         None => Err(svc_plugin_api::DriverError::unsupported(format!(
             "no driver for source type '{}'",
             row.source_type

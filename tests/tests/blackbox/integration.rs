@@ -550,7 +550,7 @@ fn a_sync_killed_midway_keeps_the_old_copy_and_the_next_one_completes() {
         &[
             "INSERT INTO events SELECT g, repeat('x', 100) FROM generate_series(101, 400000) g",
             "CREATE FUNCTION slow(i int8) RETURNS int8 LANGUAGE sql AS \
-             'SELECT CASE WHEN i % 20000 = 0 THEN i + 0 * length(pg_sleep(0.05)::text) ELSE i END'",
+             'SELECT CASE WHEN i % 10000 = 0 THEN i + 0 * length(pg_sleep(0.05)::text) ELSE i END'",
             "ALTER TABLE events RENAME TO events_raw",
             "CREATE VIEW events AS SELECT slow(id) AS id, payload FROM events_raw",
         ],
@@ -570,6 +570,21 @@ fn a_sync_killed_midway_keeps_the_old_copy_and_the_next_one_completes() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // While it runs, the status shows how far it has got.
+    let current = loop {
+        let (_, status) = s.get_json("/api/sync/status", &admin);
+        let current = status["current"].clone();
+        if current["rows"].as_u64().unwrap_or(0) > 0 {
+            break current;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no progress shown: {status}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(current["table_id"], "log_events", "{current}");
+    assert!(current["rows"].as_u64().unwrap() < 400_000, "{current}");
     s.kill();
     s.start_again();
     let admin = s.admin_token();

@@ -134,6 +134,19 @@ pub fn fresh_postgres_url() -> Option<String> {
     Some(format!("{base}/{name}"))
 }
 
+/// A new, empty MySQL/MariaDB database on the server at `SVC_TEST_MYSQL_URL` (which `.ci/run`
+/// sets when one answers); `None`, with a notice, when unset.
+pub fn fresh_mysql_url() -> Option<String> {
+    let Ok(admin) = std::env::var("SVC_TEST_MYSQL_URL") else {
+        eprintln!("notice: SVC_TEST_MYSQL_URL unset; skipping the MySQL/MariaDB run");
+        return None;
+    };
+    let name = format!("svc_bb_{}", uuid::Uuid::new_v4().simple());
+    exec_store(&admin, &[&format!("CREATE DATABASE {name}")]);
+    let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap();
+    Some(format!("{base}/{name}"))
+}
+
 /// The backends to run a test on: SQLite always, PostgreSQL when configured.
 pub fn backends() -> Vec<Backend> {
     let mut v = vec![Backend::Sqlite];

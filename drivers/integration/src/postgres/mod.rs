@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use futures::TryStreamExt as _;
 use sqlx::postgres::types::Oid;
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
 use sqlx::{Column as _, Connection as _, Executor as _, Row as _};
 use svc_plugin_api::{ColumnInfo, DriverError, ErrorKind, RecordBatch, Result, SourceTableInfo};
 use tokio::sync::mpsc::Sender;
 
 use crate::columns::{schema, Adjusted, Batch, Column, Kind};
-use crate::config::{redact, Connection};
+use crate::config::{redact, Connection, Tls};
 use crate::session::send;
 use crate::source::{quoted, Source};
 
@@ -40,6 +40,18 @@ pub(crate) async fn connect(name: &str, connection: &Connection) -> Result<PgCon
     })?;
     if let Some(password) = connection.password().map_err(refuse)? {
         options = options.password(&password);
+    }
+    if let Some(tls) = connection.tls {
+        options = options.ssl_mode(match tls {
+            Tls::Disable => PgSslMode::Disable,
+            Tls::Prefer => PgSslMode::Prefer,
+            Tls::Require => PgSslMode::Require,
+            Tls::VerifyCa => PgSslMode::VerifyCa,
+            Tls::VerifyFull => PgSslMode::VerifyFull,
+        });
+    }
+    if let Some(ca) = &connection.tls_ca_file {
+        options = options.ssl_root_cert(ca);
     }
     // Read-only: a source_query can never change the source, whatever it contains.
     let mut settings = vec![

@@ -17,7 +17,6 @@
 //! kept as their exact text.
 
 use std::str::FromStr as _;
-use std::time::Duration;
 
 use futures::TryStreamExt as _;
 use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlRow, MySqlSslMode};
@@ -28,7 +27,7 @@ use tokio::sync::mpsc::Sender;
 
 use crate::columns::{schema, Adjusted, Batch, Column, Kind};
 use crate::config::{redact, Connection, Tls};
-use crate::session::send;
+use crate::session::{hand_over, within_30s};
 use crate::source::{quoted, Source};
 
 /// An open session and which of the two servers it talks to.
@@ -83,18 +82,7 @@ pub(crate) async fn connect(name: &str, connection: &Connection) -> Result<MySql
         .timezone(Some("+00:00".to_owned()))
         .charset("utf8mb4")
         .statement_cache_capacity(0);
-    let mut conn = tokio::time::timeout(
-        Duration::from_secs(30),
-        MySqlConnection::connect_with(&options),
-    )
-    .await
-    .map_err(|_| {
-        DriverError::new(
-            ErrorKind::Timeout,
-            format!("Connection '{name}': no answer from the database within 30 s"),
-        )
-    })?
-    .map_err(|e| upstream(name, "connecting", &e))?;
+    let mut conn = within_30s(name, MySqlConnection::connect_with(&options), upstream).await?;
     let version: String = sqlx::query_scalar("SELECT VERSION()")
         .fetch_one(&mut conn)
         .await
@@ -378,13 +366,9 @@ pub(crate) async fn rows(
             builder.append_text_form(bytes, &mut adjusted);
         }
         batch.rows += 1;
-        if batch.rows >= batch_rows {
-            send(out, batch.finish()?).await?;
-        }
+        hand_over(&mut batch, out, batch_rows).await?;
     }
-    if batch.rows > 0 {
-        send(out, batch.finish()?).await?;
-    }
+    hand_over(&mut batch, out, 1).await?;
     Ok(adjusted)
 }
 

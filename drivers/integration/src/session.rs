@@ -4,7 +4,7 @@
 use svc_plugin_api::{DriverError, ErrorKind, RecordBatch, Result, SourceTableInfo};
 use tokio::sync::mpsc::Sender;
 
-use crate::columns::{Adjusted, Column};
+use crate::columns::{Adjusted, Batch, Column};
 use crate::config::{Connection, Dialect};
 use crate::mysql::{self, MySqlSession};
 use crate::source::Source;
@@ -93,9 +93,35 @@ impl Session {
     }
 }
 
-/// Hands a finished batch to the writer.
-pub(crate) async fn send(out: &Sender<RecordBatch>, batch: RecordBatch) -> Result<()> {
-    out.send(batch)
+/// Hands the batch to the writer once it holds at least `min_rows` rows (at the end of the
+/// rows, pass 1: whatever is left).
+pub(crate) async fn hand_over(
+    batch: &mut Batch,
+    out: &Sender<RecordBatch>,
+    min_rows: usize,
+) -> Result<()> {
+    if batch.rows == 0 || batch.rows < min_rows {
+        return Ok(());
+    }
+    out.send(batch.finish()?)
         .await
         .map_err(|_| DriverError::internal("the parquet writer stopped"))
+}
+
+/// Waits at most 30 s for a connection attempt: a host that never answers would otherwise
+/// hold one of the connection's sync slots for good.
+pub(crate) async fn within_30s<T>(
+    name: &str,
+    attempt: impl std::future::Future<Output = std::result::Result<T, sqlx::Error>>,
+    upstream: fn(&str, &str, &sqlx::Error) -> DriverError,
+) -> Result<T> {
+    tokio::time::timeout(std::time::Duration::from_secs(30), attempt)
+        .await
+        .map_err(|_| {
+            DriverError::new(
+                ErrorKind::Timeout,
+                format!("Connection '{name}': no answer from the database within 30 s"),
+            )
+        })?
+        .map_err(|e| upstream(name, "connecting", &e))
 }

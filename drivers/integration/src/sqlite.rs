@@ -20,7 +20,7 @@ use tokio::sync::mpsc::Sender;
 
 use crate::columns::{schema, Adjusted, Batch, Builder, Column, Kind};
 use crate::config::{redact, Connection};
-use crate::session::send;
+use crate::session::hand_over;
 use crate::source::{quoted, Source};
 
 /// The database file, opened read-only: a `source_query` can never change it.
@@ -194,13 +194,9 @@ pub(crate) async fn rows(
             append(builder, cell, &mut adjusted);
         }
         batch.rows += 1;
-        if batch.rows >= batch_rows {
-            send(out, batch.finish()?).await?;
-        }
+        hand_over(&mut batch, out, batch_rows).await?;
     }
-    if batch.rows > 0 {
-        send(out, batch.finish()?).await?;
-    }
+    hand_over(&mut batch, out, 1).await?;
     Ok(adjusted)
 }
 

@@ -10,7 +10,6 @@
 mod copy;
 
 use std::str::FromStr as _;
-use std::time::Duration;
 
 use futures::TryStreamExt as _;
 use sqlx::postgres::types::Oid;
@@ -21,7 +20,7 @@ use tokio::sync::mpsc::Sender;
 
 use crate::columns::{schema, Adjusted, Batch, Column, Kind};
 use crate::config::{redact, Connection, Tls};
-use crate::session::send;
+use crate::session::{hand_over, within_30s};
 use crate::source::{quoted, Source};
 
 /// A read-only session on the connection's database.
@@ -65,18 +64,7 @@ pub(crate) async fn connect(name: &str, connection: &Connection) -> Result<PgCon
         ));
     }
     options = options.application_name("svc").options(settings);
-    let mut conn = tokio::time::timeout(
-        Duration::from_secs(30),
-        PgConnection::connect_with(&options),
-    )
-    .await
-    .map_err(|_| {
-        DriverError::new(
-            ErrorKind::Timeout,
-            format!("Connection '{name}': no answer from the database within 30 s"),
-        )
-    })?
-    .map_err(|e| upstream(name, "connecting", &e))?;
+    let mut conn = within_30s(name, PgConnection::connect_with(&options), upstream).await?;
     // A SQL_ASCII database holds bytes in no particular encoding; converting them to UTF-8
     // would fail the sync on the first odd byte. Take them as they are: the decoder replaces
     // what is not UTF-8 and counts it.
@@ -300,14 +288,10 @@ pub(crate) async fn copy_rows(
         .map_err(|e| upstream(name, &reading, &e))?
     {
         decoder.feed(&chunk, &mut batch).map_err(fail)?;
-        if batch.rows >= batch_rows {
-            send(out, batch.finish()?).await?;
-        }
+        hand_over(&mut batch, out, batch_rows).await?;
     }
     decoder.check_end().map_err(fail)?;
-    if batch.rows > 0 {
-        send(out, batch.finish()?).await?;
-    }
+    hand_over(&mut batch, out, 1).await?;
     Ok(decoder.adjusted)
 }
 

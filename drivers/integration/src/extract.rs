@@ -18,13 +18,14 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
 use svc_driver_parquet::AtomicParquet;
-use svc_plugin_api::arrow::array::{Array as _, AsArray as _, BooleanArray};
+use svc_plugin_api::arrow::array::{Array as _, ArrayRef, AsArray as _, BooleanArray};
 use svc_plugin_api::arrow::compute::filter_record_batch;
 use svc_plugin_api::arrow::datatypes::{
     DataType, Date32Type, Decimal128Type, Int16Type, Int32Type, Int64Type, SchemaRef,
     TimestampMicrosecondType,
 };
 use svc_plugin_api::arrow::row::{RowConverter, SortField};
+use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use svc_plugin_api::datafusion::parquet::arrow::ProjectionMask;
 use svc_plugin_api::{
@@ -131,6 +132,54 @@ pub(crate) struct Target {
     pub path: PathBuf,
     pub row_group_rows: usize,
     pub batch_rows: usize,
+    /// The hashes of copies this process already knows.
+    pub hashes: std::sync::Arc<KnownHashes>,
+}
+
+/// The hashes of the copies this process wrote or read, so a sync that changes nothing
+/// reports its copy's hash without reading the whole file again. An entry holds only while
+/// the file is the one hashed: same inode, size and modification time.
+#[derive(Debug, Default)]
+pub(crate) struct KnownHashes(std::sync::Mutex<HashMap<PathBuf, (FileStamp, String)>>);
+
+/// What tells one version of a file from another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    inode: u64,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(Self {
+            inode: meta.ino(),
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        })
+    }
+}
+
+impl KnownHashes {
+    /// The hash of `path` as it is now, when known.
+    fn get(&self, path: &Path) -> Option<String> {
+        let stamp = FileStamp::of(path)?;
+        let known = self.0.lock().expect("hashes lock");
+        known
+            .get(path)
+            .filter(|(at, _)| *at == stamp)
+            .map(|(_, hash)| hash.clone())
+    }
+
+    /// Remembers the hash of `path` as it is now.
+    fn put(&self, path: &Path, hash: &str) {
+        if let Some(stamp) = FileStamp::of(path) {
+            let mut known = self.0.lock().expect("hashes lock");
+            known.insert(path.to_owned(), (stamp, hash.to_owned()));
+        }
+    }
 }
 
 /// Brings `target` up to date with the table's source.
@@ -190,6 +239,7 @@ pub(crate) async fn sync(
     };
     conn.close().await;
     let (mut report, adjusted) = outcome?;
+    target.hashes.put(&target.path, &report.hash);
     notes.extend(describe(&adjusted));
     report.notes.extend(notes);
     Ok(report)
@@ -281,7 +331,7 @@ async fn incremental(
         .collect();
     let mut report = blocking(move || {
         if changed == 0 {
-            unchanged(&target.path)
+            unchanged(&target.path, &target.hashes)
         } else {
             merge(&target, schema, &changes, &key_columns)
         }
@@ -294,12 +344,22 @@ async fn incremental(
 }
 
 /// The copy as it is, when nothing changed at the source.
-fn unchanged(path: &Path) -> Result<SyncReport> {
+fn unchanged(path: &Path, hashes: &KnownHashes) -> Result<SyncReport> {
     let rows = ParquetRecordBatchReaderBuilder::try_new(open(path)?)
         .map_err(|e| corrupt(path, e))?
         .metadata()
         .file_metadata()
         .num_rows();
+    let rows = u64::try_from(rows).unwrap_or(0);
+    if let Some(hash) = hashes.get(path) {
+        let bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+        return Ok(SyncReport {
+            rows,
+            bytes,
+            hash,
+            notes: Vec::new(),
+        });
+    }
     let mut file = open(path)?;
     let mut hash = Sha256::new();
     let mut buf = vec![0; 1 << 20];
@@ -315,7 +375,7 @@ fn unchanged(path: &Path) -> Result<SyncReport> {
         bytes += n as u64;
     }
     Ok(SyncReport {
-        rows: u64::try_from(rows).unwrap_or(0),
+        rows,
         bytes,
         hash: hex::encode(hash.finalize()),
         notes: Vec::new(),
@@ -419,10 +479,15 @@ fn same_fields(a: &SchemaRef, b: &SchemaRef) -> bool {
 }
 
 /// The cursor's highest value in the copy, as a SQL literal of the source; `None` when the
-/// copy is empty (the sync is then a full one).
+/// copy is empty (the sync is then a full one). Read from the row groups' statistics in the
+/// footer when they are exact (a no-change sync of a large copy then reads no rows), else
+/// from the column itself.
 fn highest(path: &Path, cursor: &str, kind: &Kind, dialect: Dialect) -> Result<Option<String>> {
     let builder =
         ParquetRecordBatchReaderBuilder::try_new(open(path)?).map_err(|e| corrupt(path, e))?;
+    if let Some(best) = highest_in_footer(&builder, cursor) {
+        return Ok(best?.map(|v| literal(v, kind, dialect)));
+    }
     let index = builder
         .schema()
         .index_of(cursor)
@@ -435,28 +500,49 @@ fn highest(path: &Path, cursor: &str, kind: &Kind, dialect: Dialect) -> Result<O
     let mut best: Option<i128> = None;
     for batch in reader {
         let batch = batch.map_err(|e| corrupt(path, e))?;
-        let column = batch.column(0);
-        let most = match column.data_type() {
-            DataType::Int16 => max_of(column.as_primitive::<Int16Type>().iter(), i128::from),
-            DataType::Int32 => max_of(column.as_primitive::<Int32Type>().iter(), i128::from),
-            DataType::Int64 => max_of(column.as_primitive::<Int64Type>().iter(), i128::from),
-            DataType::Date32 => max_of(column.as_primitive::<Date32Type>().iter(), i128::from),
-            DataType::Timestamp(..) => max_of(
-                column.as_primitive::<TimestampMicrosecondType>().iter(),
-                i128::from,
-            ),
-            DataType::Decimal128(..) => {
-                max_of(column.as_primitive::<Decimal128Type>().iter(), |v| v)
-            }
-            other => {
-                return Err(DriverError::internal(format!(
-                    "cursor column '{cursor}' holds {other} in the copy"
-                )))
-            }
-        };
-        best = best.max(most);
+        best = best.max(column_max(batch.column(0), cursor)?);
     }
     Ok(best.map(|v| literal(v, kind, dialect)))
+}
+
+/// The cursor's highest value from the row groups' statistics; `None` when some row group
+/// with values has no exact maximum recorded.
+fn highest_in_footer(
+    builder: &ParquetRecordBatchReaderBuilder<File>,
+    cursor: &str,
+) -> Option<Result<Option<i128>>> {
+    let groups = builder.metadata().row_groups();
+    let converter =
+        StatisticsConverter::try_new(cursor, builder.schema(), builder.parquet_schema()).ok()?;
+    let maxes = converter.row_group_maxes(groups).ok()?;
+    let exact = converter.row_group_is_max_value_exact(groups).ok()?;
+    let nulls = converter.row_group_null_counts(groups).ok()?;
+    let complete = groups.iter().enumerate().all(|(i, group)| {
+        let only_nulls =
+            nulls.is_valid(i) && i64::try_from(nulls.value(i)).ok() == Some(group.num_rows());
+        only_nulls || (maxes.is_valid(i) && exact.is_valid(i) && exact.value(i))
+    });
+    complete.then(|| column_max(&maxes, cursor))
+}
+
+/// The highest value of a cursor column's values, widened to i128.
+fn column_max(column: &ArrayRef, cursor: &str) -> Result<Option<i128>> {
+    Ok(match column.data_type() {
+        DataType::Int16 => max_of(column.as_primitive::<Int16Type>().iter(), i128::from),
+        DataType::Int32 => max_of(column.as_primitive::<Int32Type>().iter(), i128::from),
+        DataType::Int64 => max_of(column.as_primitive::<Int64Type>().iter(), i128::from),
+        DataType::Date32 => max_of(column.as_primitive::<Date32Type>().iter(), i128::from),
+        DataType::Timestamp(..) => max_of(
+            column.as_primitive::<TimestampMicrosecondType>().iter(),
+            i128::from,
+        ),
+        DataType::Decimal128(..) => max_of(column.as_primitive::<Decimal128Type>().iter(), |v| v),
+        other => {
+            return Err(DriverError::internal(format!(
+                "cursor column '{cursor}' holds {other} in the copy"
+            )))
+        }
+    })
 }
 
 fn max_of<T>(values: impl Iterator<Item = Option<T>>, widen: impl Fn(T) -> i128) -> Option<i128> {
@@ -560,5 +646,54 @@ mod tests {
         };
         assert_eq!(literal(-5, &money, Dialect::Sqlite), "-0.05");
         assert_eq!(literal(123_456, &money, Dialect::Sqlite), "1234.56");
+    }
+
+    #[test]
+    fn the_highest_cursor_comes_from_the_footer_and_skips_groups_of_nulls() {
+        use svc_plugin_api::arrow::array::{Decimal128Array, Int64Array};
+        use svc_plugin_api::arrow::datatypes::{Field, Schema};
+        let dir = std::env::temp_dir().join(format!("svc-highest-{}", std::process::id()));
+        let path = dir.join("copy.parquet");
+        let schema = std::sync::Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int64, true),
+            Field::new("m", DataType::Decimal128(12, 2), true),
+        ]));
+        let mut w = AtomicParquet::with_row_groups(&path, schema.clone(), 2).unwrap();
+        for (n, m) in [
+            ([Some(5), Some(9)], [Some(150), Some(-3)]),
+            ([None, None], [None, None]),
+            ([Some(7), None], [Some(1_234), None]),
+        ] {
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    std::sync::Arc::new(Int64Array::from(n.to_vec())),
+                    std::sync::Arc::new(
+                        Decimal128Array::from(m.to_vec())
+                            .with_precision_and_scale(12, 2)
+                            .unwrap(),
+                    ),
+                ],
+            )
+            .unwrap();
+            w.write(&batch).unwrap();
+        }
+        w.commit().unwrap();
+        let builder = ParquetRecordBatchReaderBuilder::try_new(open(&path).unwrap()).unwrap();
+        assert_eq!(builder.metadata().num_row_groups(), 3);
+        assert_eq!(highest_in_footer(&builder, "n").unwrap().unwrap(), Some(9));
+        assert_eq!(
+            highest_in_footer(&builder, "m").unwrap().unwrap(),
+            Some(1_234)
+        );
+        let money = Kind::Decimal {
+            precision: 12,
+            scale: 2,
+        };
+        assert_eq!(
+            highest(&path, "m", &money, Dialect::Postgres).unwrap(),
+            Some("12.34".to_owned())
+        );
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -52,6 +52,8 @@ pub struct IntegrationDriver {
     config: Arc<IntegrationConfig>,
     /// Per connection: the syncs it may run at once (`max_connections`).
     slots: Arc<BTreeMap<String, Arc<Semaphore>>>,
+    /// Hashes of the copies already read or written, for syncs that change nothing.
+    hashes: Arc<extract::KnownHashes>,
 }
 
 impl IntegrationDriver {
@@ -73,6 +75,7 @@ impl IntegrationDriver {
             files: ParquetFiles::new(data_dir),
             config: Arc::new(config),
             slots: Arc::new(slots),
+            hashes: Arc::default(),
         }
     }
 }
@@ -172,6 +175,7 @@ impl SourceDriver for IntegrationDriver {
             path: self.files.path(table)?,
             row_group_rows: usize::try_from(connection.row_group_rows).unwrap_or(usize::MAX),
             batch_rows: BATCH_ROWS,
+            hashes: self.hashes.clone(),
         };
         extract::sync(name, connection, table, &target, mode, progress).await
     }

@@ -14,7 +14,8 @@
 //!    skipped when no server answers): rows/s of svc's sync beside the `mysql` client
 //!    streaming the same rows to /dev/null and ConnectorX loading them to Arrow.
 //!
-//! `cargo bench -p svc-host --bench integration`. The database comes from
+//! `cargo bench -p svc-host --bench integration` (`SVC_BENCH_PART=mariadb`: part 3 only).
+//! The database comes from
 //! `$SVC_BENCH_PG` (default `postgres://postgres@127.0.0.1:5432/test`); the bench creates and
 //! drops its own database in it.
 
@@ -83,6 +84,9 @@ impl Drop for Database {
 }
 
 fn main() {
+    if std::env::var("SVC_BENCH_PART").as_deref() == Ok("mariadb") {
+        return mariadb();
+    }
     let admin_url = std::env::var("SVC_BENCH_PG")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let rows: u64 = std::env::var("SVC_BENCH_ROWS")
@@ -236,8 +240,9 @@ const MYSQL_COLUMNS: &str = "id BIGINT PRIMARY KEY, a INT, b INT, c BIGINT, d DO
 
 const MYSQL_FILL: &str = "SELECT seq, seq % 1000, seq * 7 % 100000, seq * 31, seq * 0.5, \
      sqrt(seq), seq % 977, seq % 2 = 0, concat('customer-', seq % 5000), md5(seq), \
-     DATE '2020-01-01' + INTERVAL (seq % 2000) DAY, TIMESTAMP '2020-01-01' + INTERVAL seq SECOND, \
-     TIMESTAMP '2020-01-01' + INTERVAL seq SECOND, (seq % 100000) / 100.0, seq % 30000, \
+     DATE '2020-01-01' + INTERVAL (seq % 2000) DAY, \
+     TIMESTAMP '2020-01-01 00:00:00' + INTERVAL seq SECOND, \
+     TIMESTAMP '2020-01-01 00:00:00' + INTERVAL seq SECOND, (seq % 100000) / 100.0, seq % 30000, \
      concat('c', seq % 97) FROM seq_1_to_$N";
 
 /// MariaDB/MySQL → parquet beside the `mysql` client and ConnectorX.

@@ -100,15 +100,7 @@ fn a_postgres_table_round_trips_with_exact_types_and_a_failed_sync_keeps_its_cop
     // The schema says what a text column really is.
     let (status, schema) = s.get_json("/api/v2/schema/crm_orders", &admin);
     assert_eq!(status, 200, "{schema}");
-    let describe = |name: &str| {
-        schema["columns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == name)
-            .map(|c| c["description"].as_str().unwrap_or_default().to_owned())
-            .unwrap_or_default()
-    };
+    let describe = |name: &str| description(&schema, name);
     assert!(describe("doc").contains("JSON"), "{schema}");
     assert!(describe("shape").contains("point"), "{schema}");
 
@@ -286,6 +278,39 @@ pub(crate) fn sync_now(s: &Server, admin: &str, id: &str, full: bool) -> (Value,
 
 pub(crate) fn count(s: &Server, admin: &str, sql: &str) -> i64 {
     query_rows(s, admin, sql)[0]["n"].as_i64().unwrap()
+}
+
+/// The table `schema.name` of a discovery answer (`GET /api/admin/integration/<name>/tables`).
+pub(crate) fn discovered(doc: &Value, schema: &str, name: &str) -> Value {
+    doc["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["schema"] == schema && t["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {schema}.{name} in {doc}"))
+}
+
+/// The column `name` of a discovered table.
+pub(crate) fn column_of(table: &Value, name: &str) -> Value {
+    table["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no column {name} in {table}"))
+}
+
+/// The description of column `name` in a `GET /api/v2/schema/<id>` answer.
+pub(crate) fn description(schema: &Value, name: &str) -> String {
+    schema["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .map(|c| c["description"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default()
 }
 
 #[test]
@@ -487,22 +512,9 @@ fn registration_checks_the_source_and_discovery_lists_it() {
     // Discovery: tables and views with the type each column would get.
     let (status, doc) = s.get_json("/api/admin/integration/crm/tables", &admin);
     assert_eq!(status, 200, "{doc}");
-    let deals = doc["tables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["schema"] == "sales" && t["name"] == "deals")
-        .unwrap_or_else(|| panic!("{doc}"));
+    let deals = discovered(&doc, "sales", "deals");
     assert_eq!(deals["kind"], "table");
-    let column = |name: &str| {
-        deals["columns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == name)
-            .cloned()
-            .unwrap()
-    };
+    let column = |name: &str| column_of(&deals, name);
     assert_eq!(column("amount")["type"], "Decimal128(10, 2)");
     assert_eq!(column("amount")["description"], "numeric(10,2)");
     assert_eq!(column("id")["nullable"], false);

@@ -7,7 +7,7 @@
 use serde_json::json;
 
 use crate::discovery::register;
-use crate::integration::{count, sync_now};
+use crate::integration::{column_of, count, description, discovered, sync_now};
 use crate::operations::query_rows;
 use crate::support::{exec_store, fresh_mysql_url, Backend, Server};
 
@@ -156,15 +156,7 @@ fn a_mysql_table_syncs_with_exact_types_and_incrementally() {
         assert_eq!(rows[1][column], json!(null), "{column}: {}", rows[1]);
     }
     let (_, schema) = s.get_json("/api/v2/schema/shop_orders", &admin);
-    let described = |name: &str| {
-        schema["columns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == name)
-            .map(|c| c["description"].as_str().unwrap_or_default().to_owned())
-            .unwrap_or_default()
-    };
+    let described = |name: &str| description(&schema, name);
     assert!(described("doc").contains("JSON"), "{schema}");
     assert!(described("tags").contains("set("), "{schema}");
 
@@ -236,21 +228,8 @@ fn a_mysql_table_syncs_with_exact_types_and_incrementally() {
     // Discovery lists the table with each column's type in the copy.
     let (status, doc) = s.get_json("/api/admin/integration/shop/tables", &admin);
     assert_eq!(status, 200, "{doc}");
-    let orders = doc["tables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["schema"] == database.as_str() && t["name"] == "orders")
-        .unwrap_or_else(|| panic!("{doc}"));
-    let column = |name: &str| {
-        orders["columns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == name)
-            .cloned()
-            .unwrap()
-    };
+    let orders = discovered(&doc, &database, "orders");
+    let column = |name: &str| column_of(&orders, name);
     assert_eq!(column("amount")["type"], "Decimal128(12, 2)");
     assert_eq!(column("amount")["description"], "decimal(12,2)");
     assert_eq!(column("id")["nullable"], false);

@@ -6,7 +6,7 @@
 use serde_json::json;
 
 use crate::discovery::register;
-use crate::integration::{count, sync_now};
+use crate::integration::{column_of, count, description, discovered, sync_now};
 use crate::operations::query_rows;
 use crate::support::{exec_store, sqlite_url, Backend, Server, TempDir};
 
@@ -138,15 +138,7 @@ fn a_sqlite_file_syncs_with_exact_types_incrementally_and_keeps_its_copy_when_it
     );
     expect(2, &[("qty", json!(null)), ("name", json!("1048576"))]);
     let (_, schema) = s.get_json("/api/v2/schema/app_orders", &admin);
-    let described = |name: &str| {
-        schema["columns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == name)
-            .map(|c| c["description"].as_str().unwrap_or_default().to_owned())
-            .unwrap_or_default()
-    };
+    let described = |name: &str| description(&schema, name);
     assert!(described("doc").contains("JSON"), "{schema}");
     assert!(
         described("anything").contains("no declared type"),
@@ -200,21 +192,8 @@ fn a_sqlite_file_syncs_with_exact_types_incrementally_and_keeps_its_copy_when_it
     // Discovery lists the table with each column's type in the copy.
     let (status, doc) = s.get_json("/api/admin/integration/app/tables", &admin);
     assert_eq!(status, 200, "{doc}");
-    let orders = doc["tables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["schema"] == "main" && t["name"] == "orders")
-        .unwrap_or_else(|| panic!("{doc}"));
-    let column = |name: &str| {
-        orders["columns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == name)
-            .cloned()
-            .unwrap()
-    };
+    let orders = discovered(&doc, "main", "orders");
+    let column = |name: &str| column_of(&orders, name);
     assert_eq!(column("amount")["type"], "Decimal128(12, 2)");
     assert_eq!(column("amount")["description"], "DECIMAL(12,2)");
 

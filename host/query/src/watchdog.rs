@@ -101,22 +101,29 @@ fn watch() {
         if resident <= ceiling {
             continue;
         }
-        let stopped = stop_largest();
-        if stopped > 0 {
+        let targets = largest();
+        if !targets.is_empty() {
+            let stopped = targets.len() as u64;
             STOPPED.fetch_add(stopped, Ordering::Relaxed);
+            // Said before the queries are told, so the line is in the log by the time the
+            // stopped query's caller hears why.
             tracing::warn!(
                 resident_mib = resident >> 20,
                 ceiling_mib = ceiling >> 20,
                 stopped,
                 "memory ceiling reached: stopped the largest running query"
             );
+            for stop in targets {
+                stop.notify_one();
+            }
             std::thread::sleep(SETTLE);
         }
     }
 }
 
-/// Stops the query holding the most pooled memory, or every query when none holds any.
-fn stop_largest() -> u64 {
+/// The stop signals of the query holding the most pooled memory, or of every query when none
+/// holds any.
+fn largest() -> Vec<Arc<Notify>> {
     let running = RUNNING.lock().expect("watchdog lock");
     let largest = running
         .values()
@@ -124,16 +131,8 @@ fn stop_largest() -> u64 {
         .filter(|(reserved, _)| *reserved > 0)
         .max_by_key(|(reserved, _)| *reserved);
     match largest {
-        Some((_, w)) => {
-            w.stop.notify_one();
-            1
-        }
-        None => {
-            for w in running.values() {
-                w.stop.notify_one();
-            }
-            running.len() as u64
-        }
+        Some((_, w)) => vec![w.stop.clone()],
+        None => running.values().map(|w| w.stop.clone()).collect(),
     }
 }
 

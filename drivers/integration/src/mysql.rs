@@ -27,7 +27,7 @@ use tokio::sync::mpsc::Sender;
 
 use crate::columns::{schema, Adjusted, Batch, Column, Kind};
 use crate::config::{redact, Connection, Tls};
-use crate::session::{hand_over, within_30s};
+use crate::session::{hand_over, misconfigured, refused_query, within_30s};
 use crate::source::{quoted, Source};
 
 /// An open session and which of the two servers it talks to.
@@ -46,12 +46,7 @@ impl MySqlSession {
 
 /// A read-only session in UTC with ANSI quoting on the connection's database.
 pub(crate) async fn connect(name: &str, connection: &Connection) -> Result<MySqlSession> {
-    let refuse = |why: String| {
-        DriverError::new(
-            ErrorKind::NotConfigured,
-            format!("Connection '{name}': {why}"),
-        )
-    };
+    let refuse = |why: String| misconfigured(name, why);
     // sqlx knows the scheme as mysql:// only; MariaDB speaks the same protocol.
     let url = match connection.url.strip_prefix("mariadb://") {
         Some(rest) => format!("mysql://{rest}"),
@@ -280,12 +275,7 @@ pub(crate) async fn columns(
                 .conn
                 .describe(&format!("SELECT * FROM {}", source.relation()))
                 .await
-                .map_err(|e| {
-                    DriverError::new(
-                        ErrorKind::BadRequest,
-                        format!("Connection '{name}' refuses the source_query: {e}"),
-                    )
-                })?;
+                .map_err(|e| refused_query(name, &e))?;
             described
                 .columns()
                 .iter()

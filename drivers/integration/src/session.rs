@@ -20,12 +20,9 @@ pub(crate) enum Session {
 impl Session {
     /// Opens the connection `name`.
     pub async fn open(name: &str, connection: &Connection) -> Result<Self> {
-        let dialect = connection.dialect().map_err(|why| {
-            DriverError::new(
-                ErrorKind::NotConfigured,
-                format!("Connection '{name}': {why}"),
-            )
-        })?;
+        let dialect = connection
+            .dialect()
+            .map_err(|why| misconfigured(name, why))?;
         Ok(match dialect {
             Dialect::Postgres => Self::Postgres(postgres::connect(name, connection).await?),
             Dialect::Mysql => Self::Mysql(mysql::connect(name, connection).await?),
@@ -91,6 +88,22 @@ impl Session {
             Self::Sqlite(c) => c.close().await,
         };
     }
+}
+
+/// A connection whose settings cannot work (a bad URL, an unreadable password).
+pub(crate) fn misconfigured(name: &str, why: impl std::fmt::Display) -> DriverError {
+    DriverError::new(
+        ErrorKind::NotConfigured,
+        format!("Connection '{name}': {why}"),
+    )
+}
+
+/// A `source_query` the source will not run (bad SQL, a column it does not have).
+pub(crate) fn refused_query(name: &str, e: &sqlx::Error) -> DriverError {
+    DriverError::new(
+        ErrorKind::BadRequest,
+        format!("Connection '{name}' refuses the source_query: {e}"),
+    )
 }
 
 /// Hands the batch to the writer once it holds at least `min_rows` rows (at the end of the

@@ -20,17 +20,17 @@ use tokio::sync::mpsc::Sender;
 
 use crate::columns::{schema, Adjusted, Batch, Builder, Column, Kind};
 use crate::config::{redact, Connection};
-use crate::session::hand_over;
+use crate::session::{hand_over, misconfigured, refused_query};
 use crate::source::{quoted, Source};
 
 /// The database file, opened read-only: a `source_query` can never change it.
 pub(crate) async fn connect(name: &str, connection: &Connection) -> Result<SqliteConnection> {
     let options = SqliteConnectOptions::from_str(&connection.url)
         .map_err(|_| {
-            DriverError::new(
-                ErrorKind::NotConfigured,
+            misconfigured(
+                name,
                 format!(
-                    "Connection '{name}': url {} is not a SQLite URL (sqlite:///path/to/file.db)",
+                    "url {} is not a SQLite URL (sqlite:///path/to/file.db)",
                     redact(&connection.url)
                 ),
             )
@@ -70,12 +70,7 @@ pub(crate) async fn columns(
             let described = conn
                 .describe(&format!("SELECT * FROM {}", source.relation()))
                 .await
-                .map_err(|e| {
-                    DriverError::new(
-                        ErrorKind::BadRequest,
-                        format!("Connection '{name}' refuses the source_query: {e}"),
-                    )
-                })?;
+                .map_err(|e| refused_query(name, &e))?;
             described
                 .columns()
                 .iter()

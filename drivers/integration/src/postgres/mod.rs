@@ -20,17 +20,12 @@ use tokio::sync::mpsc::Sender;
 
 use crate::columns::{schema, Adjusted, Batch, Column, Kind};
 use crate::config::{redact, Connection, Tls};
-use crate::session::{hand_over, within_30s};
+use crate::session::{hand_over, misconfigured, refused_query, within_30s};
 use crate::source::{quoted, Source};
 
 /// A read-only session on the connection's database.
 pub(crate) async fn connect(name: &str, connection: &Connection) -> Result<PgConnection> {
-    let refuse = |why: String| {
-        DriverError::new(
-            ErrorKind::NotConfigured,
-            format!("Connection '{name}': {why}"),
-        )
-    };
+    let refuse = |why: String| misconfigured(name, why);
     let mut options = PgConnectOptions::from_str(&connection.url).map_err(|_| {
         refuse(format!(
             "url {} is not a PostgreSQL URL",
@@ -98,10 +93,9 @@ pub(crate) async fn columns(
                     source.display()
                 ),
             ),
-            sqlx::Error::Database(_) if matches!(source, Source::Query(_)) => DriverError::new(
-                ErrorKind::BadRequest,
-                format!("Connection '{name}' refuses the source_query: {e}"),
-            ),
+            sqlx::Error::Database(_) if matches!(source, Source::Query(_)) => {
+                refused_query(name, &e)
+            }
             _ => upstream(name, &format!("describing {}", source.display()), &e),
         })?;
     source.check_unique(described.columns().iter().map(|c| c.name()))?;

@@ -75,6 +75,9 @@ pub enum Command {
     /// Users.
     #[command(subcommand)]
     User(UserCommand),
+    /// Every user's personal access tokens: list and revoke.
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Groups and memberships.
     #[command(subcommand)]
     Group(GroupCommand),
@@ -323,6 +326,30 @@ pub enum UserCommand {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum TokenCommand {
+    /// Every user's tokens, newest first, revoked ones included.
+    List {
+        /// Only this owner's tokens (exact e-mail).
+        #[arg(long)]
+        user: Option<String>,
+        /// Tokens per page (1-500).
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// Tokens to skip.
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+        /// Machine-readable output (the whole page, with `total` and `next_offset`).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke any user's token by id (it stops working at once).
+    Revoke {
+        /// Token id (`svc admin token list` shows them).
+        id: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum GroupCommand {
     /// Every group.
     List {
@@ -502,6 +529,7 @@ pub fn run(ctx: &Ctx, cmd: Command) -> Result<()> {
             json,
         } => upload(&client, &id, &file, format, json)?,
         Command::User(u) => user(&client, u)?,
+        Command::Token(t) => token(&client, t)?,
         Command::Group(g) => group(&client, g)?,
         Command::Grant(g) => grant(&client, g)?,
         Command::Activity(a) => activity::run(&client, *a)?,
@@ -594,6 +622,72 @@ fn user(client: &Client, cmd: UserCommand) -> Result<()> {
                 None,
             )?;
             eprintln!("activated {user}");
+        }
+    }
+    Ok(())
+}
+
+fn token(client: &Client, cmd: TokenCommand) -> Result<()> {
+    match cmd {
+        TokenCommand::List {
+            user,
+            limit,
+            offset,
+            json,
+        } => {
+            let mut path = format!("/api/admin/tokens/?limit={limit}&offset={offset}");
+            if let Some(user) = user {
+                path.push_str(&format!("&user={}", seg(&user)));
+            }
+            let page = client.get(&path)?;
+            if json {
+                render::print_json(&page);
+                return Ok(());
+            }
+            let headers = [
+                "ID",
+                "OWNER",
+                "NAME",
+                "PREFIX",
+                "EXPIRES",
+                "LAST USED",
+                "FROM",
+                "STATUS",
+            ]
+            .map(String::from);
+            let rows: Vec<Vec<String>> = page["tokens"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| {
+                    vec![
+                        cell(&t["id"]),
+                        cell(&t["user_email"]),
+                        cell(&t["name"]),
+                        cell(&t["prefix"]),
+                        t["expires_at"].as_str().unwrap_or("never").to_owned(),
+                        cell(&t["last_used_at"]),
+                        cell(&t["last_used_ip"]),
+                        super::auth::token_status(t).to_owned(),
+                    ]
+                })
+                .collect();
+            render::table(&headers, &rows);
+            if let Some(next) = page["next_offset"].as_u64() {
+                eprintln!(
+                    "{} of {} tokens shown; next page: --offset {next}",
+                    rows.len(),
+                    cell(&page["total"])
+                );
+            }
+        }
+        TokenCommand::Revoke { id } => {
+            client.json(
+                Method::DELETE,
+                &format!("/api/admin/tokens/{}", seg(&id)),
+                None,
+            )?;
+            eprintln!("Token {id} revoked");
         }
     }
     Ok(())

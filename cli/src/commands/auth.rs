@@ -199,11 +199,7 @@ fn token(ctx: &Ctx, cmd: TokenCommand) -> Result<()> {
                 .into_iter()
                 .flatten()
                 .map(|t| {
-                    let status = if t["revoked_at"].is_null() {
-                        "active"
-                    } else {
-                        "revoked"
-                    };
+                    let status = token_status(t);
                     vec![
                         render::cell(&t["id"]),
                         render::cell(&t["name"]),
@@ -243,5 +239,14 @@ fn token(ctx: &Ctx, cmd: TokenCommand) -> Result<()> {
             eprintln!("Token {id} revoked");
             Ok(())
         }
+    }
+}
+
+/// `active` or `revoked`, as token listings print it.
+pub(super) fn token_status(t: &Value) -> &'static str {
+    if t["revoked_at"].is_null() {
+        "active"
+    } else {
+        "revoked"
     }
 }

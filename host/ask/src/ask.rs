@@ -101,6 +101,11 @@ impl Asker {
         }
     }
 
+    /// Whether an LLM is configured (otherwise every question answers `not_configured`).
+    pub fn configured(&self) -> bool {
+        self.llm.endpoint.is_some()
+    }
+
     /// The question trimmed, or the error for an empty or overlong one.
     pub fn question(text: &str) -> Result<&str, Error> {
         let q = text.trim();

@@ -19,6 +19,15 @@ pub const RESOURCE_TYPES: &[&str] = &["table", "memory_domain"];
 
 type Result<T> = std::result::Result<T, Error>;
 
+/// Who revokes a token, which decides its audit action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revoker {
+    /// The token's owner.
+    Owner,
+    /// An administrator, on any user's token.
+    Admin,
+}
+
 fn user_snapshot(u: &User) -> serde_json::Value {
     json!({ "email": u.email, "name": u.name, "active": u.active })
 }
@@ -250,6 +259,38 @@ impl Admin {
             )
             .await;
         Ok((row, token))
+    }
+
+    /// Revokes a token (the row is kept, so listings still show it). `by` says whose
+    /// decision it was: the owner's (`token.revoke`) or an administrator's
+    /// (`token.admin_revoke`, naming the owner). Revoking a revoked token changes nothing and
+    /// is not audited again.
+    pub async fn revoke_token(
+        &self,
+        actor: &Actor,
+        row: &svc_store::tokens::PatRow,
+        by: Revoker,
+    ) -> Result<()> {
+        if row.revoked_at.is_some() {
+            return Ok(());
+        }
+        self.store.revoke_pat(&row.id).await?;
+        self.access_changed();
+        let event = match by {
+            Revoker::Owner => Event::new("token.revoke"),
+            Revoker::Admin => {
+                Event::new("token.admin_revoke").param("owner_id", row.user_id.clone())
+            }
+        };
+        self.audit
+            .write(
+                actor,
+                event
+                    .resource(format!("token:{}", row.id))
+                    .param("name", row.name.clone()),
+            )
+            .await;
+        Ok(())
     }
 
     /// Creates a custom group.

@@ -112,7 +112,8 @@ for (const button of document.querySelectorAll("button[data-delete-view]")) {
   });
 }
 
-// Personal access tokens through the JSON API: a new token is shown once, here.
+// Personal access tokens through the JSON API: a new token is shown once, here. Revoke
+// buttons on the admin page name the admin endpoint in `data-revoke-base`.
 for (const form of document.querySelectorAll("form[data-create-token]")) {
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
@@ -127,7 +128,8 @@ for (const form of document.querySelectorAll("form[data-create-token]")) {
 for (const button of document.querySelectorAll("button[data-revoke-token]")) {
   button.addEventListener("click", async () => {
     try {
-      await api("DELETE", `/api/tokens/${encodeURIComponent(button.dataset.revokeToken)}`);
+      const base = button.dataset.revokeBase ?? "/api/tokens";
+      await api("DELETE", `${base}/${encodeURIComponent(button.dataset.revokeToken)}`);
       location.reload();
     } catch (err) { say(document.getElementById("token-status"), err.message, false); }
   });
@@ -194,5 +196,45 @@ for (const log of document.querySelectorAll("ul[data-sse]")) {
   source.addEventListener("open", () => {
     const state = document.querySelector("[data-sse-state]");
     if (state) state.textContent = "live";
+  });
+}
+
+// The telemetry ask box: the SQL comes first, then its rows, every value set as text.
+for (const form of document.querySelectorAll("form[data-ask]")) {
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const status = document.getElementById("ask-status");
+    const answer = document.getElementById("ask-answer");
+    const button = form.querySelector("button");
+    button.disabled = true;
+    say(status, "Asking…", true);
+    answer.hidden = true;
+    try {
+      const a = await api("POST", "/api/admin/telemetry/ask", { question: form.elements.question.value });
+      document.getElementById("ask-sql").textContent = a.sql;
+      document.getElementById("ask-rationale").textContent = a.rationale;
+      const table = document.getElementById("ask-rows");
+      table.replaceChildren();
+      if (a.outcome === "answered") {
+        const head = table.createTHead().insertRow();
+        for (const c of a.columns) {
+          const th = document.createElement("th");
+          th.scope = "col";
+          th.textContent = c;
+          head.append(th);
+        }
+        const body = table.createTBody();
+        for (const r of a.rows) {
+          const tr = body.insertRow();
+          for (const c of a.columns) tr.insertCell().textContent = r[c] === null ? "" : String(r[c]);
+        }
+        const more = a.truncated ? " (more rows exist; refine the question)" : "";
+        say(status, `${a.row_count} rows${more} · LLM ${a.llm_ms} ms · query ${a.exec_ms} ms`, true);
+      } else {
+        say(status, `${a.outcome === "rejected" ? "Refused" : "Failed"}: ${a.error}`, false);
+      }
+      answer.hidden = false;
+    } catch (err) { say(status, err.message, false); }
+    button.disabled = false;
   });
 }

@@ -1,6 +1,7 @@
 //! The stylesheet and scripts, embedded in the binary and served under content-hashed names
 //! (`/static/app.3f2a….css`), so a browser may keep them for a year and a new build is never
-//! served a stale copy. Each is gzipped once, on first use.
+//! served a stale copy. Each is compressed once, on first use, with brotli and with gzip (for
+//! clients without brotli: browsers offer it only over TLS).
 
 use std::io::Write;
 use std::sync::LazyLock;
@@ -19,13 +20,18 @@ pub struct Asset {
     pub body: &'static [u8],
     /// The bytes gzipped.
     pub gzipped: Vec<u8>,
+    /// The bytes compressed with brotli.
+    pub brotli: Vec<u8>,
 }
 
 fn asset(stem: &str, ext: &str, content_type: &'static str, body: &'static [u8]) -> Asset {
     let hash = hex::encode(&Sha256::digest(body)[..6]);
     let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::best());
     gz.write_all(body).expect("gzip into memory");
+    let mut br = brotli::CompressorWriter::new(Vec::new(), 4096, 11, 22);
+    br.write_all(body).expect("brotli into memory");
     Asset {
+        brotli: br.into_inner(),
         path: format!("/static/{stem}.{hash}.{ext}"),
         content_type,
         body,
@@ -81,5 +87,9 @@ mod tests {
         assert!(find("/static/app.css").is_none());
         let js = find(js()).unwrap();
         assert!(js.gzipped.len() < js.body.len());
+        assert!(js.brotli.len() < js.gzipped.len());
+        let mut back = Vec::new();
+        brotli::BrotliDecompress(&mut js.brotli.as_slice(), &mut back).unwrap();
+        assert_eq!(back, js.body);
     }
 }

@@ -5,10 +5,9 @@ use std::sync::Arc;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
-use serde_json::json;
+use svc_auth::admin::Revoker;
 use svc_auth::jwt::TokenType;
 use svc_core::Error;
-use svc_store::audit::Event;
 use svc_store::groups::Group;
 use svc_store::tokens::PatRow;
 
@@ -212,17 +211,10 @@ impl MeApi {
         let row = row
             .filter(|r| r.user_id == c.user.id)
             .ok_or_else(|| Error::not_found("Token not found"))?;
-        self.state.store.revoke_pat(&row.id).await?;
-        self.state.access_changed();
         self.state
-            .audit
-            .write(
-                &c.actor,
-                Event::new("token.revoke")
-                    .resource(format!("token:{}", row.id))
-                    .before(json!({ "revoked_at": row.revoked_at })),
-            )
-            .await;
+            .admin
+            .revoke_token(&c.actor, &row, Revoker::Owner)
+            .await?;
         Ok(NoContent::Done)
     }
 }

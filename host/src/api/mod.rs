@@ -4,6 +4,7 @@
 pub(crate) mod activity;
 mod admin_groups;
 pub(crate) mod admin_sessions;
+pub(crate) mod admin_tokens;
 mod admin_users;
 mod ask;
 mod auth;
@@ -224,6 +225,7 @@ type Apis = (
         auth::AuthApi,
         me::MeApi,
         admin_users::UsersApi,
+        admin_tokens::AdminTokensApi,
         admin_groups::AccessApi,
     ),
     (
@@ -262,6 +264,9 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
                 state: state.clone(),
             },
             admin_users::UsersApi {
+                state: state.clone(),
+            },
+            admin_tokens::AdminTokensApi {
                 state: state.clone(),
             },
             admin_groups::AccessApi {

@@ -13,7 +13,7 @@ use svc_pages::views::{AccessPage, AccessRow, GrantCell};
 use svc_pages::Page;
 use svc_store::registry::QueryMode;
 
-use super::{outcome, query, respond, session, with_outcome};
+use super::{outcome, pager, query, respond, session, with_outcome};
 use crate::state::AppState;
 
 const TABLE: &str = "table";
@@ -69,6 +69,13 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
                 .collect(),
         })
         .collect();
+    let (prev_page, next_page) = pager(
+        "/admin/access",
+        ("q", &search),
+        page,
+        PAGE_TABLES,
+        listed.len(),
+    );
     respond::page(&AccessPage {
         chrome: session
             .chrome(&state, Page::Users, "Resource access")
@@ -78,8 +85,8 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         q: search.clone(),
         page,
         matching: listed.len(),
-        prev_page: (page > 1).then(|| here(&search, page - 1)),
-        next_page: (page * PAGE_TABLES < listed.len()).then(|| here(&search, page + 1)),
+        prev_page,
+        next_page,
     })
 }
 

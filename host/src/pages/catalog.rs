@@ -10,7 +10,7 @@ use serde_json::Value;
 use svc_pages::views::{Bucket, CatalogEntry, CatalogPage, TablePage};
 use svc_pages::Page;
 
-use super::{query, respond, session};
+use super::{pager, query, respond, session};
 use crate::api::discovery::{CatalogRow, DiscoveryApi};
 use crate::state::AppState;
 
@@ -126,15 +126,21 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
             }),
         }
     }
-    let here = |page: usize| format!("/catalog?q={}&page={page}", session::urlencode(&search));
+    let (prev_page, next_page) = pager(
+        "/catalog",
+        ("q", &search),
+        page,
+        PAGE_TABLES,
+        business.len(),
+    );
     respond::page(&CatalogPage {
         chrome: session.chrome(&state, Page::Catalog, "Catalog"),
         q: search.clone(),
         buckets,
         internal,
         business_count: business.len(),
-        prev_page: (page > 1).then(|| here(page - 1)),
-        next_page: (page * PAGE_TABLES < business.len()).then(|| here(page + 1)),
+        prev_page,
+        next_page,
     })
 }
 

@@ -14,6 +14,7 @@ pub mod session;
 mod sessions;
 mod tables;
 mod telemetry;
+mod tokens;
 mod users;
 
 use std::sync::Arc;
@@ -51,6 +52,7 @@ pub fn routes(route: Route) -> Route {
             get(users::groups_page).post(users::create_group),
         )
         .at("/admin/access", get(access::index).post(access::save))
+        .at("/admin/tokens", get(tokens::index))
         .at("/admin/tables", get(tables::index))
         .at("/admin/tables/register", post(tables::register))
         .at("/admin/tables/delete", post(tables::delete))
@@ -97,30 +99,54 @@ fn redirect_usage(req: &Request) -> Response {
     moved(req, "/admin/telemetry", true)
 }
 
-/// An embedded asset: cached for a year (its name changes with its content), gzipped when
-/// the browser accepts it.
+/// An embedded asset: cached for a year (its name changes with its content), compressed with
+/// brotli or gzip when the browser accepts it.
 #[handler]
 fn asset(req: &Request) -> Response {
     let Some(asset) = svc_pages::assets::find(req.uri().path()) else {
         return Response::builder().status(StatusCode::NOT_FOUND).finish();
     };
-    let gzip = req
+    let accepted = req
         .headers()
         .get(header::ACCEPT_ENCODING)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|e| e.trim().starts_with("gzip")));
+        .unwrap_or_default();
     let builder = Response::builder()
         .header(header::CONTENT_TYPE, asset.content_type)
         .header(header::CACHE_CONTROL, "public, max-age=31536000, immutable")
         .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
         .header(header::VARY, "Accept-Encoding");
-    if gzip {
+    if accepts(accepted, "br") {
+        builder
+            .header(header::CONTENT_ENCODING, "br")
+            .body(Body::from_bytes(asset.brotli.clone().into()))
+    } else if accepts(accepted, "gzip") {
         builder
             .header(header::CONTENT_ENCODING, "gzip")
             .body(Body::from_bytes(asset.gzipped.clone().into()))
     } else {
         builder.body(Body::from_bytes(bytes::Bytes::from_static(asset.body)))
     }
+}
+
+/// Whether an `Accept-Encoding` value accepts `coding`: named with a non-zero weight
+/// (`br;q=0` refuses it), or `*` with one (RFC 9110 §12.5.3).
+fn accepts(header: &str, coding: &str) -> bool {
+    let weight = |name: &str| {
+        header.split(',').find_map(|item| {
+            let mut parts = item.split(';');
+            let token = parts.next()?.trim();
+            token.eq_ignore_ascii_case(name).then(|| {
+                parts
+                    .find_map(|p| p.trim().strip_prefix("q="))
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    .unwrap_or(1.0)
+            })
+        })
+    };
+    weight(coding)
+        .or_else(|| weight("*"))
+        .is_some_and(|q| q > 0.0)
 }
 
 /// A form body's fields, in order (a name may repeat: checkboxes).
@@ -176,6 +202,22 @@ pub(crate) fn query(req: &Request) -> Form {
     )
 }
 
+/// The previous and next links of page `page` (1-based) of a list of `total` rows shown
+/// `per_page` at a time: `path?<key>=<value>&page=<n>`, so the filter survives paging.
+pub(crate) fn pager(
+    path: &str,
+    (key, value): (&str, &str),
+    page: usize,
+    per_page: usize,
+    total: usize,
+) -> (Option<String>, Option<String>) {
+    let link = |n: usize| format!("{path}?{key}={}&page={n}", session::urlencode(value));
+    (
+        (page > 1).then(|| link(page - 1)),
+        (page.saturating_mul(per_page) < total).then(|| link(page + 1)),
+    )
+}
+
 /// Appends `flash=<text>` (ok) or `error=<text>` to a local path, for the page after a form.
 pub(crate) fn with_outcome(back: &str, ok: bool, text: &str) -> String {
     let key = if ok { "flash" } else { "error" };
@@ -199,4 +241,26 @@ pub(crate) fn window_label(windows: &[(u32, &str)], minutes: u32) -> String {
         .find(|(m, _)| *m == minutes)
         .map_or("", |(_, l)| l)
         .to_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::accepts;
+
+    #[test]
+    fn accept_encoding_weights_are_honoured() {
+        assert!(accepts("gzip, deflate, br, zstd", "br"));
+        assert!(accepts("gzip, deflate", "gzip"));
+        assert!(!accepts("gzip, deflate", "br"));
+        assert!(!accepts("br;q=0, gzip", "br"), "q=0 refuses");
+        assert!(accepts("BR ; q=0.5", "br"));
+        assert!(accepts("*", "br"));
+        assert!(!accepts("*;q=0", "gzip"));
+        assert!(
+            !accepts("gzip;q=0, *", "gzip"),
+            "a named weight wins over *"
+        );
+        assert!(!accepts("", "gzip"));
+        assert!(!accepts("gzipx", "gzip"));
+    }
 }

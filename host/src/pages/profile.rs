@@ -8,6 +8,7 @@ use poem::web::Data;
 use poem::{handler, Request, Response};
 use svc_pages::views::{ProfilePage, TokenView};
 use svc_pages::Page;
+use svc_store::tokens::PatRow;
 
 use super::{respond, session};
 use crate::state::AppState;
@@ -17,6 +18,20 @@ fn day(ts: Option<&str>, none: &str) -> String {
         || none.to_owned(),
         |t| t.get(..16).unwrap_or(t).replace('T', " "),
     )
+}
+
+/// A token as a row of the profile page or of `/admin/tokens`.
+pub(super) fn token_view(t: PatRow) -> TokenView {
+    TokenView {
+        created: day(t.created_at.as_deref(), "—"),
+        expires: day(t.expires_at.as_deref(), "never"),
+        last_used: day(t.last_used_at.as_deref(), "—"),
+        last_ip: t.last_used_ip.unwrap_or_else(|| "—".into()),
+        revoked: t.revoked_at.is_some(),
+        id: t.id,
+        name: t.name,
+        prefix: t.prefix,
+    }
 }
 
 #[handler]
@@ -38,17 +53,6 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         name: user.name.clone().unwrap_or_else(|| user.email.clone()),
         email: user.email.clone(),
         groups: groups.into_iter().map(|g| g.name).collect(),
-        tokens: tokens
-            .into_iter()
-            .map(|t| TokenView {
-                created: day(t.created_at.as_deref(), "—"),
-                expires: day(t.expires_at.as_deref(), "never"),
-                last_used: day(t.last_used_at.as_deref(), "—"),
-                revoked: t.revoked_at.is_some(),
-                id: t.id,
-                name: t.name,
-                prefix: t.prefix,
-            })
-            .collect(),
+        tokens: tokens.into_iter().map(token_view).collect(),
     })
 }

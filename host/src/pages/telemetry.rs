@@ -1,7 +1,8 @@
 //! `/admin/telemetry`: KPI cards, facets, the grouped table (by day by default, with a bar
 //! per bucket) or the raw events, under the filters the URL holds; the same
 //! [`svc_telemetry::browse::Browser`] reads as `/api/admin/telemetry/{kpis,facets,query}`,
-//! audited as `usage.read` like them. Export links hand the filter to the export endpoint.
+//! audited as `usage.read` like them. Export links hand the filter to the export endpoint;
+//! the ask box posts to `/api/admin/telemetry/ask` from the page's script.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -226,6 +227,7 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
     let current = |k: &str| v.get(k).unwrap_or_default();
     respond::page(&TelemetryPage {
         chrome: session.chrome(&state, Page::Telemetry, "Telemetry"),
+        ask_configured: state.ask.configured(),
         sentence,
         api_url: format!(
             "/api/admin/telemetry/query?{}&group_by={}",

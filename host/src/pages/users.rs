@@ -20,7 +20,7 @@ use svc_telemetry::sessions::UserSession;
 
 use super::catalog::bytes;
 use super::session::urlencode;
-use super::{activity, outcome, query, respond, session, with_outcome};
+use super::{activity, outcome, pager, query, respond, session, with_outcome};
 use crate::api::admin_sessions::browse_event;
 use crate::state::AppState;
 
@@ -43,18 +43,23 @@ fn file_row(s: &UserSession, href: Option<String>, download: String) -> UserSess
     }
 }
 
-async fn view(state: &AppState, u: User) -> Result<UserView, Error> {
-    let groups = state.store.groups_of_user(&u.id).await?;
-    Ok(UserView {
+/// A user as a row, with their groups' names.
+fn view(u: User, groups: Vec<String>) -> UserView {
+    UserView {
         has_password: u.password_hash.is_some(),
         id: u.id,
         email: u.email,
         name: u.name.unwrap_or_else(|| "—".into()),
-        groups: groups.into_iter().map(|g| g.name).collect(),
+        groups,
         active: u.active,
         created: u.created_at.unwrap_or_default().chars().take(10).collect(),
-    })
+    }
 }
+
+/// Users and groups per page.
+const PAGE_ROWS: u32 = 100;
+/// Members a group's row names; the rest are counted.
+const MEMBERS_SHOWN: u32 = 20;
 
 #[handler]
 pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
@@ -62,19 +67,45 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         Ok(s) => s,
         Err(r) => return r,
     };
+    let q = query(req);
+    let search = q.text("q").unwrap_or_default();
+    let page = q.page();
+    let offset = (page as u64 - 1) * u64::from(PAGE_ROWS);
     let result = async {
-        let mut out = Vec::new();
-        for u in state.store.list_users().await? {
-            out.push(view(&state, u).await?);
-        }
-        Ok::<_, Error>(out)
+        let (users, total) = state
+            .store
+            .users_page(Some(&search), PAGE_ROWS, offset)
+            .await?;
+        let ids: Vec<String> = users.iter().map(|u| u.id.clone()).collect();
+        let mut groups = state.store.group_names_of_users(&ids).await?;
+        let rows = users
+            .into_iter()
+            .map(|u| {
+                let names = groups.remove(&u.id).unwrap_or_default();
+                view(u, names)
+            })
+            .collect::<Vec<_>>();
+        Ok::<_, Error>((rows, total))
     }
     .await;
     match result {
-        Ok(users) => respond::page(&UsersPage {
-            chrome: session.chrome(&state, Page::Users, "Users"),
-            users,
-        }),
+        Ok((users, total)) => {
+            let (prev_page, next_page) = pager(
+                "/admin/users",
+                ("q", &search),
+                page,
+                PAGE_ROWS as usize,
+                total as usize,
+            );
+            respond::page(&UsersPage {
+                chrome: session.chrome(&state, Page::Users, "Users"),
+                prev_page,
+                next_page,
+                users,
+                q: search,
+                total,
+            })
+        }
         Err(e) => respond::from_error(&state, &session, e),
     }
 }
@@ -141,9 +172,9 @@ pub async fn detail(req: &Request, id: Path<String>, state: Data<&Arc<AppState>>
         })
         .collect();
     let rows = activity::user_rows(&activity.rows, &user.id);
-    let user = match view(&state, user).await {
-        Ok(v) => v,
-        Err(e) => return respond::from_error(&state, &session, e),
+    let user = match state.store.groups_of_user(&user.id).await {
+        Ok(groups) => view(user, groups.into_iter().map(|g| g.name).collect()),
+        Err(e) => return respond::from_error(&state, &session, e.into()),
     };
     respond::page(&UserPage {
         chrome: session.chrome(&state, Page::Users, &user.email),
@@ -163,31 +194,45 @@ pub async fn groups_page(req: &Request, state: Data<&Arc<AppState>>) -> Response
         Ok(s) => s,
         Err(r) => return r,
     };
+    let q = query(req);
+    let page = q.page();
     let result = async {
+        let all = state.store.list_groups().await?;
+        let total = all.len();
         let mut out = Vec::new();
-        for g in state.store.list_groups().await? {
-            let members = state.store.members(&g.id).await?;
+        let skip = (page - 1).saturating_mul(PAGE_ROWS as usize);
+        for g in all.into_iter().skip(skip).take(PAGE_ROWS as usize) {
+            let (members, count, grants) = tokio::try_join!(
+                state.store.first_members(&g.id, MEMBERS_SHOWN),
+                state.store.count_members(&g.id),
+                state.store.count_grants(&g.id),
+            )?;
             out.push(GroupView {
-                grants: state.store.count_grants(&g.id).await?,
-                members: members
-                    .into_iter()
-                    .map(|m| m.email.unwrap_or(m.user_id))
-                    .collect(),
+                more_members: count - members.len() as i64,
+                members,
+                grants,
                 name: g.name,
                 description: g.description.unwrap_or_default(),
                 system: g.is_system,
             });
         }
-        Ok::<_, Error>(out)
+        Ok::<_, Error>((out, total))
     }
     .await;
     match result {
-        Ok(groups) => respond::page(&GroupsPage {
-            chrome: session
-                .chrome(&state, Page::Users, "Groups")
-                .with_flash(outcome(&query(req))),
-            groups,
-        }),
+        Ok((groups, total)) => {
+            let (prev_page, next_page) =
+                pager("/admin/groups", ("q", ""), page, PAGE_ROWS as usize, total);
+            respond::page(&GroupsPage {
+                chrome: session
+                    .chrome(&state, Page::Users, "Groups")
+                    .with_flash(outcome(&q)),
+                prev_page,
+                next_page,
+                groups,
+                total,
+            })
+        }
         Err(e) => respond::from_error(&state, &session, e),
     }
 }

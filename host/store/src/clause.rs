@@ -55,6 +55,15 @@ impl Where {
     }
 }
 
+/// `sql` with `binds` bound in order.
+pub(crate) fn bound<'q>(sql: &'q str, binds: &'q [String]) -> crate::AnyQuery<'q> {
+    let mut query = sqlx::query(sql);
+    for b in binds {
+        query = query.bind(b.as_str());
+    }
+    query
+}
+
 /// `text` as a LIKE pattern that matches only itself: `%`, `_` and `\` escaped, for a
 /// condition written with `ESCAPE '\'`.
 pub(crate) fn like_literal(text: &str) -> String {

@@ -1,11 +1,14 @@
 //! Groups, memberships and resource grants.
 
+use std::collections::HashMap;
+
 use sqlx::any::AnyRow;
 use sqlx::Row;
 use svc_core::clock::{new_id, now};
 
 use super::users::{ADMIN_GROUP, EVERYONE_GROUP};
 use super::{flag, Store, StoreError};
+use crate::clause::{bound, Where};
 
 /// A user group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,6 +209,31 @@ impl Store {
         .await
     }
 
+    /// The group names of each of `user_ids`, system groups first (users in no group are
+    /// absent): one statement for a page of users.
+    pub async fn group_names_of_users(
+        &self,
+        user_ids: &[String],
+    ) -> Result<HashMap<String, Vec<String>>, StoreError> {
+        let mut out: HashMap<String, Vec<String>> = HashMap::new();
+        if user_ids.is_empty() {
+            return Ok(out);
+        }
+        let mut w = Where::new();
+        w.push_in("m.user_id", user_ids);
+        let sql = format!(
+            "SELECT m.user_id, g.name FROM user_group_members m \
+             JOIN user_groups g ON g.id = m.group_id{} ORDER BY m.user_id, g.is_system DESC, g.name",
+            w.sql
+        );
+        for r in bound(&sql, &w.binds).fetch_all(self.pool()).await? {
+            out.entry(r.try_get("user_id")?)
+                .or_default()
+                .push(r.try_get("name")?);
+        }
+        Ok(out)
+    }
+
     /// Updates a group's name and/or description.
     pub async fn update_group(
         &self,
@@ -274,6 +302,20 @@ impl Store {
                     added_by: r.try_get("added_by")?,
                 })
             })
+            .collect()
+    }
+
+    /// The first `n` members' e-mails (or ids, for a member whose user is gone), by e-mail.
+    pub async fn first_members(&self, group_id: &str, n: u32) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT COALESCE(u.email, m.user_id) AS who FROM user_group_members m \
+             LEFT JOIN users u ON u.id = m.user_id WHERE m.group_id = $1 ORDER BY who LIMIT {n}"
+        ))
+        .bind(group_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| r.try_get("who").map_err(StoreError::from))
             .collect()
     }
 

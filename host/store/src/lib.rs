@@ -466,6 +466,66 @@ mod tests {
     use super::testing;
     use super::users::Guarded;
 
+    /// The users page: found by e-mail or name in any case (LIKE wildcards are literal),
+    /// paged by e-mail with the count of every page, and each user's groups in one read.
+    #[tokio::test]
+    async fn user_pages_find_by_text_and_carry_their_groups() {
+        for (store, _dir) in testing::all_backends().await {
+            store.seed_system_groups().await.unwrap();
+            let mut ids = Vec::new();
+            for (email, name) in [
+                ("zoe@example.com", Some("Zoe Percent%")),
+                ("ana@example.com", Some("Ana")),
+                ("bob@corp.example", None),
+            ] {
+                ids.push(store.create_user(email, name, None).await.unwrap().id);
+            }
+            let emails = |users: &[super::users::User]| {
+                users.iter().map(|u| u.email.clone()).collect::<Vec<_>>()
+            };
+            let (all, total) = store.users_page(None, 2, 0).await.unwrap();
+            assert_eq!(
+                (emails(&all), total),
+                (
+                    vec!["ana@example.com".to_owned(), "bob@corp.example".to_owned()],
+                    3
+                )
+            );
+            let (rest, _) = store.users_page(None, 2, 2).await.unwrap();
+            assert_eq!(emails(&rest), ["zoe@example.com"]);
+            let (found, total) = store.users_page(Some("EXAMPLE.COM"), 10, 0).await.unwrap();
+            assert_eq!((found.len(), total), (2, 2));
+            let (found, _) = store.users_page(Some("percent%"), 10, 0).await.unwrap();
+            assert_eq!(emails(&found), ["zoe@example.com"], "found by name");
+            let (found, total) = store.users_page(Some("%"), 10, 0).await.unwrap();
+            assert_eq!((found.len(), total), (1, 1), "% is literal");
+
+            let admin = store.group_by_name("Admin").await.unwrap().unwrap();
+            let team = store.create_group("team", None, "t").await.unwrap();
+            store
+                .add_member(&team.id, &ids[0], "admin", "t")
+                .await
+                .unwrap();
+            store
+                .add_member(&admin.id, &ids[0], "admin", "t")
+                .await
+                .unwrap();
+            store
+                .add_member(&team.id, &ids[1], "admin", "t")
+                .await
+                .unwrap();
+            let groups = store.group_names_of_users(&ids).await.unwrap();
+            assert_eq!(groups[&ids[0]], ["Admin", "team"], "system groups first");
+            assert_eq!(groups[&ids[1]], ["team"]);
+            assert!(!groups.contains_key(&ids[2]));
+            assert!(store.group_names_of_users(&[]).await.unwrap().is_empty());
+            assert_eq!(
+                store.first_members(&team.id, 1).await.unwrap(),
+                ["ana@example.com"]
+            );
+        }
+    }
+
     /// The same repository calls give the same answers on SQLite and PostgreSQL.
     #[tokio::test]
     async fn repositories_behave_the_same_on_both_backends() {

@@ -11,8 +11,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 use svc_core::clock::now;
 
-use crate::clause::{like_literal, Where};
-use crate::memory::bound;
+use crate::clause::{bound, like_literal, Where};
 use crate::{Store, StoreError};
 
 /// Days in the usage window (today and the 29 before).

@@ -5,6 +5,7 @@ use sqlx::Row;
 use svc_core::clock::{new_id, now};
 
 use super::{flag, Store, StoreError};
+use crate::clause::{bound, like_literal, Where};
 
 /// Name of the system group whose members are administrators.
 pub const ADMIN_GROUP: &str = "Admin";
@@ -152,6 +153,37 @@ impl Store {
             from_row,
         )
         .await
+    }
+
+    /// A page of users by e-mail, those whose e-mail or name contains `text` (any case) when
+    /// given, and how many match on every page.
+    pub async fn users_page(
+        &self,
+        text: Option<&str>,
+        limit: u32,
+        offset: u64,
+    ) -> Result<(Vec<User>, i64), StoreError> {
+        let mut w = Where::new();
+        if let Some(text) = text.filter(|t| !t.is_empty()) {
+            w.push(
+                "(LOWER(email) LIKE $? ESCAPE '\\' OR LOWER(COALESCE(name, '')) LIKE $? ESCAPE '\\')",
+                format!("%{}%", like_literal(&text.to_lowercase())),
+            );
+        }
+        let total: i64 = bound(
+            &format!("SELECT COUNT(*) AS n FROM users{}", w.sql),
+            &w.binds,
+        )
+        .fetch_one(self.pool())
+        .await?
+        .try_get("n")?;
+        let sql = format!(
+            "SELECT {COLUMNS} FROM users{} ORDER BY email LIMIT {limit} OFFSET {offset}",
+            w.sql
+        );
+        let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
+        let users = rows.iter().map(from_row).collect::<Result<_, _>>()?;
+        Ok((users, total))
     }
 
     /// Number of users (0 on a fresh store).

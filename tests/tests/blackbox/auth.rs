@@ -1,6 +1,6 @@
 //! Authentication: first admin, PATs, sessions, failures, rate limiting, client kinds.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::support::{backends, Server};
 
@@ -127,26 +127,25 @@ fn password_login_issues_a_session_and_failures_are_rate_limited() {
     assert!(failed.iter().filter(|r| r["result"] == "error.401").count() >= 10);
 }
 
-#[test]
-fn personal_access_tokens_lifecycle() {
-    let s = Server::start();
+/// Creates `email` with a password and logs in: their session token.
+fn password_session(s: &Server, email: &str) -> String {
     let out = s.cli(
-        &[
-            "users",
-            "create",
-            "--email",
-            "bo@example.com",
-            "--password-stdin",
-        ],
+        &["users", "create", "--email", email, "--password-stdin"],
         Some("another-pass"),
     );
     assert!(out.status.success());
     let (_, login) = s.send(
         s.http
             .post(s.url("/auth/token"))
-            .json(&json!({"email": "bo@example.com", "password": "another-pass"})),
+            .json(&json!({"email": email, "password": "another-pass"})),
     );
-    let session = login["access_token"].as_str().unwrap().to_string();
+    login["access_token"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn personal_access_tokens_lifecycle() {
+    let s = Server::start();
+    let session = password_session(&s, "bo@example.com");
 
     let (status, created) = s.post_json(
         "/api/tokens",
@@ -216,6 +215,99 @@ fn personal_access_tokens_lifecycle() {
     // Another user's token id is not found, not revealed.
     let (status, _) = s.delete(&format!("/api/tokens/{id}"), &s.admin_token());
     assert_eq!(status, 404);
+}
+
+#[test]
+fn administrators_list_and_revoke_any_users_tokens() {
+    let s = Server::start();
+    let session = password_session(&s, "bo@example.com");
+    let mut tokens = Vec::new();
+    for name in ["laptop", "ci"] {
+        let (status, t) = s.post_json("/api/tokens", &session, &json!({"name": name}));
+        assert_eq!(status, 201, "{t}");
+        tokens.push((
+            t["id"].as_str().unwrap().to_owned(),
+            t["token"].as_str().unwrap().to_owned(),
+        ));
+    }
+    let admin = s.admin_token();
+
+    let (status, page) = s.get_json("/api/admin/tokens?user=bo@example.com", &admin);
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["total"], 2);
+    let listed: Vec<&str> = page["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["ci", "laptop"], "newest first");
+    let first = &page["tokens"][0];
+    assert_eq!(first["user_email"], "bo@example.com");
+    assert!(first["user_id"].is_string());
+    assert!(first.get("token").is_none() && first.get("token_hash").is_none());
+    // Paged, with the next offset; bounds refused in the envelope.
+    let (_, one) = s.get_json("/api/admin/tokens?user=bo@example.com&limit=1", &admin);
+    assert_eq!(
+        (one["tokens"].as_array().unwrap().len(), &one["next_offset"]),
+        (1, &json!(1))
+    );
+    let (_, last) = s.get_json(
+        "/api/admin/tokens?user=bo@example.com&limit=1&offset=1",
+        &admin,
+    );
+    assert_eq!(last["next_offset"], Value::Null);
+    let (status, bad) = s.get_json("/api/admin/tokens?limit=0", &admin);
+    assert_eq!(status, 422, "{bad}");
+    assert!(bad["detail"].as_str().unwrap().contains("limit"), "{bad}");
+    // Every owner without the filter; never for a non-admin.
+    let (_, all) = s.get_json("/api/admin/tokens", &admin);
+    assert!(all["total"].as_i64().unwrap() >= 2, "{all}");
+    assert_eq!(s.get_json("/api/admin/tokens", &session).0, 403);
+    assert_eq!(
+        s.delete(&format!("/api/admin/tokens/{}", tokens[0].0), &session)
+            .0,
+        403
+    );
+
+    // Revoked by an administrator: the token stops at once, the audit row names the owner.
+    let (laptop_id, laptop) = &tokens[0];
+    let (status, _) = s.delete(&format!("/api/admin/tokens/{laptop_id}"), &admin);
+    assert_eq!(status, 204);
+    let (status, body) = s.get_json("/api/me", laptop);
+    assert_eq!(
+        (status, body["detail"].as_str()),
+        (401, Some("Token revoked"))
+    );
+    assert_eq!(
+        s.get_json("/api/me", &tokens[1].1).0,
+        200,
+        "the other token still works"
+    );
+    let rows = s.audit_rows("token.admin_revoke", 1);
+    assert_eq!(rows.len(), 1);
+    let params: Value = serde_json::from_str(rows[0]["params"].as_str().unwrap()).unwrap();
+    let bo_id = page["tokens"][0]["user_id"].clone();
+    assert_eq!(params["owner_id"], bo_id);
+    assert_eq!(rows[0]["resource"], format!("token:{laptop_id}"));
+    // Again: nothing changes and nothing more is audited; an unknown id is 404.
+    assert_eq!(
+        s.delete(&format!("/api/admin/tokens/{laptop_id}"), &admin)
+            .0,
+        204
+    );
+    assert_eq!(s.delete("/api/admin/tokens/no-such-token", &admin).0, 404);
+    let (_, after) = s.get_json("/api/admin/tokens?user=bo@example.com", &admin);
+    assert!(after["tokens"][1]["revoked_at"].is_string(), "{after}");
+    // The next revocation is the second row, so the repeated one wrote none.
+    assert_eq!(
+        s.delete(&format!("/api/admin/tokens/{}", tokens[1].0), &admin)
+            .0,
+        204
+    );
+    let rows = s.audit_rows("token.admin_revoke", 2);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1]["resource"], format!("token:{}", tokens[1].0));
 }
 
 #[test]

@@ -15,6 +15,12 @@ const XSS: &str = "<script>alert(1)</script><img src=x onerror=alert(2)>";
 /// A server with an admin and an analyst who both have passwords.
 fn server() -> Server {
     let s = Server::start();
+    give_passwords(&s);
+    s
+}
+
+/// Gives the admin a password and creates the analyst `ana@example.com` with one.
+pub(crate) fn give_passwords(s: &Server) {
     let set = |email: &str| {
         let out = s.cli(
             &[
@@ -33,12 +39,15 @@ fn server() -> Server {
         );
     };
     set("admin@localhost");
-    s.cli_ok(&["users", "create", "--email", "ana@example.com"]);
+    if s.query("SELECT id FROM users WHERE email = 'ana@example.com'")
+        .is_empty()
+    {
+        s.cli_ok(&["users", "create", "--email", "ana@example.com"]);
+    }
     set("ana@example.com");
-    s
 }
 
-fn log_in(b: &Browser, s: &Server, email: &str) {
+pub(crate) fn log_in(b: &Browser, s: &Server, email: &str) {
     b.goto(&s.url("/login"));
     b.type_into("#email", email);
     b.type_into("#password", PASSWORD);
@@ -51,13 +60,13 @@ fn log_in(b: &Browser, s: &Server, email: &str) {
 
 /// Loads `path`, saves a screenshot, and checks the page asked nothing of another host, logged
 /// no console error and opened no dialog.
-fn visit(b: &Browser, s: &Server, path: &str, shot: &str) {
+pub(crate) fn visit(b: &Browser, s: &Server, path: &str, shot: &str) {
     b.goto(&s.url(path));
     b.screenshot(shot);
     assert_clean(b, s, path);
 }
 
-fn assert_clean(b: &Browser, s: &Server, what: &str) {
+pub(crate) fn assert_clean(b: &Browser, s: &Server, what: &str) {
     assert!(
         !b.dialog_open(),
         "{what}: a dialog opened (injected script ran?)"
@@ -146,6 +155,8 @@ fn login_redirects_with_next_and_refuses_open_redirects_and_forged_forms() {
     log_in(&ana, &s, "ana@example.com");
     ana.goto(&s.url("/admin/activity"));
     ana.screenshot("forbidden");
+    assert!(ana.source().contains("Administrators only"));
+    ana.goto(&s.url("/admin/tokens"));
     assert!(ana.source().contains("Administrators only"));
     // The browser reports the 403 itself; nothing else may fail.
     let errors = ana.console_errors();
@@ -514,6 +525,10 @@ fn sessions_page_lists_failed_sessions_and_the_viewer_jumps_between_errors() {
     // Telemetry of the same upload: by day, then by tool; a tool's row filters to its events.
     visit(&b, &s, "/admin/telemetry?window=525600", "telemetry");
     assert!(
+        b.source().contains("SVC_LLM_ENDPOINT"),
+        "without an LLM the ask box says how to configure one"
+    );
+    assert!(
         b.js(
             "return document.querySelectorAll('#telemetry-groups tbody tr').length",
             json!([])
@@ -547,6 +562,20 @@ fn sessions_page_lists_failed_sessions_and_the_viewer_jumps_between_errors() {
     assert_clean(&b, &s, "telemetry");
 
     // The user's page: their files with downloads (the API, through the session cookie).
+    visit(&b, &s, "/admin/users?q=ANA%40", "users-found");
+    assert_eq!(
+        b.js(
+            "return [...document.querySelectorAll('#users tbody tr td:first-child')].map(t => t.textContent)",
+            json!([])
+        ),
+        json!(["ana@example.com"]),
+        "the filter finds by e-mail in any case"
+    );
+    visit(&b, &s, "/admin/users?q=%25", "users-none");
+    assert!(
+        b.source().contains("No user matches"),
+        "% is not a wildcard"
+    );
     visit(&b, &s, "/admin/users", "users");
     b.click(&format!("a[href='/admin/users/{ana_id}']"));
     b.wait_for("#user-sessions");
@@ -783,4 +812,77 @@ fn a_grant_checkbox_on_the_access_page_changes_what_a_user_can_read() {
     );
     assert_eq!(s.get_json("/api/me", &token).0, 401);
     assert_clean(&b, &s, "tokens");
+
+    // Every user's tokens for administrators: filtered by owner, revoked in place.
+    visit(
+        &b,
+        &s,
+        "/admin/tokens?user=ana%40example.com",
+        "admin-tokens",
+    );
+    assert_eq!(b.text("#tokens tbody tr td"), "ana@example.com");
+    assert_eq!(
+        b.js(
+            "return document.querySelectorAll('#tokens tbody tr').length",
+            json!([])
+        ),
+        json!(1),
+        "only ana's token"
+    );
+    b.click("button[data-revoke-base]");
+    b.wait_until(
+        "the revoked state",
+        "return document.querySelector('#tokens .pill.err') !== null",
+    );
+    assert_eq!(s.get_json("/api/me", &ana).0, 401);
+    let rows = s.audit_rows("token.admin_revoke", 1);
+    assert_eq!(rows[0]["client_kind"], "web");
+    assert_clean(&b, &s, "admin tokens");
+}
+
+/// Assets come compressed as the client asks (brotli, else gzip, else plain), each decoding
+/// to the same bytes, and are cached for a year under their content hash.
+#[test]
+fn assets_are_served_with_brotli_or_gzip_as_the_client_accepts() {
+    use std::io::Read;
+    let s = Server::start();
+    let html = s.http.get(s.url("/login")).send().unwrap().text().unwrap();
+    let css = html
+        .split('"')
+        .find(|p| p.starts_with("/static/app.") && p.ends_with(".css"))
+        .expect("the stylesheet's link")
+        .to_owned();
+    let fetch = |accept: &str| {
+        let r = s
+            .http
+            .get(s.url(&css))
+            .header("accept-encoding", accept)
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.headers()["cache-control"]
+            .to_str()
+            .unwrap()
+            .contains("immutable"));
+        let coding = r
+            .headers()
+            .get("content-encoding")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (coding, r.bytes().unwrap().to_vec())
+    };
+    let (coding, plain) = fetch("identity");
+    assert_eq!(coding, None);
+    assert!(String::from_utf8_lossy(&plain).contains("font-family"));
+    let (coding, packed) = fetch("gzip, deflate, br");
+    assert_eq!(coding.as_deref(), Some("br"));
+    let mut back = Vec::new();
+    brotli::BrotliDecompress(&mut packed.as_slice(), &mut back).unwrap();
+    assert_eq!(back, plain);
+    let (coding, zipped) = fetch("br;q=0, gzip");
+    assert_eq!(coding.as_deref(), Some("gzip"));
+    let mut back = Vec::new();
+    flate2::read::GzDecoder::new(zipped.as_slice())
+        .read_to_end(&mut back)
+        .unwrap();
+    assert_eq!(back, plain);
 }

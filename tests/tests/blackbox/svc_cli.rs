@@ -383,6 +383,35 @@ fn the_client_logs_in_discovers_queries_and_administers() {
     assert_eq!(code(&o), 7, "a deactivated user's token: {}", stderr(&o));
     let o = svc(cfg, &["admin", "user", "activate", "ana@example.com"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    // Administrators list any user's tokens and revoke one; it stops working at once.
+    let page = json_of(
+        cfg,
+        &[
+            "admin",
+            "token",
+            "list",
+            "--user",
+            "ana@example.com",
+            "--json",
+        ],
+    );
+    assert_eq!(page["total"], 1, "{page}");
+    assert_eq!(page["tokens"][0]["user_email"], "ana@example.com");
+    let id = page["tokens"][0]["id"].as_str().unwrap().to_owned();
+    let o = svc(cfg, &["admin", "token", "list"]);
+    assert!(
+        stdout(&o).contains(&id) && stdout(&o).contains("ana@example.com"),
+        "{}",
+        stdout(&o)
+    );
+    let o = svc(cfg, &["admin", "token", "revoke", &id]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = svc(cfg, &["--token", &ana, "catalog"]);
+    assert_eq!(code(&o), 7, "a revoked token: {}", stderr(&o));
+    let o = svc(cfg, &["admin", "token", "revoke", "no-such-token"]);
+    assert_eq!(code(&o), 8, "{}", stderr(&o));
+    assert!(stderr(&o).contains("Token not found"), "{}", stderr(&o));
     let o = svc(cfg, &["admin", "group", "delete", "analysts"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-use crate::support::{backends, Server, TempDir};
+use crate::browser::Browser;
+use crate::pages::{assert_clean, give_passwords, log_in, visit};
+use crate::support::{backends, Backend, Server, TempDir};
 use crate::svc_cli::{code, stderr, stdout, svc};
 use crate::telemetry::{rows, run, server, upload_raw, LABELLED};
 
@@ -299,6 +301,9 @@ impl StubLlm {
                             "SELECT a.id FROM svc_telemetry a, svc_telemetry b, svc_telemetry c",
                         )),
                         "drop" => (200, sql_answer("DROP TABLE svc_telemetry")),
+                        "markup" => (200, sql_answer(
+                            "SELECT '<img src=x onerror=alert(1)>' AS shown FROM svc_sessions LIMIT 1",
+                        )),
                         "users" => (200, sql_answer("SELECT * FROM users")),
                         "file" => (200, sql_answer("SELECT * FROM read_parquet('/etc/passwd')")),
                         "two" => (200, sql_answer(
@@ -598,4 +603,93 @@ pub(crate) fn urlencode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// The ask box on `/admin/telemetry`: the SQL is shown before its rows, the rows are the
+/// API's answer, values are text (markup in a result never runs), and refused SQL says so.
+#[test]
+fn the_telemetry_page_asks_and_shows_the_sql_then_its_rows_as_text() {
+    let llm = StubLlm::start();
+    let s = server(
+        Backend::Sqlite,
+        &[
+            ("SVC_LLM_ENDPOINT", llm.url.as_str()),
+            ("SVC_LLM_MODEL", "stub-model"),
+            ("SVC_LLM_TIMEOUT_SECONDS", "5"),
+        ],
+    );
+    let (admin, _) = seeded(&s);
+    give_passwords(&s);
+    let b = Browser::start();
+    log_in(&b, &s, "admin@localhost");
+    visit(&b, &s, "/admin/telemetry?window=525600", "telemetry-ask");
+    let ask = |question: &str| {
+        b.js(
+            "document.getElementById('ask-question').value = arguments[0]; \
+             document.getElementById('ask-answer').hidden = true;",
+            json!([question]),
+        );
+        b.click("form[data-ask] button");
+        b.wait_until(
+            "the answer",
+            "return !document.getElementById('ask-answer').hidden",
+        );
+    };
+
+    ask("good: events per user?");
+    assert!(b.text("#ask-sql").contains("FROM svc_telemetry"));
+    let shown = b.js(
+        "return [...document.querySelectorAll('#ask-rows tbody tr')]\
+         .map(r => [...r.cells].map(c => c.textContent))",
+        json!([]),
+    );
+    let (status, api) = s.post_json(
+        "/api/admin/telemetry/ask",
+        &admin,
+        &json!({"question": "good: events per user?"}),
+    );
+    assert_eq!(status, 200, "{api}");
+    let columns: Vec<&str> = api["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let expected: Vec<Vec<String>> = api["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            columns
+                .iter()
+                .map(|c| match &r[*c] {
+                    Value::String(v) => v.clone(),
+                    other => other.to_string(),
+                })
+                .collect()
+        })
+        .collect();
+    assert!(!expected.is_empty());
+    assert_eq!(shown, json!(expected), "the page shows the API's rows");
+    let page_ask = s.audit_rows("usage.ask", 1);
+    assert_eq!(page_ask[0]["client_kind"], "web");
+
+    ask("markup please");
+    assert_eq!(b.text("#ask-rows tbody td"), "<img src=x onerror=alert(1)>");
+    assert_clean(&b, &s, "ask with markup in a result");
+
+    ask("drop everything");
+    assert!(
+        b.text("#ask-status").starts_with("Refused:"),
+        "{}",
+        b.text("#ask-status")
+    );
+    assert_eq!(
+        b.js(
+            "return document.querySelectorAll('#ask-rows tr').length",
+            json!([])
+        ),
+        json!(0)
+    );
+    b.screenshot("telemetry-ask-refused");
 }

@@ -11,6 +11,7 @@ mod profile;
 mod sessions;
 mod tables;
 mod telemetry;
+mod tokens;
 mod users;
 
 pub use access::{AccessPage, AccessRow, GrantCell};
@@ -19,10 +20,11 @@ pub use auth::{ErrorPage, LoginPage};
 pub use catalog::{Bucket, CatalogEntry, CatalogPage, TablePage};
 pub use marketplace::{MarketCard, MarketItemPage, MarketplacePage};
 pub use memory::{MemoryPage, MemoryRow, Pair};
-pub use profile::{ProfilePage, TokenView};
+pub use profile::ProfilePage;
 pub use sessions::{SessionRow, SessionsPage, TranscriptPage, TurnView};
 pub use tables::{TableRow, TableTab, TablesPage};
 pub use telemetry::{TelemetryPage, TelemetryRow};
+pub use tokens::{AdminTokensPage, TokenView};
 pub use users::{
     GroupView, GroupsPage, MySessionsPage, UserPage, UserSessionView, UserView, UsersPage,
 };

@@ -1,25 +1,7 @@
 use askama::Template;
 
+use super::TokenView;
 use crate::Chrome;
-
-/// One of the user's personal access tokens.
-#[derive(Debug, Clone)]
-pub struct TokenView {
-    /// Its id.
-    pub id: String,
-    /// Its name.
-    pub name: String,
-    /// The last characters of its id.
-    pub prefix: String,
-    /// When it was created.
-    pub created: String,
-    /// When it expires, or `never`.
-    pub expires: String,
-    /// When it was last used, or a dash.
-    pub last_used: String,
-    /// Whether it was revoked.
-    pub revoked: bool,
-}
 
 /// `/profile` (and `/tokens`): who the user is and their tokens.
 #[derive(Template)]

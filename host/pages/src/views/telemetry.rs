@@ -78,4 +78,6 @@ pub struct TelemetryPage {
     pub prev_page: Option<String>,
     /// The next page.
     pub next_page: Option<String>,
+    /// Whether the ask box can be used (an LLM is configured).
+    pub ask_configured: bool,
 }

@@ -28,8 +28,16 @@ pub struct UserView {
 pub struct UsersPage {
     /// The frame.
     pub chrome: Chrome,
-    /// Every user.
+    /// This page's users, by e-mail.
     pub users: Vec<UserView>,
+    /// The text e-mails and names were filtered by.
+    pub q: String,
+    /// Users matching the filter.
+    pub total: i64,
+    /// The previous page's link.
+    pub prev_page: Option<String>,
+    /// The next page's link.
+    pub next_page: Option<String>,
 }
 
 /// One of a user's session files.
@@ -82,8 +90,10 @@ pub struct GroupView {
     pub description: String,
     /// A system group (Admin, Everyone).
     pub system: bool,
-    /// Its members' e-mails.
+    /// Its first members' e-mails.
     pub members: Vec<String>,
+    /// Members not shown.
+    pub more_members: i64,
     /// How many grants it holds.
     pub grants: i64,
 }
@@ -94,8 +104,14 @@ pub struct GroupView {
 pub struct GroupsPage {
     /// The frame.
     pub chrome: Chrome,
-    /// Every group.
+    /// This page's groups, system groups first.
     pub groups: Vec<GroupView>,
+    /// Groups in all.
+    pub total: usize,
+    /// The previous page's link.
+    pub prev_page: Option<String>,
+    /// The next page's link.
+    pub next_page: Option<String>,
 }
 
 /// `/profile/sessions`: the signed-in user's own session files.

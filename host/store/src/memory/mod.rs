@@ -11,7 +11,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 use svc_core::clock::{new_id, now};
 
-use crate::clause::{like_literal, Where};
+use crate::clause::{bound, like_literal, Where};
 use crate::{flag, Store, StoreError};
 
 /// The memory domains an item may belong to (and a `memory_domain` grant may name).
@@ -209,15 +209,6 @@ pub struct ItemPage {
     pub items: Vec<KnowledgeItem>,
     /// Items matching, all pages.
     pub total_count: i64,
-}
-
-/// `sql` with `binds` bound in order.
-pub(crate) fn bound<'q>(sql: &'q str, binds: &'q [String]) -> crate::AnyQuery<'q> {
-    let mut query = sqlx::query(sql);
-    for b in binds {
-        query = query.bind(b.as_str());
-    }
-    query
 }
 
 fn visible(w: &mut Where, v: &Visibility) {

@@ -5,8 +5,8 @@
 use serde::Serialize;
 use sqlx::Row;
 
-use super::{bound, item, item_filter, KnowledgeItem, Visibility, COLUMNS, UNTAGGED};
-use crate::clause::Where;
+use super::{item, item_filter, KnowledgeItem, Visibility, COLUMNS, UNTAGGED};
+use crate::clause::{bound, Where};
 use crate::{Store, StoreError};
 
 /// What the items are grouped by.

@@ -635,7 +635,7 @@ fn token(client: &Client, cmd: TokenCommand) -> Result<()> {
             offset,
             json,
         } => {
-            let mut path = format!("/api/admin/tokens/?limit={limit}&offset={offset}");
+            let mut path = format!("/api/admin/tokens?limit={limit}&offset={offset}");
             if let Some(user) = user {
                 path.push_str(&format!("&user={}", seg(&user)));
             }

@@ -55,6 +55,7 @@ pub fn routes(route: Route) -> Route {
         .at("/admin/tokens", get(tokens::index))
         .at("/admin/tables", get(tables::index))
         .at("/admin/tables/register", post(tables::register))
+        .at("/admin/tables/update", post(tables::update))
         .at("/admin/tables/delete", post(tables::delete))
         .at("/admin/tables/warmup/events", get(tables::warmup_log))
         .at("/activity-center", get(redirect_activity_center))

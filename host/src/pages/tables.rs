@@ -1,5 +1,5 @@
 //! `/admin/tables`: a tab per source kind the server has a driver for (a driver loaded at run
-//! time gets its tab) plus the read-only internal tab; register and delete through the same
+//! time gets its tab) plus the read-only internal tab; register, edit and delete through the same
 //! [`svc_catalog::registry::Registry`] calls as `/api/admin/…` (same checks, same audit rows);
 //! and the cache-warmup log as server-sent events that resume after `Last-Event-ID`.
 
@@ -9,17 +9,20 @@ use futures::StreamExt;
 use poem::web::sse::SSE;
 use poem::web::Data;
 use poem::{handler, Body, IntoResponse, Request, Response};
-use svc_pages::views::{TableRow, TableTab, TablesPage};
+use svc_pages::views::{TableEdit, TableRow, TableTab, TablesPage};
 use svc_pages::Page;
 use svc_store::registry::{QueryMode, RegistryRow};
 
 use super::catalog::bytes;
 use super::session::{safe_next, urlencode};
-use super::{outcome, query, respond, session, with_outcome};
+use super::{outcome, pager, query, respond, session, with_outcome};
 use crate::api::warmup::{last_event_id, sse_event, warmup_events};
 use crate::state::AppState;
 
 const INTERNAL: &str = "internal";
+
+/// Tables per page.
+const PAGE_TABLES: usize = 100;
 
 fn row(state: &AppState, r: &RegistryRow) -> TableRow {
     let (data, error) = match state.registry.data_facts(r) {
@@ -93,21 +96,92 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
             current: *k == kind,
         })
         .collect();
-    let shown = of_kind(&kind).into_iter().map(|r| row(&state, r)).collect();
+    let search = q.text("q").unwrap_or_default();
+    let needle = search.to_lowercase();
+    let matching: Vec<&RegistryRow> = of_kind(&kind)
+        .into_iter()
+        .filter(|r| {
+            needle.is_empty()
+                || r.id.to_lowercase().contains(&needle)
+                || r.description
+                    .as_deref()
+                    .is_some_and(|d| d.to_lowercase().contains(&needle))
+        })
+        .collect();
+    let page = q.page();
+    let shown = matching
+        .iter()
+        .skip((page - 1).saturating_mul(PAGE_TABLES))
+        .take(PAGE_TABLES)
+        .map(|r| row(&state, r))
+        .collect();
     let editable = kind != INTERNAL;
+    let editing = q
+        .text("edit")
+        .filter(|_| editable)
+        .and_then(|id| matching.iter().find(|r| r.id == id).copied())
+        .map(|r| TableEdit {
+            id: r.id.clone(),
+            bucket: r.bucket.clone().unwrap_or_default(),
+            source_table: r.source_table.clone().unwrap_or_default(),
+            mode: r.query_mode.as_str().into(),
+            sync_schedule: r.sync_schedule.clone().unwrap_or_default(),
+            description: r.description.clone().unwrap_or_default(),
+        });
+    let here = format!("/admin/tables?kind={}", urlencode(&kind));
+    let (prev_page, next_page) = pager(&here, ("q", &search), page, PAGE_TABLES, matching.len());
     respond::page(&TablesPage {
         chrome: session
             .chrome(&state, Page::Tables, "Tables")
             .with_flash(outcome(&q)),
         tabs,
-        back: format!("/admin/tables?kind={}", urlencode(&kind)),
+        back: format!("{here}&q={}&page={page}", urlencode(&search)),
         kind,
         editable,
         modes: ["local", "remote", "materialized"]
             .map(String::from)
             .to_vec(),
         rows: shown,
+        matching: matching.len(),
+        q: search,
+        prev_page,
+        next_page,
+        editing,
     })
+}
+
+/// Changes a registered table's bucket, source table, mode, schedule and description through
+/// the same [`svc_catalog::registry::Registry::update`] as `PUT /api/admin/registry/{id}`
+/// (same checks, `registry.update` audit row). An empty field clears it.
+#[handler]
+pub async fn update(req: &Request, body: Body, state: Data<&Arc<AppState>>) -> Response {
+    let (session, form) = match session::admin_form(&state, req, body).await {
+        Ok(ok) => ok,
+        Err(r) => return r,
+    };
+    let back = safe_next(form.get("back"));
+    let id = form.get("id").unwrap_or_default();
+    let mode = match form.text("query_mode").map(|m| m.parse::<QueryMode>()) {
+        None => None,
+        Some(Ok(m)) if !m.is_internal() => Some(m),
+        Some(_) => return respond::see_other(&with_outcome(&back, false, "Unknown query mode.")),
+    };
+    let updated = state
+        .registry
+        .update(&session.caller.actor, id, |row| {
+            if let Some(m) = mode {
+                row.query_mode = m;
+            }
+            row.bucket = form.text("bucket");
+            row.source_table = form.text("source_table");
+            row.sync_schedule = form.text("sync_schedule");
+            row.description = form.text("description");
+        })
+        .await;
+    match updated {
+        Ok(_) => respond::see_other(&with_outcome(&back, true, &format!("Saved {id}"))),
+        Err(e) => respond::see_other(&with_outcome(&back, false, &e.to_string())),
+    }
 }
 
 #[handler]

@@ -272,6 +272,47 @@ fn catalog_and_tables_pages_show_tables_and_stream_the_warmup_log() {
     let rows = s.audit_rows("registry.register", 1);
     assert!(rows.iter().any(|r| r["client_kind"] == "web"), "{rows:?}");
 
+    // Found by its description; edited from the page (audited, the change shown).
+    visit(
+        &b,
+        &s,
+        "/admin/tables?kind=local&q=FROM+THE",
+        "tables-found",
+    );
+    assert_eq!(
+        b.js(
+            "return [...document.querySelectorAll('tbody tr')].map(r => r.id)",
+            json!([])
+        ),
+        json!(["table-events_page"])
+    );
+    b.click("a[aria-label='Edit events_page']");
+    b.wait_for("form[action='/admin/tables/update']");
+    b.js(
+        "document.querySelector('form[action=\"/admin/tables/update\"] input[name=description]').value = arguments[0]",
+        json!([XSS]),
+    );
+    b.click("form[action='/admin/tables/update'] button[type=submit]");
+    b.wait_until(
+        "the saved change",
+        "return (document.querySelector('.flash.ok')?.textContent ?? '').includes('Saved events_page')",
+    );
+    let (_, list) = s.get_json("/api/admin/registry", &admin);
+    let row = list["tables"]
+        .as_array()
+        .and_then(|t| t.iter().find(|r| r["id"] == "events_page"))
+        .unwrap_or_else(|| panic!("events_page in {list}"));
+    assert_eq!(row["description"], XSS, "{row}");
+    let rows = s.audit_rows("registry.update", 1);
+    assert_eq!(rows.last().unwrap()["client_kind"], "web");
+    assert!(
+        b.url().contains("q=FROM"),
+        "the filter survives: {}",
+        b.url()
+    );
+    assert_clean(&b, &s, "/admin/tables after an edit");
+    visit(&b, &s, "/admin/tables?kind=local", "tables-local");
+
     // The warmup log shows new lines while a warmup runs.
     b.wait_until(
         "the stream to open",

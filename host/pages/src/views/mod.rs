@@ -22,7 +22,7 @@ pub use marketplace::{MarketCard, MarketItemPage, MarketplacePage};
 pub use memory::{MemoryPage, MemoryRow, Pair};
 pub use profile::ProfilePage;
 pub use sessions::{SessionRow, SessionsPage, TranscriptPage, TurnView};
-pub use tables::{TableRow, TableTab, TablesPage};
+pub use tables::{TableEdit, TableRow, TableTab, TablesPage};
 pub use telemetry::{TelemetryPage, TelemetryRow};
 pub use tokens::{AdminTokensPage, TokenView};
 pub use users::{

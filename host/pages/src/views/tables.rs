@@ -34,6 +34,23 @@ pub struct TableRow {
     pub error: Option<String>,
 }
 
+/// The fields of a table being edited, as the edit form shows them.
+#[derive(Debug, Clone, Default)]
+pub struct TableEdit {
+    /// Its id (not editable).
+    pub id: String,
+    /// Its bucket, or empty.
+    pub bucket: String,
+    /// Its source table, or empty.
+    pub source_table: String,
+    /// Its query mode.
+    pub mode: String,
+    /// Its sync schedule, or empty.
+    pub sync_schedule: String,
+    /// Its description, or empty.
+    pub description: String,
+}
+
 /// `/admin/tables`.
 #[derive(Template)]
 #[template(path = "tables.html")]
@@ -48,8 +65,18 @@ pub struct TablesPage {
     pub editable: bool,
     /// The query modes a table of this kind may have.
     pub modes: Vec<String>,
-    /// Its tables.
+    /// This page's tables.
     pub rows: Vec<TableRow>,
+    /// The text ids and descriptions were filtered by.
+    pub q: String,
+    /// Tables of this kind matching the filter.
+    pub matching: usize,
+    /// The previous page's link.
+    pub prev_page: Option<String>,
+    /// The next page's link.
+    pub next_page: Option<String>,
+    /// The table whose edit form is open (`edit=<id>`).
+    pub editing: Option<TableEdit>,
     /// This page's URL.
     pub back: String,
 }

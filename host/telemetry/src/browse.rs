@@ -486,30 +486,16 @@ impl Browser {
             .map_err(df_error)?;
         let (df, total, order) = match group_by {
             Some(g) => {
-                // Two levels: first one row per (bucket, owner, session) with its counts,
-                // then the buckets. The distinct counts then run over those rows (about a
-                // tenth of the events: a session calls a tool many times) instead of
-                // keeping a set of every event's session and owner per bucket.
                 let grouped = base
                     .aggregate(
+                        vec![cast(g.bucket(), DataType::Utf8).alias("bucket")],
                         vec![
-                            cast(g.bucket(), DataType::Utf8).alias("bucket"),
-                            col("username"),
-                            col("session_id"),
+                            count(lit(1)).alias("invocations"),
+                            count_distinct(col("username")).alias("distinct_users"),
+                            count_distinct(col("session_id")).alias("distinct_sessions"),
+                            errors().alias("errors"),
                         ],
-                        vec![count(lit(1)).alias("events"), errors().alias("failed")],
                     )
-                    .and_then(|per_session| {
-                        per_session.aggregate(
-                            vec![col("bucket")],
-                            vec![
-                                sum(col("events")).alias("invocations"),
-                                count_distinct(col("username")).alias("distinct_users"),
-                                count_distinct(col("session_id")).alias("distinct_sessions"),
-                                sum(col("failed")).alias("errors"),
-                            ],
-                        )
-                    })
                     .map_err(df_error)?;
                 // Buckets are few (days, owners, tools): computed once, then counted, sorted
                 // and paged in memory instead of aggregating every event twice.

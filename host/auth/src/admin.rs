@@ -271,10 +271,10 @@ impl Admin {
         row: &svc_store::tokens::PatRow,
         by: Revoker,
     ) -> Result<()> {
-        if row.revoked_at.is_some() {
+        // Decided by the store's conditional update, so two revokes at once audit once.
+        if !self.store.revoke_pat(&row.id).await? {
             return Ok(());
         }
-        self.store.revoke_pat(&row.id).await?;
         self.access_changed();
         let event = match by {
             Revoker::Owner => Event::new("token.revoke"),

@@ -13,8 +13,9 @@ use svc_store::tokens::{OwnedPat, PatPage};
 use super::{AdminAuth, ApiResult, NoContent, Tag};
 use crate::state::AppState;
 
-/// Tokens per page unless asked otherwise, and the most a page may hold.
+/// Tokens per page unless asked otherwise.
 pub const DEFAULT_LIMIT: usize = 100;
+/// The most a page may hold.
 const MAX_LIMIT: usize = 500;
 
 pub struct AdminTokensApi {

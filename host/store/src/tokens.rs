@@ -152,14 +152,14 @@ impl Store {
         Ok(PatPage { tokens, total })
     }
 
-    /// Marks a token revoked (keeps the row).
-    pub async fn revoke_pat(&self, id: &str) -> Result<(), StoreError> {
-        sqlx::query("UPDATE personal_access_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
+    /// Marks a token revoked (keeps the row); false when it already was.
+    pub async fn revoke_pat(&self, id: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("UPDATE personal_access_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
             .bind(now())
             .bind(id)
             .execute(self.pool())
             .await?;
-        Ok(())
+        Ok(done.rows_affected() > 0)
     }
 
     /// Records a use of a token.
@@ -217,7 +217,8 @@ mod tests {
             ] {
                 store.insert_pat(&row).await.unwrap();
             }
-            store.revoke_pat("t1").await.unwrap();
+            assert!(store.revoke_pat("t1").await.unwrap());
+            assert!(!store.revoke_pat("t1").await.unwrap(), "already revoked");
             let ids = |page: &super::PatPage| {
                 page.tokens
                     .iter()

@@ -18,6 +18,7 @@ const EXEMPT: &[(&str, &str)] = &[
     ("get_me", "the caller's own identity"),
     ("list_tokens", "the caller's own tokens"),
     ("list_users", "directory listing"),
+    ("list_all_tokens", "directory listing"),
     ("get_user", "directory listing"),
     ("list_groups", "directory listing"),
     ("get_group", "directory listing"),
@@ -290,6 +291,26 @@ fn every_operation_writes_exactly_one_complete_audit_row() {
     );
     revoke.client_kind = "api";
     sw.drive(revoke);
+    // An administrator revokes another user's token.
+    let mut again = post(
+        "create_token",
+        "/api/tokens",
+        json!({"name": "sweep-admin-revoked"}),
+        &session_token,
+        "token.create",
+    );
+    again.client_kind = "api";
+    let second = sw.drive(again);
+    let second_id = second["id"].as_str().unwrap_or_default().to_owned();
+    sw.drive(op(
+        "admin_revoke_token",
+        M::DELETE,
+        format!("/api/admin/tokens/{second_id}"),
+        Body::None,
+        &admin,
+        "token.admin_revoke",
+        None,
+    ));
 
     // Users, groups, grants.
     let user = sw.drive(post(

@@ -29,6 +29,10 @@ pub const ACTIONS: &[ActionInfo] = &[
         "resource_grant.deleted",
         "a group's grant on a resource was removed",
     ),
+    a(
+        "token.admin_revoke",
+        "an administrator revoked a user's personal access token",
+    ),
     a("token.create", "a personal access token was issued"),
     a("token.revoke", "a personal access token was revoked"),
     a("user.activate", "a deactivated user was reactivated"),

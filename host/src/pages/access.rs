@@ -71,7 +71,7 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         .collect();
     let (prev_page, next_page) = pager(
         "/admin/access",
-        ("q", &search),
+        &[("q", &search)],
         page,
         PAGE_TABLES,
         listed.len(),

@@ -128,7 +128,7 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
     }
     let (prev_page, next_page) = pager(
         "/catalog",
-        ("q", &search),
+        &[("q", &search)],
         page,
         PAGE_TABLES,
         business.len(),

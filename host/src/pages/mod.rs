@@ -204,15 +204,22 @@ pub(crate) fn query(req: &Request) -> Form {
 }
 
 /// The previous and next links of page `page` (1-based) of a list of `total` rows shown
-/// `per_page` at a time: `path?<key>=<value>&page=<n>`, so the filter survives paging.
+/// `per_page` at a time: `path?<kept filters>&page=<n>`, so the filter survives paging.
 pub(crate) fn pager(
     path: &str,
-    (key, value): (&str, &str),
+    kept: &[(&str, &str)],
     page: usize,
     per_page: usize,
     total: usize,
 ) -> (Option<String>, Option<String>) {
-    let link = |n: usize| format!("{path}?{key}={}&page={n}", session::urlencode(value));
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let link = |n: usize| {
+        let mut url = format!("{path}{sep}");
+        for (key, value) in kept {
+            url.push_str(&format!("{key}={}&", session::urlencode(value)));
+        }
+        format!("{url}page={n}")
+    };
     (
         (page > 1).then(|| link(page - 1)),
         (page.saturating_mul(per_page) < total).then(|| link(page + 1)),
@@ -246,7 +253,24 @@ pub(crate) fn window_label(windows: &[(u32, &str)], minutes: u32) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::accepts;
+    use super::{accepts, pager};
+
+    #[test]
+    fn pager_links_keep_the_filters_and_stop_at_the_ends() {
+        assert_eq!(
+            pager("/admin/users", &[("q", "a b&c")], 1, 100, 250),
+            (None, Some("/admin/users?q=a+b%26c&page=2".into()))
+        );
+        assert_eq!(
+            pager("/admin/tables?kind=local", &[("q", "")], 3, 100, 250),
+            (Some("/admin/tables?kind=local&q=&page=2".into()), None)
+        );
+        assert_eq!(pager("/admin/groups", &[], 1, 100, 100), (None, None));
+        assert_eq!(
+            pager("/admin/users/u1", &[], 2, 50, 120).1.as_deref(),
+            Some("/admin/users/u1?page=3")
+        );
+    }
 
     #[test]
     fn accept_encoding_weights_are_honoured() {

@@ -129,7 +129,7 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
             description: r.description.clone().unwrap_or_default(),
         });
     let here = format!("/admin/tables?kind={}", urlencode(&kind));
-    let (prev_page, next_page) = pager(&here, ("q", &search), page, PAGE_TABLES, matching.len());
+    let (prev_page, next_page) = pager(&here, &[("q", &search)], page, PAGE_TABLES, matching.len());
     respond::page(&TablesPage {
         chrome: session
             .chrome(&state, Page::Tables, "Tables")

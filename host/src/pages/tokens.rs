@@ -31,7 +31,7 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         };
     let (prev_page, next_page) = pager(
         "/admin/tokens",
-        ("user", &user),
+        &[("user", &user)],
         page,
         DEFAULT_LIMIT,
         found.total as usize,

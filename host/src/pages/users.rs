@@ -58,6 +58,8 @@ fn view(u: User, groups: Vec<String>) -> UserView {
 
 /// Users and groups per page.
 const PAGE_ROWS: u32 = 100;
+/// Session files a user's page lists at a time.
+const USER_FILES: usize = 50;
 /// Members a group's row names; the rest are counted.
 const MEMBERS_SHOWN: u32 = 20;
 
@@ -92,7 +94,7 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         Ok((users, total)) => {
             let (prev_page, next_page) = pager(
                 "/admin/users",
-                ("q", &search),
+                &[("q", &search)],
                 page,
                 PAGE_ROWS as usize,
                 total as usize,
@@ -131,7 +133,11 @@ pub async fn detail(req: &Request, id: Path<String>, state: Data<&Arc<AppState>>
     };
     let actor = &session.caller.actor;
     let started = Instant::now();
-    let files = state.sessions.user_sessions(&user.id, 50, 0).await;
+    let page = query(req).page();
+    let files = state
+        .sessions
+        .user_sessions(&user.id, USER_FILES, (page - 1).saturating_mul(USER_FILES))
+        .await;
     let event = browse_event("user_sessions", &[("user_id", json!(user.id))]);
     state
         .audit
@@ -176,8 +182,18 @@ pub async fn detail(req: &Request, id: Path<String>, state: Data<&Arc<AppState>>
         Ok(groups) => view(user, groups.into_iter().map(|g| g.name).collect()),
         Err(e) => return respond::from_error(&state, &session, e.into()),
     };
+    let (prev_page, next_page) = pager(
+        &format!("/admin/users/{uid}"),
+        &[],
+        page,
+        USER_FILES,
+        files.total as usize,
+    );
     respond::page(&UserPage {
         chrome: session.chrome(&state, Page::Users, &user.email),
+        sessions_total: files.total,
+        prev_page,
+        next_page,
         download_all: format!("/api/admin/users/{uid}/sessions/download-all"),
         sessions_api: format!("/api/admin/users/{uid}/sessions"),
         activity_api: format!("/api/admin/users/{uid}/activity"),
@@ -222,7 +238,7 @@ pub async fn groups_page(req: &Request, state: Data<&Arc<AppState>>) -> Response
     match result {
         Ok((groups, total)) => {
             let (prev_page, next_page) =
-                pager("/admin/groups", ("q", ""), page, PAGE_ROWS as usize, total);
+                pager("/admin/groups", &[], page, PAGE_ROWS as usize, total);
             respond::page(&GroupsPage {
                 chrome: session
                     .chrome(&state, Page::Users, "Groups")

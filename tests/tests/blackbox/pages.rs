@@ -640,6 +640,12 @@ fn sessions_page_lists_failed_sessions_and_the_viewer_jumps_between_errors() {
         .unwrap()
             >= 1
     );
+    b.goto(&s.url(&format!("/admin/users/{ana_id}?page=9")));
+    assert!(
+        b.text("#sessions-h + p")
+            .starts_with("No files on this page"),
+        "a page past the end says so and links back"
+    );
     b.goto(&s.url("/admin/users/no-such-user"));
     assert!(b.source().contains("User not found"));
     let errors = b.console_errors();

@@ -67,7 +67,7 @@ pub struct UserPage {
     pub chrome: Chrome,
     /// The user.
     pub user: UserView,
-    /// Their session files, newest first.
+    /// This page of their session files, newest first.
     pub sessions: Vec<UserSessionView>,
     /// Every file as one ZIP.
     pub download_all: String,
@@ -79,6 +79,12 @@ pub struct UserPage {
     pub activity_page: String,
     /// Their latest audit rows.
     pub rows: Vec<ActivityRow>,
+    /// Session files in all.
+    pub sessions_total: i64,
+    /// The previous page of session files.
+    pub prev_page: Option<String>,
+    /// The next page of session files.
+    pub next_page: Option<String>,
 }
 
 /// A group with its members.

@@ -8,13 +8,13 @@ use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use svc_auth::admin::Revoker;
 use svc_core::Error;
-use svc_store::tokens::{OwnedPat, PatPage};
+use svc_store::tokens::OwnedPat;
 
 use super::{AdminAuth, ApiResult, NoContent, Tag};
 use crate::state::AppState;
 
 /// Tokens per page unless asked otherwise.
-pub const DEFAULT_LIMIT: usize = 100;
+const DEFAULT_LIMIT: usize = 100;
 /// The most a page may hold.
 const MAX_LIMIT: usize = 500;
 
@@ -80,29 +80,6 @@ struct AdminTokenPage {
     next_offset: Option<usize>,
 }
 
-/// A page of every user's tokens (or one owner's, by exact e-mail); the page's bounds are
-/// checked here so the page and the API refuse the same input.
-pub async fn page(
-    state: &AppState,
-    user: Option<&str>,
-    limit: Option<usize>,
-    offset: Option<usize>,
-) -> Result<(PatPage, usize, usize), Error> {
-    let limit = limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(Error::invalid(format!(
-            "limit must be between 1 and {MAX_LIMIT}"
-        )));
-    }
-    let offset = offset.unwrap_or(0);
-    let user = user.map(str::trim).filter(|u| !u.is_empty());
-    let page = state
-        .store
-        .list_pats(user, limit as u32, offset as u64)
-        .await?;
-    Ok((page, limit, offset))
-}
-
 #[OpenApi(prefix_path = "/api/admin/tokens", tag = "Tag::Users")]
 impl AdminTokensApi {
     /// Every user's personal access tokens, newest first, revoked ones included; `user`
@@ -118,7 +95,17 @@ impl AdminTokensApi {
         /// Tokens to skip.
         offset: Query<Option<usize>>,
     ) -> ApiResult<Json<AdminTokenPage>> {
-        let (page, limit, offset) = page(&self.state, user.as_deref(), limit.0, offset.0).await?;
+        let limit = limit.0.unwrap_or(DEFAULT_LIMIT);
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(Error::invalid(format!("limit must be between 1 and {MAX_LIMIT}")).into());
+        }
+        let offset = offset.0.unwrap_or(0);
+        let user = user.as_deref().map(str::trim).filter(|u| !u.is_empty());
+        let page = self
+            .state
+            .store
+            .list_pats(user, limit as u32, offset as u64)
+            .await?;
         let next = offset + page.tokens.len();
         Ok(Json(AdminTokenPage {
             next_offset: ((next as i64) < page.total && !page.tokens.is_empty()).then_some(next),

@@ -4,7 +4,7 @@
 pub(crate) mod activity;
 mod admin_groups;
 pub(crate) mod admin_sessions;
-pub(crate) mod admin_tokens;
+mod admin_tokens;
 mod admin_users;
 mod ask;
 mod auth;

@@ -1,6 +1,6 @@
 //! `/admin/tokens`: every user's personal access tokens, a page at a time, filtered by owner
-//! (`?user=<e-mail>`); read like `GET /api/admin/tokens`, and revoked by the page's script
-//! through `DELETE /api/admin/tokens/{id}` with the session's CSRF token.
+//! (`?user=<e-mail>`); the same store read as `GET /api/admin/tokens`, and revoked by the
+//! page's script through `DELETE /api/admin/tokens/{id}` with the session's CSRF token.
 
 use std::sync::Arc;
 
@@ -11,8 +11,10 @@ use svc_pages::Page;
 
 use super::profile::token_view;
 use super::{pager, query, respond, session};
-use crate::api::admin_tokens::{self, DEFAULT_LIMIT};
 use crate::state::AppState;
+
+/// Tokens per page.
+const PAGE_TOKENS: usize = 100;
 
 #[handler]
 pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
@@ -21,19 +23,23 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         Err(r) => return r,
     };
     let q = query(req);
-    let user = q.text("user").unwrap_or_default();
+    let owner = q.text("user");
     let page = q.page();
-    let offset = (page - 1).saturating_mul(DEFAULT_LIMIT);
-    let (found, _, _) =
-        match admin_tokens::page(&state, Some(&user), Some(DEFAULT_LIMIT), Some(offset)).await {
-            Ok(found) => found,
-            Err(e) => return respond::from_error(&state, &session, e),
-        };
+    let offset = (page as u64 - 1).saturating_mul(PAGE_TOKENS as u64);
+    let found = match state
+        .store
+        .list_pats(owner.as_deref(), PAGE_TOKENS as u32, offset)
+        .await
+    {
+        Ok(found) => found,
+        Err(e) => return respond::from_error(&state, &session, e.into()),
+    };
+    let user = owner.unwrap_or_default();
     let (prev_page, next_page) = pager(
         "/admin/tokens",
         &[("user", &user)],
         page,
-        DEFAULT_LIMIT,
+        PAGE_TOKENS,
         found.total as usize,
     );
     respond::page(&AdminTokensPage {

@@ -18,13 +18,22 @@
 //! they are never opened. Administrators read packs instead where there are some (many
 //! files' events in one file sorted by time, built by the pipeline from the segments; the
 //! store's `packs` module keeps their invariant), plus the segments of files in no pack.
+//!
+//! Files carry two hidden columns after the event columns, [`KEY_COLUMNS`]: 64-bit hashes
+//! of the owner and the session. Administrators' distinct counts (owners and sessions per
+//! bucket) run over them, because counting distinct 64-bit values reads and hashes a
+//! tenth of the bytes the strings take (2.2–2.8× faster, measured at 3.3 M events).
+//! `svc_telemetry` never shows them. Files written before the keys existed are keyed
+//! again wherever they are read whole (compaction, prune, reprocess), and until then an
+//! administrator's provider is built without keys, so counts fall back to the strings.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use svc_driver_parquet::AtomicParquet;
+use svc_plugin_api::arrow::array::{ArrayRef, AsArray, UInt64Array};
 use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use svc_plugin_api::datafusion::catalog::Session;
 use svc_plugin_api::datafusion::common::ScalarValue;
@@ -84,6 +93,54 @@ pub fn schema() -> SchemaRef {
         .clone()
 }
 
+/// The hidden columns after [`schema`]'s in every file written since they were introduced:
+/// [`key`] of `username`, then of `session_id`.
+pub const KEY_COLUMNS: [&str; 2] = ["username_hash", "session_id_hash"];
+
+/// The columns of an event file: [`schema`]'s, then [`KEY_COLUMNS`].
+pub fn keyed_schema() -> SchemaRef {
+    static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let mut fields: Vec<Field> = schema().fields().iter().map(|f| (**f).clone()).collect();
+            fields.extend(KEY_COLUMNS.map(|name| Field::new(name, DataType::UInt64, false)));
+            Arc::new(Schema::new(fields))
+        })
+        .clone()
+}
+
+/// The key of an owner or a session: its xxh3-64 hash. A distinct count over keys differs
+/// from one over the strings only if two of them collide, which for n values has odds of
+/// about n²/2⁶⁵ (3·10⁻¹⁰ for 100,000 sessions).
+pub fn key(text: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(text.as_bytes())
+}
+
+/// The keys of a column of owners or sessions.
+pub fn keys<'a>(texts: impl Iterator<Item = &'a str>) -> ArrayRef {
+    Arc::new(UInt64Array::from_iter_values(texts.map(key)))
+}
+
+/// `batch` of [`keyed_schema`]: as it is when it has the keys, else with them computed
+/// from its `username` and `session_id` (a batch of a file written before keys existed).
+pub fn with_keys(batch: RecordBatch) -> Result<RecordBatch> {
+    if batch.schema().fields() == keyed_schema().fields() {
+        return Ok(batch);
+    }
+    let text = |name: &str| {
+        batch
+            .column_by_name(name)
+            .and_then(|c| c.as_string_opt::<i32>())
+            .ok_or_else(|| DriverError::internal(format!("an event file without {name}")))
+    };
+    let (users, sessions) = (text("username")?, text("session_id")?);
+    let mut columns = batch.columns().to_vec();
+    columns.push(keys(users.iter().map(Option::unwrap_or_default)));
+    columns.push(keys(sessions.iter().map(Option::unwrap_or_default)));
+    RecordBatch::try_new(keyed_schema(), columns)
+        .map_err(|e| DriverError::internal(format!("an event file of another shape: {e}")))
+}
+
 /// Whether `name` is one this module could have made: `<letters, digits, ->.parquet`.
 /// Names come from the store; this is the second lock on the path.
 fn is_segment_name(name: &str) -> bool {
@@ -97,6 +154,9 @@ fn is_segment_name(name: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct EventSegments {
     dir: PathBuf,
+    /// Whether each file read so far has keys: files are never rewritten under their name,
+    /// so each footer is read once.
+    keyed: Arc<Mutex<HashMap<String, bool>>>,
 }
 
 fn io_error(what: &str, path: &Path, e: impl std::fmt::Display) -> DriverError {
@@ -108,6 +168,7 @@ impl EventSegments {
     pub fn new(data_dir: &Path) -> Self {
         Self {
             dir: data_dir.join(DIR),
+            keyed: Arc::default(),
         }
     }
 
@@ -121,28 +182,55 @@ impl EventSegments {
         Ok(self.dir.join(name))
     }
 
-    /// Starts the segment `name` (of [`schema`]): batches are appended to a hidden file that
+    /// Starts the segment `name` (of [`keyed_schema`]): batches are appended to a hidden file that
     /// becomes the segment, durably and whole, on commit, or goes if it is dropped first.
     pub fn create(&self, name: &str) -> Result<SegmentWriter> {
-        AtomicParquet::create(&self.path(name)?, schema())
+        AtomicParquet::create(&self.path(name)?, keyed_schema())
     }
 
-    /// Writes `batch` as the segment `name` in one go; returns the bytes written.
+    /// Writes `batch` (of [`keyed_schema`]) as the segment `name` in one go; returns the
+    /// bytes written.
     pub fn write(&self, name: &str, batch: &RecordBatch) -> Result<u64> {
         let mut file = self.create(name)?;
         file.write(batch)?;
         Ok(file.commit()?.bytes)
     }
 
-    /// Every row of a segment.
+    /// Every row of a segment or pack, with its keys ([`with_keys`]).
     pub fn read(&self, name: &str) -> Result<Vec<RecordBatch>> {
         let path = self.path(name)?;
         let file = File::open(&path).map_err(|e| io_error("cannot open", &path, e))?;
         ParquetRecordBatchReaderBuilder::try_new(file)
             .and_then(|b| b.build())
             .map_err(|e| io_error("cannot read", &path, e))?
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| io_error("cannot read", &path, e))
+            .map(|batch| {
+                batch
+                    .map_err(|e| io_error("cannot read", &path, e))
+                    .and_then(with_keys)
+            })
+            .collect()
+    }
+
+    /// Whether the file `name` has the key columns (its footer, read once).
+    pub fn has_keys(&self, name: &str) -> Result<bool> {
+        if let Some(&known) = self.cache().get(name) {
+            return Ok(known);
+        }
+        let path = self.path(name)?;
+        let file = File::open(&path).map_err(|e| io_error("cannot open", &path, e))?;
+        let footer = ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(|e| io_error("cannot read", &path, e))?;
+        let keyed = KEY_COLUMNS
+            .iter()
+            .all(|c| footer.schema().index_of(c).is_ok());
+        self.cache().insert(name.to_owned(), keyed);
+        Ok(keyed)
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
+        self.keyed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Removes the segments not named in `keep` (and temporary files of killed writers);
@@ -162,11 +250,34 @@ impl EventSegments {
         removed
     }
 
-    /// A provider over exactly the listed files (segments or packs), chosen by the store:
-    /// the caller's.
+    /// A provider of [`schema`]'s columns over exactly the listed files (segments or
+    /// packs), chosen by the store: the caller's.
     pub fn provider(&self, listed: &[EventFile]) -> Result<Arc<dyn TableProvider>> {
+        self.scan(listed, schema())
+    }
+
+    /// A provider of [`keyed_schema`]'s columns over the listed files, or None when one of
+    /// them predates the keys (its keys would read as NULL and be counted as none).
+    pub fn keyed_provider(&self, listed: &[EventFile]) -> Result<Option<Arc<dyn TableProvider>>> {
+        for file in listed {
+            if !self.has_keys(&file.name)? {
+                return Ok(None);
+            }
+        }
+        // Forget files that are gone (merged into packs, pruned) once they outnumber the
+        // listed ones, so the memo stays the size of the listing.
+        let mut cache = self.cache();
+        if cache.len() > 2 * listed.len() + 64 {
+            let names: HashSet<&str> = listed.iter().map(|f| f.name.as_str()).collect();
+            cache.retain(|name, _| names.contains(name.as_str()));
+        }
+        drop(cache);
+        self.scan(listed, keyed_schema()).map(Some)
+    }
+
+    fn scan(&self, listed: &[EventFile], schema: SchemaRef) -> Result<Arc<dyn TableProvider>> {
         if listed.is_empty() {
-            let empty = MemTable::try_new(schema(), vec![vec![]])
+            let empty = MemTable::try_new(schema, vec![vec![]])
                 .map_err(|e| DriverError::internal(e.to_string()))?;
             return Ok(Arc::new(empty));
         }
@@ -182,7 +293,7 @@ impl EventSegments {
                 last_at: file.last_at.clone(),
             });
         }
-        Ok(Arc::new(SegmentScan { files }))
+        Ok(Arc::new(SegmentScan { files, schema }))
     }
 }
 
@@ -293,12 +404,14 @@ fn time_bounds(filters: &[Expr]) -> (Option<String>, Option<String>) {
 #[derive(Debug)]
 struct SegmentScan {
     files: Vec<Spanned>,
+    /// [`schema`] or [`keyed_schema`]: a file's columns beyond it are not read.
+    schema: SchemaRef,
 }
 
 #[async_trait::async_trait]
 impl TableProvider for SegmentScan {
     fn schema(&self) -> SchemaRef {
-        schema()
+        self.schema.clone()
     }
 
     fn table_type(&self) -> TableType {
@@ -324,14 +437,14 @@ impl TableProvider for SegmentScan {
         let mut files: Vec<&Spanned> = self.files.iter().filter(|f| f.overlaps(&window)).collect();
         if files.is_empty() {
             let projected = match projection {
-                Some(p) => Arc::new(schema().project(p)?),
-                None => schema(),
+                Some(p) => Arc::new(self.schema.project(p)?),
+                None => self.schema.clone(),
             };
             return Ok(Arc::new(EmptyExec::new(projected)));
         }
-        let mut source = ParquetSource::new(schema());
+        let mut source = ParquetSource::new(self.schema.clone());
         if let Some(predicate) = conjunction(filters.iter().cloned()) {
-            let columns = DFSchema::try_from(schema())?;
+            let columns = DFSchema::try_from(self.schema.clone())?;
             source = source.with_predicate(state.create_physical_expr(predicate, &columns)?);
         }
         // Largest first, each to the partition with the fewest bytes so far, so a few large
@@ -358,76 +471,5 @@ impl TableProvider for SegmentScan {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_names_this_module_makes_are_paths() {
-        let s = EventSegments::new(Path::new("/data"));
-        assert!(s.path("0190a-b2.parquet").is_ok());
-        for bad in [
-            "../x.parquet",
-            "a/b.parquet",
-            ".parquet",
-            "x.csv",
-            "a b.parquet",
-            "",
-        ] {
-            assert!(s.path(bad).is_err(), "{bad:?}");
-        }
-    }
-}
-
-#[cfg(test)]
-mod window_tests {
-    use super::*;
-    use svc_plugin_api::datafusion::prelude::{col, lit};
-
-    fn spanned(first: &str, last: &str) -> Spanned {
-        Spanned {
-            file: PartitionedFile::new("/x.parquet", 1),
-            first_at: Some(first.into()),
-            last_at: Some(last.into()),
-        }
-    }
-
-    #[test]
-    fn the_time_range_comes_from_plain_comparisons_only() {
-        let t = || col("occurred_at");
-        let both = time_bounds(&[
-            t().gt_eq(lit("2026-01-02")).and(lit("2026-01-05").gt(t())),
-            t().gt(lit("2026-01-01")),
-            col("username").lt(lit("a")),
-        ]);
-        assert_eq!(both, (Some("2026-01-02".into()), Some("2026-01-05".into())));
-        let between = time_bounds(&[t().between(lit("2026-01-03"), lit("2026-01-04"))]);
-        assert_eq!(
-            between,
-            (Some("2026-01-03".into()), Some("2026-01-04".into()))
-        );
-        // An OR, a negation or a non-text literal says nothing about the range.
-        let none = time_bounds(&[
-            t().gt(lit("2026-01-02")).or(col("is_error")),
-            t().not_between(lit("a"), lit("b")),
-            t().gt(lit(5_i64)),
-        ]);
-        assert_eq!(none, (None, None));
-    }
-
-    #[test]
-    fn a_file_is_skipped_only_when_it_cannot_hold_a_row_of_the_range() {
-        let f = spanned("2026-01-02T10:00:00Z", "2026-01-03T10:00:00Z");
-        let range = |lo: Option<&str>, hi: Option<&str>| (lo.map(Into::into), hi.map(Into::into));
-        assert!(f.overlaps(&range(None, None)));
-        assert!(f.overlaps(&range(Some("2026-01-03"), None)));
-        assert!(!f.overlaps(&range(Some("2026-01-04"), None)));
-        assert!(f.overlaps(&range(None, Some("2026-01-02T10:00:00Z"))));
-        assert!(!f.overlaps(&range(None, Some("2026-01-02"))));
-        let unknown = Spanned {
-            first_at: None,
-            last_at: None,
-            ..f
-        };
-        assert!(unknown.overlaps(&range(Some("2027"), Some("2028"))));
-    }
-}
+#[path = "events_tests.rs"]
+mod tests;

@@ -149,6 +149,17 @@ impl InternalDriver {
     /// event once, for administrators — each pack, plus the segment of each file in no pack,
     /// listed in one statement so a compaction or a commit cannot fall between the two.
     pub async fn event_provider(&self, owner: Option<&str>) -> Result<Arc<dyn TableProvider>> {
+        self.segments.provider(&self.event_files(owner).await?)
+    }
+
+    /// Every event once, as [`event_provider`](Self::event_provider) without an owner, with
+    /// the hidden key columns for counting owners and sessions; None while some file
+    /// predates them ([`events`]).
+    pub async fn keyed_event_provider(&self) -> Result<Option<Arc<dyn TableProvider>>> {
+        self.segments.keyed_provider(&self.event_files(None).await?)
+    }
+
+    async fn event_files(&self, owner: Option<&str>) -> Result<Vec<events::EventFile>> {
         let query = match owner {
             Some(owner) => sqlx::query(
                 "SELECT segment AS name, first_at, last_at FROM session_file_state \
@@ -162,7 +173,7 @@ impl InternalDriver {
                  WHERE segment IS NOT NULL AND pack IS NULL",
             ),
         };
-        let files = query
+        query
             .fetch_all(&self.pool)
             .await
             .map_err(store_error)?
@@ -175,8 +186,7 @@ impl InternalDriver {
                 })
             })
             .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
-            .map_err(store_error)?;
-        self.segments.provider(&files)
+            .map_err(store_error)
     }
 
     fn entry(table: &TableRef) -> Result<&'static InternalTable> {

@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::Value;
 use svc_core::clock::format_ts;
 use svc_core::Error;
+use svc_driver_internal::events::KEY_COLUMNS;
 use svc_driver_internal::InternalDriver;
 use svc_plugin_api::arrow::datatypes::DataType;
 use svc_plugin_api::arrow::json::writer::{JsonArray, WriterBuilder};
@@ -347,6 +348,13 @@ fn int(row: &Value, key: &str) -> i64 {
     row.get(key).and_then(Value::as_i64).unwrap_or(0)
 }
 
+/// Events and the two expressions that identify their owners and sessions.
+struct Counted {
+    events: DataFrame,
+    users: Expr,
+    sessions: Expr,
+}
+
 impl Browser {
     /// A browser over the store and the event segments in `data_dir`.
     pub fn new(store: Store, data_dir: &Path) -> Self {
@@ -366,6 +374,32 @@ impl Browser {
             .await
             .map_err(|e| Error::internal(e.message))?;
         self.context.read_table(provider).map_err(df_error)
+    }
+
+    /// The events with what distinct owners and sessions are counted over: the hidden keys
+    /// when every file has them (the internal driver's `events` module says why), else the
+    /// strings — the same counts, slower.
+    async fn counted(&self) -> Result<Counted, Error> {
+        let keyed = self
+            .events
+            .keyed_event_provider()
+            .await
+            .map_err(|e| Error::internal(e.message))?;
+        Ok(match keyed {
+            Some(provider) => {
+                let [username_hash, session_id_hash] = KEY_COLUMNS;
+                Counted {
+                    events: self.context.read_table(provider).map_err(df_error)?,
+                    users: col(username_hash),
+                    sessions: col(session_id_hash),
+                }
+            }
+            None => Counted {
+                events: self.frame().await?,
+                users: col("username"),
+                sessions: col("session_id"),
+            },
+        })
     }
 
     async fn rows(&self, df: DataFrame) -> Result<Vec<Value>, Error> {
@@ -430,16 +464,15 @@ impl Browser {
     /// Headline numbers under the filters (reference §5.3).
     pub async fn kpis(&self, filters: &Filters) -> Result<Kpis, Error> {
         filters.validate()?;
-        let df = self
-            .frame()
-            .await?
+        let Counted { events, users, .. } = self.counted().await?;
+        let df = events
             .filter(filters.predicate())
             .and_then(|d| {
                 d.aggregate(
                     vec![],
                     vec![
                         count(lit(1)).alias("events_total"),
-                        count_distinct(col("username")).alias("distinct_users"),
+                        count_distinct(users).alias("distinct_users"),
                         count_distinct(col("tool_name")).alias("distinct_tools"),
                         errors().alias("errors"),
                     ],
@@ -479,11 +512,12 @@ impl Browser {
             Some((c, dir)) => (c, dir == "asc"),
             None => (sort.unwrap_or(""), false),
         };
-        let base = self
-            .frame()
-            .await?
-            .filter(filters.predicate())
-            .map_err(df_error)?;
+        let Counted {
+            events,
+            users,
+            sessions,
+        } = self.counted().await?;
+        let base = events.filter(filters.predicate()).map_err(df_error)?;
         let (df, total, order) = match group_by {
             Some(g) => {
                 let grouped = base
@@ -491,8 +525,8 @@ impl Browser {
                         vec![cast(g.bucket(), DataType::Utf8).alias("bucket")],
                         vec![
                             count(lit(1)).alias("invocations"),
-                            count_distinct(col("username")).alias("distinct_users"),
-                            count_distinct(col("session_id")).alias("distinct_sessions"),
+                            count_distinct(users).alias("distinct_users"),
+                            count_distinct(sessions).alias("distinct_sessions"),
                             errors().alias("errors"),
                         ],
                     )
@@ -579,7 +613,9 @@ impl Browser {
     pub async fn summary(&self, window: Window) -> Result<Summary, Error> {
         let since = window.since();
         // One listing of the segments serves every part of the summary.
-        let all = self.frame().await?;
+        let Counted {
+            events: all, users, ..
+        } = self.counted().await?;
         let events = all
             .clone()
             .filter(col("occurred_at").gt_eq(lit(since.clone())))
@@ -639,7 +675,7 @@ impl Browser {
                 r
             })
             .collect();
-        let (dau_series, dau_avg) = self.dau(all).await?;
+        let (dau_series, dau_avg) = self.dau(all, users).await?;
         let slow_actions = self
             .store
             .slow_actions(&since, 5, 10)
@@ -656,8 +692,9 @@ impl Browser {
         })
     }
 
-    /// Active users per day among `events` for the 30 days ending today, and their mean.
-    async fn dau(&self, events: DataFrame) -> Result<(Vec<DayActive>, f64), Error> {
+    /// Active users (`users` told apart) per day among `events` for the 30 days ending
+    /// today, and their mean.
+    async fn dau(&self, events: DataFrame, users: Expr) -> Result<(Vec<DayActive>, f64), Error> {
         let today = Utc::now().date_naive();
         let first = today - Duration::days(29);
         let df = events
@@ -665,7 +702,7 @@ impl Browser {
             .and_then(|d| {
                 d.aggregate(
                     vec![day().alias("day")],
-                    vec![count_distinct(col("username")).alias("active_users")],
+                    vec![count_distinct(users).alias("active_users")],
                 )
             })
             .map_err(df_error)?;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Serialize;
-use svc_driver_internal::events::schema;
+use svc_driver_internal::events::{keyed_schema, keys};
 use svc_plugin_api::arrow::array::{ArrayRef, BooleanArray, Int64Array, StringArray};
 use svc_plugin_api::RecordBatch;
 use svc_store::usage::DailyUsage;
@@ -57,7 +57,7 @@ pub struct UsageEvent {
     pub extracted_at: String,
 }
 
-/// The events as one batch of the segment schema.
+/// The events as one batch of the segment schema, keys included.
 pub fn to_batch(events: &[UsageEvent]) -> RecordBatch {
     fn text<'a>(events: &'a [UsageEvent], f: impl Fn(&'a UsageEvent) -> &'a str) -> ArrayRef {
         Arc::new(events.iter().map(|e| Some(f(e))).collect::<StringArray>())
@@ -101,8 +101,10 @@ pub fn to_batch(events: &[UsageEvent]) -> RecordBatch {
             events.iter().map(|e| e.processor_version),
         )),
         text(events, |e| &e.extracted_at),
+        keys(events.iter().map(|e| e.username.as_str())),
+        keys(events.iter().map(|e| e.session_id.as_str())),
     ];
-    RecordBatch::try_new(schema(), columns).expect("events match the segment schema")
+    RecordBatch::try_new(keyed_schema(), columns).expect("events match the segment schema")
 }
 
 /// A file's events counted per (day, session, tool, source, plugin), and their time span,

@@ -717,7 +717,7 @@ fn prune_segment(
     if rows > 0 {
         let name = format!("{}.parquet", new_id());
         let batch = svc_plugin_api::arrow::compute::concat_batches(
-            &svc_driver_internal::events::schema(),
+            &svc_driver_internal::events::keyed_schema(),
             &kept,
         )
         .map_err(Error::internal)?;

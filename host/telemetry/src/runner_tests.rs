@@ -256,3 +256,88 @@ async fn packs_hold_every_event_once_through_changes_on_both_backends() {
         store.close().await;
     }
 }
+
+/// Distinct owners and sessions per tool, as the grouped page counts them.
+async fn per_tool(store: &Store, data: &Path) -> Vec<serde_json::Value> {
+    let all = crate::browse::Filters {
+        range: Some(crate::browse::TimeRange::default()),
+        ..Default::default()
+    };
+    let browser = crate::browse::Browser::new(store.clone(), data);
+    let page = browser
+        .query(&all, Some(crate::browse::GroupBy::ToolName), None, 500, 0)
+        .await
+        .unwrap();
+    assert!(!page.rows.is_empty());
+    page.rows
+}
+
+/// Whether an administrator's read would count over the hidden keys.
+async fn keyed(store: &Store, data: &Path) -> bool {
+    svc_driver_internal::InternalDriver::new(
+        store.pool().clone(),
+        store.backend() == svc_store::Backend::Postgres,
+        data,
+    )
+    .keyed_event_provider()
+    .await
+    .unwrap()
+    .is_some()
+}
+
+/// A pack written before files had keys: reads count over the strings (the same figures),
+/// and the next run rebuilds it with keys.
+#[tokio::test]
+async fn a_pack_from_before_the_keys_is_rebuilt_with_them_on_both_backends() {
+    use svc_driver_internal::events::schema;
+    for (store, _dir) in testing::all_backends().await {
+        let data = TempDir::new();
+        let user = store
+            .create_user(&format!("{}@example.com", new_id()), None, None)
+            .await
+            .unwrap();
+        let dir = data.0.join("user_sessions").join(&user.id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.jsonl"), FIXTURE).unwrap();
+        std::fs::write(dir.join("b.jsonl"), FIXTURE.replace("S1", "S2")).unwrap();
+        let segments = EventSegments::new(&data.0);
+        Pipeline::new(store.clone(), SessionFiles::new(&data.0), segments.clone())
+            .run(Trigger::Manual, false)
+            .await
+            .unwrap();
+        let expected = per_tool(&store, &data.0).await;
+        assert!(keyed(&store, &data.0).await);
+        assert!(
+            expected.iter().any(|r| r["distinct_sessions"] == 2),
+            "{expected:?}"
+        );
+
+        // The pack as an earlier version wrote it: the event columns only.
+        let [pack] = <[EventPack; 1]>::try_from(store.event_packs().await.unwrap()).unwrap();
+        let columns: Vec<usize> = (0..schema().fields().len()).collect();
+        let mut old = SegmentWriter::create(&segments.path(&pack.name).unwrap(), schema()).unwrap();
+        for batch in segments.read(&pack.name).unwrap() {
+            old.write(&batch.project(&columns).unwrap()).unwrap();
+        }
+        old.commit().unwrap();
+        assert!(!keyed(&store, &data.0).await);
+        assert_eq!(per_tool(&store, &data.0).await, expected);
+
+        let run = Pipeline::new(
+            store.clone(),
+            SessionFiles::new(&data.0),
+            EventSegments::new(&data.0),
+        )
+        .run(Trigger::Manual, false)
+        .await
+        .unwrap();
+        assert_eq!(
+            (run.compaction.packs, run.compaction.files),
+            (1, 0),
+            "{run:?}"
+        );
+        assert!(keyed(&store, &data.0).await);
+        assert_eq!(per_tool(&store, &data.0).await, expected);
+        store.close().await;
+    }
+}

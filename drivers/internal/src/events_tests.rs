@@ -1,0 +1,184 @@
+//! Segment names, the time window a scan keeps, and the hidden key columns.
+
+use super::*;
+use svc_plugin_api::arrow::array::StringArray;
+use svc_plugin_api::datafusion::prelude::{col, lit, SessionContext};
+#[test]
+fn only_names_this_module_makes_are_paths() {
+    let s = EventSegments::new(Path::new("/data"));
+    assert!(s.path("0190a-b2.parquet").is_ok());
+    for bad in [
+        "../x.parquet",
+        "a/b.parquet",
+        ".parquet",
+        "x.csv",
+        "a b.parquet",
+        "",
+    ] {
+        assert!(s.path(bad).is_err(), "{bad:?}");
+    }
+}
+
+fn spanned(first: &str, last: &str) -> Spanned {
+    Spanned {
+        file: PartitionedFile::new("/x.parquet", 1),
+        first_at: Some(first.into()),
+        last_at: Some(last.into()),
+    }
+}
+
+#[test]
+fn the_time_range_comes_from_plain_comparisons_only() {
+    let t = || col("occurred_at");
+    let both = time_bounds(&[
+        t().gt_eq(lit("2026-01-02")).and(lit("2026-01-05").gt(t())),
+        t().gt(lit("2026-01-01")),
+        col("username").lt(lit("a")),
+    ]);
+    assert_eq!(both, (Some("2026-01-02".into()), Some("2026-01-05".into())));
+    let between = time_bounds(&[t().between(lit("2026-01-03"), lit("2026-01-04"))]);
+    assert_eq!(
+        between,
+        (Some("2026-01-03".into()), Some("2026-01-04".into()))
+    );
+    // An OR, a negation or a non-text literal says nothing about the range.
+    let none = time_bounds(&[
+        t().gt(lit("2026-01-02")).or(col("is_error")),
+        t().not_between(lit("a"), lit("b")),
+        t().gt(lit(5_i64)),
+    ]);
+    assert_eq!(none, (None, None));
+}
+
+#[test]
+fn a_file_is_skipped_only_when_it_cannot_hold_a_row_of_the_range() {
+    let f = spanned("2026-01-02T10:00:00Z", "2026-01-03T10:00:00Z");
+    let range = |lo: Option<&str>, hi: Option<&str>| (lo.map(Into::into), hi.map(Into::into));
+    assert!(f.overlaps(&range(None, None)));
+    assert!(f.overlaps(&range(Some("2026-01-03"), None)));
+    assert!(!f.overlaps(&range(Some("2026-01-04"), None)));
+    assert!(f.overlaps(&range(None, Some("2026-01-02T10:00:00Z"))));
+    assert!(!f.overlaps(&range(None, Some("2026-01-02"))));
+    let unknown = Spanned {
+        first_at: None,
+        last_at: None,
+        ..f
+    };
+    assert!(unknown.overlaps(&range(Some("2027"), Some("2028"))));
+}
+
+/// A batch of events as files held them before the keys: one row per (owner, session).
+fn unkeyed(rows: &[(&str, &str)]) -> RecordBatch {
+    use svc_plugin_api::arrow::array::{BooleanArray, Int64Array};
+    let schema = schema();
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| -> ArrayRef {
+            match f.data_type() {
+                DataType::Boolean => Arc::new(BooleanArray::from(vec![false; rows.len()])),
+                DataType::Int64 => Arc::new(Int64Array::from(vec![1; rows.len()])),
+                _ => Arc::new(StringArray::from_iter_values(rows.iter().map(
+                    |(owner, session)| match f.name().as_str() {
+                        "username" => *owner,
+                        "session_id" => *session,
+                        _ => "2026-01-02T00:00:00Z",
+                    },
+                ))),
+            }
+        })
+        .collect();
+    RecordBatch::try_new(schema, columns).unwrap()
+}
+
+fn listed(names: &[&str]) -> Vec<EventFile> {
+    names
+        .iter()
+        .map(|n| EventFile {
+            name: (*n).to_owned(),
+            first_at: None,
+            last_at: None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_unkeyed_batch_gets_the_keys_of_its_owners_and_sessions() {
+    use svc_plugin_api::arrow::datatypes::UInt64Type;
+    let keyed = with_keys(unkeyed(&[("a@x", "s1"), ("b@x", "s1")])).unwrap();
+    assert_eq!(keyed.schema(), keyed_schema());
+    let column = |name| {
+        keyed
+            .column_by_name(name)
+            .unwrap()
+            .as_primitive::<UInt64Type>()
+            .values()
+            .to_vec()
+    };
+    assert_eq!(column("username_hash"), [key("a@x"), key("b@x")]);
+    assert_eq!(column("session_id_hash"), [key("s1"), key("s1")]);
+    assert_ne!(key("a@x"), key("b@x"));
+    // A keyed batch is kept as it is.
+    assert_eq!(with_keys(keyed.clone()).unwrap(), keyed);
+}
+
+#[tokio::test]
+async fn an_unkeyed_file_reads_with_keys_and_turns_the_keyed_provider_off() {
+    use svc_plugin_api::datafusion::functions_aggregate::expr_fn::count_distinct;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("svc-events-{}-{nanos}", std::process::id()));
+    let segments = EventSegments::new(&dir);
+    let mut old = AtomicParquet::create(&segments.path("old.parquet").unwrap(), schema()).unwrap();
+    old.write(&unkeyed(&[("a@x", "s1")])).unwrap();
+    old.commit().unwrap();
+    let new = with_keys(unkeyed(&[("b@x", "s2"), ("b@x", "s3")])).unwrap();
+    segments.write("new.parquet", &new).unwrap();
+
+    let read = segments.read("old.parquet").unwrap();
+    assert_eq!(
+        read[0].schema(),
+        keyed_schema(),
+        "read whole, an old file is keyed"
+    );
+    let both = listed(&["old.parquet", "new.parquet"]);
+    assert!(segments.keyed_provider(&both).unwrap().is_none());
+    let keyed = segments
+        .keyed_provider(&listed(&["new.parquet"]))
+        .unwrap()
+        .expect("every listed file has keys");
+    let context = SessionContext::new();
+    let counts = context
+        .read_table(keyed)
+        .unwrap()
+        .aggregate(
+            vec![],
+            vec![
+                count_distinct(col("username_hash")),
+                count_distinct(col("session_id_hash")),
+            ],
+        )
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let count = |i: usize| {
+        counts[0]
+            .column(i)
+            .as_primitive::<svc_plugin_api::arrow::datatypes::Int64Type>()
+            .value(0)
+    };
+    assert_eq!((count(0), count(1)), (1, 2));
+
+    // The table everyone reads shows the event columns only, over old and new files alike.
+    let public = segments.provider(&both).unwrap();
+    assert_eq!(public.schema(), schema());
+    let rows = context.read_table(public).unwrap().collect().await.unwrap();
+    assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 3);
+    assert!(rows
+        .iter()
+        .all(|b| b.schema().fields() == schema().fields()));
+    let _ = std::fs::remove_dir_all(&dir);
+}

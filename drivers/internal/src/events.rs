@@ -50,6 +50,7 @@ use svc_plugin_api::datafusion::logical_expr::utils::{conjunction, split_conjunc
 use svc_plugin_api::datafusion::logical_expr::{
     Between, BinaryExpr, Expr, Operator, TableProviderFilterPushDown,
 };
+use svc_plugin_api::datafusion::object_store::path::Path as ObjectPath;
 use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use svc_plugin_api::datafusion::physical_plan::empty::EmptyExec;
 use svc_plugin_api::datafusion::physical_plan::ExecutionPlan;
@@ -288,13 +289,27 @@ impl EventSegments {
                 .map_err(|e| io_error("cannot read the size of", &path, e))?
                 .len();
             files.push(Spanned {
-                file: PartitionedFile::new(path.to_string_lossy(), size),
+                file: local_file(&path, size)?,
                 first_at: file.first_at.clone(),
                 last_at: file.last_at.clone(),
             });
         }
         Ok(Arc::new(SegmentScan { files, schema }))
     }
+}
+
+/// The scan's handle on a file. Not `PartitionedFile::new(path)`: that percent-encodes the
+/// path's `é`, `%`, `#`, `[`, `{`…, and the local object store then looks for a file named
+/// with the escapes, so a data directory named with one of them read no events at all.
+fn local_file(path: &Path, size: u64) -> Result<PartitionedFile> {
+    let location = std::path::absolute(path)
+        .map_err(|e| io_error("cannot resolve", path, e))
+        .and_then(|p| {
+            ObjectPath::from_absolute_path(&p).map_err(|e| io_error("cannot read", path, e))
+        })?;
+    let mut file = PartitionedFile::new(String::new(), size);
+    file.object_meta.location = location;
+    Ok(file)
 }
 
 /// An event file as the store lists it: its name and the times its events span, so a scan

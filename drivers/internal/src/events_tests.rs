@@ -182,3 +182,33 @@ async fn an_unkeyed_file_reads_with_keys_and_turns_the_keyed_provider_off() {
         .all(|b| b.schema().fields() == schema().fields()));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A data directory's name may hold any character a file name can: the scan finds its files
+/// by their path, not by a URL made of it.
+#[tokio::test]
+async fn files_are_found_under_a_directory_named_with_any_character() {
+    for (i, name) in ["a b", "a:b", "a{b}", "a[b]", "a%b", "a%7Bb", "a#b", "josé"]
+        .into_iter()
+        .enumerate()
+    {
+        let dir = std::env::temp_dir()
+            .join(format!("svc-events-{}-{i}", std::process::id()))
+            .join(name);
+        let segments = EventSegments::new(&dir);
+        segments
+            .write(
+                "new.parquet",
+                &with_keys(unkeyed(&[("b@x", "s2")])).unwrap(),
+            )
+            .unwrap();
+        let provider = segments.provider(&listed(&["new.parquet"])).unwrap();
+        let rows = SessionContext::new()
+            .read_table(provider)
+            .unwrap()
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("{name:?}: {e}"));
+        assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 1);
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+}

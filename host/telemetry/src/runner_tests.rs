@@ -44,20 +44,27 @@ fn state<'a>(states: &'a [FileState], key: &str) -> &'a FileState {
     states.iter().find(|s| s.session_file == key).unwrap()
 }
 
+/// A data directory with one user's two session files, `a.jsonl` (session S1) and
+/// `b.jsonl` (S2): the directory, the user and their session directory.
+async fn two_sessions(store: &Store) -> (TempDir, svc_store::users::User, std::path::PathBuf) {
+    let data = TempDir::new();
+    let user = store
+        .create_user(&format!("{}@example.com", new_id()), None, None)
+        .await
+        .unwrap();
+    let dir = data.0.join("user_sessions").join(&user.id);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.jsonl"), FIXTURE).unwrap();
+    std::fs::write(dir.join("b.jsonl"), FIXTURE.replace("S1", "S2")).unwrap();
+    (data, user, dir)
+}
+
 /// Segments are written whole and named only by committed states: a crash's leftover is
 /// swept, a changed file's old segment goes one run later, a prune rewrites what it keeps.
 #[tokio::test]
 async fn segments_follow_the_committed_states_on_both_backends() {
     for (store, _dir) in testing::all_backends().await {
-        let data = TempDir::new();
-        let user = store
-            .create_user(&format!("{}@example.com", new_id()), None, None)
-            .await
-            .unwrap();
-        let dir = data.0.join("user_sessions").join(&user.id);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("a.jsonl"), FIXTURE).unwrap();
-        std::fs::write(dir.join("b.jsonl"), FIXTURE.replace("S1", "S2")).unwrap();
+        let (data, user, dir) = two_sessions(&store).await;
         let segments = EventSegments::new(&data.0);
         std::fs::create_dir_all(data.0.join(svc_driver_internal::events::DIR)).unwrap();
         std::fs::write(
@@ -160,15 +167,7 @@ async fn events_stored(store: &Store) -> i64 {
 #[tokio::test]
 async fn packs_hold_every_event_once_through_changes_on_both_backends() {
     for (store, _dir) in testing::all_backends().await {
-        let data = TempDir::new();
-        let user = store
-            .create_user(&format!("{}@example.com", new_id()), None, None)
-            .await
-            .unwrap();
-        let dir = data.0.join("user_sessions").join(&user.id);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("a.jsonl"), FIXTURE).unwrap();
-        std::fs::write(dir.join("b.jsonl"), FIXTURE.replace("S1", "S2")).unwrap();
+        let (data, user, dir) = two_sessions(&store).await;
         let other_day = FIXTURE
             .replace("S1", "S3")
             .replace("2026-11-01", "2026-10-15");
@@ -291,15 +290,7 @@ async fn keyed(store: &Store, data: &Path) -> bool {
 async fn a_pack_from_before_the_keys_is_rebuilt_with_them_on_both_backends() {
     use svc_driver_internal::events::schema;
     for (store, _dir) in testing::all_backends().await {
-        let data = TempDir::new();
-        let user = store
-            .create_user(&format!("{}@example.com", new_id()), None, None)
-            .await
-            .unwrap();
-        let dir = data.0.join("user_sessions").join(&user.id);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("a.jsonl"), FIXTURE).unwrap();
-        std::fs::write(dir.join("b.jsonl"), FIXTURE.replace("S1", "S2")).unwrap();
+        let (data, _, _) = two_sessions(&store).await;
         let segments = EventSegments::new(&data.0);
         Pipeline::new(store.clone(), SessionFiles::new(&data.0), segments.clone())
             .run(Trigger::Manual, false)

@@ -78,16 +78,20 @@ async fn seed(store: &Store, n: i64) {
         ),
     )
     .await;
-    for tag in [
-        "'t' || (CAST(substr(id, 2) AS INTEGER) % 50)",
-        "'t' || ((CAST(substr(id, 2) AS INTEGER) / 50) % 50 + 50)",
+    // Each item's first tag row is the one that counts it (as the store marks its least).
+    for (tag, counts) in [
+        ("'t' || (CAST(substr(id, 2) AS INTEGER) % 50)", "TRUE"),
+        (
+            "'t' || ((CAST(substr(id, 2) AS INTEGER) / 50) % 50 + 50)",
+            "FALSE",
+        ),
     ] {
         exec(
             store,
             &format!(
-                "INSERT INTO knowledge_item_tags (item_id, tag, item_updated_at, status, is_personal, \
+                "INSERT INTO knowledge_item_tags (item_id, tag, counts_item, item_updated_at, status, is_personal, \
                  audience, domain, source_type) \
-                 SELECT id, {tag}, updated_at, status, is_personal, audience, domain, source_type \
+                 SELECT id, {tag}, {counts}, updated_at, status, is_personal, audience, domain, source_type \
                  FROM knowledge_items"
             ),
         )
@@ -111,10 +115,16 @@ async fn seed(store: &Store, n: i64) {
          downvotes = (SELECT COUNT(*) FROM knowledge_votes v WHERE v.item_id = knowledge_items.id AND v.vote < 0)",
     )
     .await;
+    let epoch = match b {
+        Backend::Sqlite => "CAST(strftime('%s', updated_at) AS INTEGER)",
+        Backend::Postgres => "CAST(EXTRACT(EPOCH FROM CAST(updated_at AS TIMESTAMPTZ)) AS BIGINT)",
+    };
     exec(
         store,
-        "UPDATE knowledge_items SET score = upvotes - downvotes, \
-         chars = LENGTH(title) + COALESCE(LENGTH(content), 0)",
+        &format!(
+            "UPDATE knowledge_items SET score = upvotes - downvotes, \
+             chars = LENGTH(title) + COALESCE(LENGTH(content), 0), updated_epoch = {epoch}"
+        ),
     )
     .await;
     // The state autovacuum reaches a minute after a bulk insert: statistics, and on

@@ -1,5 +1,6 @@
 //! The agents' bundle: every mandatory item the reader sees, then approved items ranked by
-//! confidence × recency until a token budget is spent. Personal items never enter it.
+//! confidence × recency (ranked by the store, `svc_store::memory::bundle`) until a token
+//! budget is spent. Personal items never enter it.
 //!
 //! Tokens are estimated as characters ÷ 4 (title and content), as the reference does; the
 //! order is deterministic (rank, then id), so two agents with the same view get the same
@@ -10,10 +11,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
 use serde::Serialize;
-use svc_core::clock::parse_ts;
-use svc_store::memory::{BundleCandidate, KnowledgeItem, Visibility};
+use svc_store::memory::bundle::RankedCandidate;
+use svc_store::memory::{KnowledgeItem, Visibility};
 
 /// How long a kept bundle is served while no item changes: ranks drift with time (recency),
 /// by at most a minute's worth.
@@ -93,69 +93,74 @@ pub struct Bundle {
     pub token_budget: usize,
 }
 
-fn tokens(c: &BundleCandidate) -> usize {
-    c.chars.div_ceil(4)
+/// Estimated tokens of `chars` characters.
+pub fn tokens(chars: usize) -> usize {
+    chars.div_ceil(4)
 }
 
-/// confidence × recency, recency falling linearly from 1 (changed now) to 0 (a year old).
-fn rank(c: &BundleCandidate, now: DateTime<Utc>) -> f64 {
-    let age_days = c
-        .updated_at
-        .as_deref()
-        .and_then(parse_ts)
-        .map_or(365.0, |t| (now - t).num_seconds().max(0) as f64 / 86_400.0);
-    c.confidence * (1.0 - age_days / 365.0).max(0.0)
+/// Estimated tokens of an item's title and content.
+fn item_tokens(i: &KnowledgeItem) -> usize {
+    tokens(i.title.chars().count() + i.content.as_deref().map_or(0, |c| c.chars().count()))
 }
 
-/// Which items a bundle holds, in order, and their estimated tokens.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Selection {
-    /// Every mandatory item, newest change first.
-    pub mandatory: Vec<String>,
-    /// The approved items that fit, best first.
-    pub approved: Vec<String>,
-    /// Estimated tokens of both.
-    pub token_estimate: usize,
+/// Fills a budget: every mandatory item first (never cut, even past the budget), then
+/// approved candidates in the order offered (best rank first) while they fit — a smaller
+/// one further down may still fit after a larger one did not.
+#[derive(Debug)]
+pub struct Picker {
+    budget: usize,
+    used: usize,
+    chosen: Vec<String>,
 }
 
-/// Chooses the bundle from the visible mandatory and approved items: every mandatory one,
-/// then approved ones by rank (ties by id) while they fit — a smaller one further down may
-/// still fit after a larger one did not.
-pub fn select(candidates: Vec<BundleCandidate>, budget: usize, now: DateTime<Utc>) -> Selection {
-    let (mut mandatory, approved): (Vec<_>, Vec<_>) =
-        candidates.into_iter().partition(|c| c.mandatory);
-    mandatory.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
-    let mut used: usize = mandatory.iter().map(tokens).sum();
-    let mut ranked: Vec<(f64, BundleCandidate)> =
-        approved.into_iter().map(|c| (rank(&c, now), c)).collect();
-    ranked.sort_by(|(ra, a), (rb, b)| rb.total_cmp(ra).then(a.id.cmp(&b.id)));
-    let mut chosen = Vec::new();
-    for (_, c) in ranked {
-        let t = tokens(&c);
-        if used + t > budget {
-            continue;
+impl Picker {
+    /// A picker whose budget already holds `mandatory`.
+    pub fn new(budget: usize, mandatory: &[KnowledgeItem]) -> Self {
+        Self {
+            budget,
+            used: mandatory.iter().map(item_tokens).sum(),
+            chosen: Vec::new(),
         }
-        used += t;
-        chosen.push(c.id);
     }
-    Selection {
-        mandatory: mandatory.into_iter().map(|c| c.id).collect(),
-        approved: chosen,
-        token_estimate: used,
+
+    /// Takes the candidate if it fits what is left.
+    pub fn offer(&mut self, c: &RankedCandidate) {
+        let t = tokens(c.chars);
+        if self.used + t <= self.budget {
+            self.used += t;
+            self.chosen.push(c.id.clone());
+        }
+    }
+
+    /// Tokens left in the budget.
+    pub fn left(&self) -> usize {
+        self.budget.saturating_sub(self.used)
+    }
+
+    /// The approved ids taken, best first, and the tokens of everything included.
+    pub fn finish(self) -> (Vec<String>, usize) {
+        (self.chosen, self.used)
     }
 }
 
-/// The bundle of `selection`, its items taken from `items` (any order).
-pub fn assemble(selection: Selection, items: Vec<KnowledgeItem>, budget: usize) -> Bundle {
-    let mut by_id: std::collections::HashMap<String, KnowledgeItem> =
+/// The bundle of `mandatory` and the approved `chosen` ids (best first), their items taken
+/// from `items` (any order).
+pub fn assemble(
+    mandatory: Vec<KnowledgeItem>,
+    chosen: Vec<String>,
+    items: Vec<KnowledgeItem>,
+    token_estimate: usize,
+    budget: usize,
+) -> Bundle {
+    let mut by_id: HashMap<String, KnowledgeItem> =
         items.into_iter().map(|i| (i.id.clone(), i)).collect();
-    let mut take = |ids: Vec<String>| -> Vec<KnowledgeItem> {
-        ids.into_iter().filter_map(|id| by_id.remove(&id)).collect()
-    };
     Bundle {
-        mandatory: take(selection.mandatory),
-        approved: take(selection.approved),
-        token_estimate: selection.token_estimate,
+        mandatory,
+        approved: chosen
+            .into_iter()
+            .filter_map(|id| by_id.remove(&id))
+            .collect(),
+        token_estimate,
         token_budget: budget,
     }
 }
@@ -164,46 +169,62 @@ pub fn assemble(selection: Selection, items: Vec<KnowledgeItem>, budget: usize) 
 mod tests {
     use super::*;
 
-    fn item(
-        id: &str,
-        mandatory: bool,
-        confidence: f64,
-        days_old: i64,
-        chars: usize,
-    ) -> BundleCandidate {
-        BundleCandidate {
+    fn candidate(id: &str, chars: usize) -> RankedCandidate {
+        RankedCandidate {
             id: id.into(),
-            mandatory,
-            chars: chars + 4,
-            confidence,
-            updated_at: Some(svc_core::clock::format_ts(
-                Utc::now() - chrono::Duration::days(days_old),
-            )),
+            chars,
+        }
+    }
+
+    fn mandatory(chars: usize) -> KnowledgeItem {
+        KnowledgeItem {
+            id: "m1".into(),
+            title: "m".repeat(chars),
+            content: None,
+            category: None,
+            tags: Vec::new(),
+            status: "mandatory".into(),
+            source_user: None,
+            created_by: None,
+            audience: None,
+            confidence: 0.5,
+            domain: None,
+            entities: None,
+            source_type: "api".into(),
+            source_ref: None,
+            is_personal: false,
+            revision: 1,
+            upvotes: 0,
+            downvotes: 0,
+            score: 0,
+            created_at: None,
+            updated_at: None,
         }
     }
 
     #[test]
-    fn mandatory_always_then_approved_by_rank_within_the_budget() {
-        let items = vec![
-            item("m1", true, 0.1, 300, 400),
-            item("a-old", false, 0.9, 364, 36),
-            item("a-new", false, 0.9, 1, 36),
-            item("a-low", false, 0.2, 1, 36),
-            item("a-big", false, 1.0, 0, 10_000),
-            item("a-zero", false, 0.0, 0, 36),
-        ];
-        // m1 = 101 tokens; each small approved = 10; a-big = 2501.
-        let s = select(items, 140, Utc::now());
-        assert_eq!(s.mandatory, ["m1"]);
+    fn mandatory_always_then_approved_in_rank_order_while_they_fit() {
+        // m1 = 101 tokens; each small approved = 10; a-big = 2,501.
+        let mut p = Picker::new(140, &[mandatory(404)]);
+        for c in [
+            candidate("a-new", 40),
+            candidate("a-big", 10_004),
+            candidate("a-low", 40),
+            candidate("a-old", 40),
+            candidate("a-last", 40),
+        ] {
+            p.offer(&c);
+        }
+        assert_eq!(p.left(), 9);
+        let (chosen, used) = p.finish();
         assert_eq!(
-            s.approved,
+            chosen,
             ["a-new", "a-low", "a-old"],
-            "a-big does not fit; a-zero ranks last and does not fit either"
+            "a-big does not fit, the smaller ones after it do, a-last no longer does"
         );
-        assert_eq!(s.token_estimate, 131);
+        assert_eq!(used, 131);
         // Mandatory items are never cut, even past the budget.
-        let s = select(vec![item("m1", true, 0.5, 0, 4_000)], 10, Utc::now());
-        assert_eq!(s.mandatory.len(), 1);
-        assert!(s.token_estimate > 10);
+        let p = Picker::new(10, &[mandatory(4_000)]);
+        assert_eq!((p.left(), p.finish().1), (0, 1_000));
     }
 }

@@ -530,15 +530,42 @@ impl Memory {
     }
 
     async fn assemble_bundle(&self, v: &Visibility, budget_tokens: usize) -> Result<Bundle> {
-        let candidates = self.store.knowledge_bundle_candidates(v).await?;
-        let selection = bundle::select(candidates, budget_tokens, chrono::Utc::now());
-        let ids: Vec<String> = selection
-            .mandatory
-            .iter()
-            .chain(&selection.approved)
-            .cloned()
-            .collect();
-        let items = self.store.knowledge_items_by_id(&ids).await?;
-        Ok(bundle::assemble(selection, items, budget_tokens))
+        /// Approved candidates read at a time: a page holds more than a default budget takes.
+        const PAGE: u64 = 256;
+        let mandatory = self.store.knowledge_bundle_mandatory(v).await?;
+        let mut picker = bundle::Picker::new(budget_tokens, &mandatory);
+        let now = chrono::Utc::now().timestamp();
+        let mut smallest = None;
+        let mut offset = 0;
+        loop {
+            let page = self
+                .store
+                .knowledge_bundle_ranked(v, now, offset, PAGE)
+                .await?;
+            for c in &page {
+                picker.offer(c);
+            }
+            if (page.len() as u64) < PAGE {
+                break;
+            }
+            // Another page only while the smallest candidate could still fit.
+            let min = match smallest {
+                Some(min) => min,
+                None => *smallest.insert(self.store.knowledge_bundle_smallest(v).await?),
+            };
+            if min.is_none_or(|chars| bundle::tokens(chars) > picker.left()) {
+                break;
+            }
+            offset += PAGE;
+        }
+        let (chosen, used) = picker.finish();
+        let items = self.store.knowledge_items_by_id(&chosen).await?;
+        Ok(bundle::assemble(
+            mandatory,
+            chosen,
+            items,
+            used,
+            budget_tokens,
+        ))
     }
 }

@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 54;
+pub const CURRENT_SCHEMA_VERSION: i64 = 55;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -86,6 +86,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 54,
         name: "registry: primary key and cursor column for incremental syncs",
+    },
+    Step {
+        version: 55,
+        name: "corporate memory: tag rows mark the one that counts their item; change times in seconds",
     },
 ];
 
@@ -222,6 +226,21 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             crate::memory::backfill_v53(tx).await?;
         }
         54 => ensure_table(tx, b, &schema::TABLE_REGISTRY).await?,
+        55 => {
+            ensure_columns(
+                tx,
+                b,
+                "knowledge_item_tags",
+                schema::KNOWLEDGE_V55_TAG_COLUMNS,
+            )
+            .await?;
+            ensure_columns(tx, b, "knowledge_items", schema::KNOWLEDGE_V55_ITEM_COLUMNS).await?;
+            crate::memory::backfill_v55(tx, b).await?;
+            ensure_indices(tx, schema::KNOWLEDGE_V55_INDICES).await?;
+            // Their successors cover everything they did.
+            exec(tx, "DROP INDEX IF EXISTS idx_knowledge_tags_recent").await?;
+            exec(tx, "DROP INDEX IF EXISTS idx_knowledge_bundle").await?;
+        }
         other => anyhow::bail!("no migration step {other}"),
     }
     Ok(())

@@ -687,6 +687,57 @@ pub(super) const KNOWLEDGE_V53_INDICES: &[Index] = &[Index {
     ],
 }];
 
+/// Corporate memory, fourth part (v55): one tag row per item is marked as the one that counts
+/// it, so the tag tree's total of distinct items comes from the same pass over tag rows that
+/// counts each tag, and the covering index carries the mark; each item carries its change
+/// time in unix seconds, so the bundle ranks its candidates in SQL with integer arithmetic.
+pub(super) const KNOWLEDGE_V55_TAG_COLUMNS: &[Column] =
+    &[with_default("counts_item", Bool, Default::Bool(false))];
+
+pub(super) const KNOWLEDGE_V55_ITEM_COLUMNS: &[Column] = &[col("updated_epoch", Int)];
+
+pub(super) const KNOWLEDGE_V55_INDICES: &[Index] = &[
+    // `idx_knowledge_bundle` with the change time in seconds: ranking a reader's approved
+    // items still never reads a row.
+    // Walked from the smallest for the bundle's "could anything still fit" check.
+    Index {
+        name: "idx_knowledge_bundle_smallest",
+        table: "knowledge_items",
+        columns: &["status", "is_personal", "chars"],
+    },
+    Index {
+        name: "idx_knowledge_bundle_rank",
+        table: "knowledge_items",
+        columns: &[
+            "status",
+            "is_personal",
+            "audience",
+            "domain",
+            "confidence_milli",
+            "updated_epoch",
+            "chars",
+            "id",
+        ],
+    },
+    Index {
+        // `idx_knowledge_tags_recent` with the mark: counting a reader's groups and items
+        // still never reads a row.
+        name: "idx_knowledge_tags_tree",
+        table: "knowledge_item_tags",
+        columns: &[
+            "tag",
+            "item_updated_at",
+            "item_id",
+            "status",
+            "is_personal",
+            "audience",
+            "domain",
+            "source_type",
+            "counts_item",
+        ],
+    },
+];
+
 /// The plugin marketplace (v52): registered curated marketplaces and the plugins a sync
 /// found in them, user-submitted ("flea") entities, and each item's 30-day usage figures,
 /// refreshed from the daily rollups.

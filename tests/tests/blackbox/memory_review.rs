@@ -100,6 +100,41 @@ fn tree_batch_bulk_duplicates_and_contradictions() {
             t["total_groups"], 4,
             "kpi, deploy, revenue and untagged: {t}"
         );
+        assert_eq!(
+            t["total_items"], 4,
+            "each item once, however many tags: {t}"
+        );
+        let ids = |group: &Value| -> Vec<String> {
+            group["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["id"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(
+            ids(&t["groups"][0]),
+            [c.as_str(), a.as_str()],
+            "newest first: {t}"
+        );
+        assert_eq!(ids(&t["groups"][1]), [b.as_str()], "{t}");
+        // Administrators see the personal item; a text filter reads the items, not tag rows.
+        let (_, t) = s.get_json("/api/memory/tree?axis=tag", &admin);
+        assert_eq!(groups(&t)[0], (Some("kpi".into()), 3), "{t}");
+        assert_eq!(
+            ids(&t["groups"][0]),
+            [private.as_str(), c.as_str(), a.as_str()],
+            "{t}"
+        );
+        assert_eq!(t["total_items"], 5, "{t}");
+        let (_, t) = s.get_json("/api/memory/tree?axis=tag&q=Revenue", &bo);
+        assert_eq!(
+            groups(&t),
+            [(Some("kpi".into()), 1), (Some("revenue".into()), 1)],
+            "{t}"
+        );
+        assert_eq!(t["total_items"], 1, "{t}");
+        assert_eq!(ids(&t["groups"][1]), [a.as_str()], "{t}");
         let (_, t) = s.get_json(
             "/api/memory/tree?axis=tag&page=2&per_page=2&items_per_group=1",
             &bo,

@@ -8,7 +8,7 @@ use crate::support::{
     backends, exec_store, fresh_postgres_url, query_store, server_bin, sqlite_url, Backend, TempDir,
 };
 
-const CURRENT: i64 = 54;
+const CURRENT: i64 = 55;
 
 fn store_url(backend: Backend, dir: &TempDir) -> String {
     match backend {
@@ -154,9 +154,15 @@ fn assert_current_schema(url: &str) {
         "idx_obs_views_user",
         "idx_session_file_state_pack",
         "idx_usage_summary_errors_first",
+        "idx_knowledge_tags_tree",
     ] {
         assert!(idx.contains(&i.to_string()), "missing index {i}: {idx:?}");
     }
+    // v55 replaced it with `idx_knowledge_tags_tree`.
+    assert!(
+        !idx.contains(&"idx_knowledge_tags_recent".to_string()),
+        "{idx:?}"
+    );
     // v49: events live in per-file parquet segments, not in a store table.
     assert!(!t.contains(&"usage_events".to_string()), "{t:?}");
     let state = columns(url, "session_file_state");
@@ -206,8 +212,8 @@ fn a_hand_made_legacy_store_migrates_with_its_data_intact() {
             "CREATE TABLE user_groups (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE)",
             "INSERT INTO user_groups (id, name) VALUES ('g-admin', 'Admin')",
             // A knowledge item as v51 kept it: v52 gives it tag rows and its duplicate key.
-            "CREATE TABLE knowledge_items (id TEXT PRIMARY KEY, title TEXT NOT NULL, content TEXT, tags TEXT, status TEXT)",
-            "INSERT INTO knowledge_items (id, title, content, tags, status) VALUES ('k1', 'Revenue, NET!', 'x', '[\"kpi\",\"finance\"]', 'approved')",
+            "CREATE TABLE knowledge_items (id TEXT PRIMARY KEY, title TEXT NOT NULL, content TEXT, tags TEXT, status TEXT, updated_at TEXT)",
+            "INSERT INTO knowledge_items (id, title, content, tags, status, updated_at) VALUES ('k1', 'Revenue, NET!', 'x', '[\"kpi\",\"finance\"]', 'approved', '2026-01-01T00:00:00.000000Z')",
         ]);
         migrate(&url, &dir);
         let tags = query_store(
@@ -216,11 +222,24 @@ fn a_hand_made_legacy_store_migrates_with_its_data_intact() {
         );
         assert_eq!(tags.len(), 2, "{tags:?}");
         assert_eq!(tags[0]["tag"], "finance");
+        // v55: exactly one of an item's tag rows counts it in the tag tree's total.
+        let counting = query_store(
+            &url,
+            "SELECT tag FROM knowledge_item_tags WHERE item_id = 'k1' AND counts_item = TRUE",
+        );
+        assert_eq!(counting.len(), 1, "{counting:?}");
+        assert_eq!(counting[0]["tag"], "finance");
         let key = query_store(
             &url,
             "SELECT title_key FROM knowledge_items WHERE id = 'k1'",
         );
         assert_eq!(key[0]["title_key"], "revenue net");
+        // v55: the change time in unix seconds, for the bundle's rank.
+        let epoch = query_store(
+            &url,
+            "SELECT updated_epoch FROM knowledge_items WHERE id = 'k1'",
+        );
+        assert_eq!(epoch[0]["updated_epoch"], 1_767_225_600, "{epoch:?}");
         assert_current_schema(&url);
 
         let t = tables(&url);

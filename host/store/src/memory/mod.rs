@@ -1,15 +1,17 @@
 //! Corporate memory's rows: knowledge items and their votes ([`relations`]: contradictions
-//! and duplicate candidates; [`tree`]: items grouped along an axis). Which items a caller
-//! may see and which status moves are legal are decided above (`svc-memory`); this module
-//! stores, filters and counts, and refuses a change made against a stale revision.
+//! and duplicate candidates; [`tree`]: items grouped along an axis; [`bundle`]: what the
+//! agents' bundle chooses from). Which items a caller may see and which status moves are
+//! legal are decided above (`svc-memory`); this module stores, filters and counts, and
+//! refuses a change made against a stale revision.
 
+pub mod bundle;
 pub mod relations;
 pub mod tree;
 
 use serde::Serialize;
 use sqlx::any::AnyRow;
 use sqlx::Row;
-use svc_core::clock::{new_id, now};
+use svc_core::clock::{format_ts, new_id, now};
 
 use crate::clause::{bound, like_literal, Where};
 use crate::{flag, Store, StoreError};
@@ -252,17 +254,24 @@ pub(crate) fn item_filter(
     w
 }
 
+/// The time of a change: as stored in `updated_at`, and in whole unix seconds for
+/// `updated_epoch` (the bundle's rank arithmetic).
+fn change_time() -> (String, i64) {
+    let at = chrono::Utc::now();
+    (format_ts(at), at.timestamp())
+}
+
 impl Store {
     /// Stores a new pending item and returns it.
     pub async fn create_knowledge_item(&self, new: &NewItem) -> Result<KnowledgeItem, StoreError> {
         let id = new_id();
-        let at = now();
+        let (at, epoch) = change_time();
         let mut tx = self.pool().begin().await?;
         sqlx::query(
             "INSERT INTO knowledge_items (id, title, content, category, tags, status, source_user, \
              created_by, confidence_milli, domain, entities, source_type, source_ref, is_personal, \
-             revision, upvotes, downvotes, created_at, updated_at, title_key, content_key) \
-             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, 500, $8, $9, $10, $11, FALSE, 1, 0, 0, $12, $12, $13, $14)",
+             revision, upvotes, downvotes, created_at, updated_at, title_key, content_key, updated_epoch) \
+             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, 500, $8, $9, $10, $11, FALSE, 1, 0, 0, $12, $12, $13, $14, $15)",
         )
         .bind(&id)
         .bind(&new.title)
@@ -278,9 +287,11 @@ impl Store {
         .bind(&at)
         .bind(title_key(&new.title))
         .bind(new.content.as_deref().and_then(content_key))
+        .bind(epoch)
         .execute(&mut *tx)
         .await?;
         replace_tags(&mut tx, &id, &new.tags).await?;
+        mark_counting_rows(&mut tx, Some(&id)).await?;
         sync_tag_rows(&mut tx, Some(&id)).await?;
         count_chars(&mut tx, Some(&id)).await?;
         tx.commit().await?;
@@ -364,11 +375,14 @@ impl Store {
         revision: i64,
         change: &ItemChange,
     ) -> Result<bool, StoreError> {
+        let (at, epoch) = change_time();
         let mut sets = vec![
             "revision = revision + 1".to_owned(),
             "updated_at = $1".to_owned(),
+            // Our own integer, not a request's value: safe to write into the SQL.
+            format!("updated_epoch = {epoch}"),
         ];
-        let mut binds: Vec<Option<String>> = vec![Some(now())];
+        let mut binds: Vec<Option<String>> = vec![Some(at)];
         let mut set = |column: &str, value: Option<String>| {
             binds.push(value);
             sets.push(format!("{column} = ${}", binds.len()));
@@ -431,6 +445,7 @@ impl Store {
         }
         if let Some(tags) = &change.tags {
             replace_tags(&mut tx, id, tags).await?;
+            mark_counting_rows(&mut tx, Some(id)).await?;
         }
         sync_tag_rows(&mut tx, Some(id)).await?;
         if change.title.is_some() || change.content.is_some() {
@@ -553,55 +568,6 @@ impl Store {
                 .try_get("at")?,
         )
     }
-
-    /// What the agents' bundle chooses from: every mandatory and approved item
-    /// `visibility` allows (never personal ones), without their text — its stored size
-    /// instead, read from one covering index.
-    pub async fn knowledge_bundle_candidates(
-        &self,
-        visibility: &Visibility,
-    ) -> Result<Vec<BundleCandidate>, StoreError> {
-        let w = item_filter(
-            visibility,
-            true,
-            &["mandatory".to_owned(), "approved".to_owned()],
-            None,
-        );
-        // One row holding every candidate as a line of text: decoding tens of thousands of
-        // rows through the `Any` driver costs several microseconds each (most of this read's
-        // time); one string costs next to nothing. Ids, states and timestamps hold no spaces.
-        let (concat, newline) = match self.backend() {
-            crate::Backend::Sqlite => ("group_concat", "char(10)"),
-            crate::Backend::Postgres => ("string_agg", "chr(10)"),
-        };
-        let sql = format!(
-            "SELECT {concat}(id || ' ' || status || ' ' || confidence_milli || ' ' || chars || ' ' || \
-             COALESCE(updated_at, '-'), {newline}) AS packed FROM knowledge_items{}",
-            w.sql
-        );
-        let packed: Option<String> = bound(&sql, &w.binds)
-            .fetch_one(self.pool())
-            .await?
-            .try_get("packed")?;
-        let packed = packed.unwrap_or_default();
-        let mut out = Vec::new();
-        for line in packed.lines() {
-            let mut f = line.split(' ');
-            let (Some(id), Some(status), Some(milli), Some(chars), Some(at)) =
-                (f.next(), f.next(), f.next(), f.next(), f.next())
-            else {
-                continue;
-            };
-            out.push(BundleCandidate {
-                id: id.to_owned(),
-                mandatory: status == "mandatory",
-                chars: chars.parse().unwrap_or(0),
-                confidence: milli.parse::<f64>().unwrap_or(500.0) / 1000.0,
-                updated_at: (at != "-").then(|| at.to_owned()),
-            });
-        }
-        Ok(out)
-    }
 }
 
 /// The words of `text`, lower-cased: runs of letters and digits.
@@ -683,6 +649,24 @@ async fn replace_tags(
     Ok(())
 }
 
+/// Marks an item's least tag row (every item's when `id` is None) as the one that counts
+/// it in the tag tree's total. Called wherever tag rows are replaced, from v55 on.
+async fn mark_counting_rows(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    id: Option<&str>,
+) -> Result<(), StoreError> {
+    let set = "UPDATE knowledge_item_tags SET counts_item = (tag = (SELECT MIN(t.tag) \
+               FROM knowledge_item_tags t WHERE t.item_id = knowledge_item_tags.item_id))";
+    let one = format!("{set} WHERE item_id = $1");
+    match id {
+        Some(id) => sqlx::query(&one).bind(id),
+        None => sqlx::query(set),
+    }
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 /// Copies an item's change time and visibility columns onto its tag rows (every item's
 /// when `id` is None). Called in the transaction of every change to an item, so the tag
 /// tree, which reads only tag rows, sees what the item says.
@@ -719,6 +703,26 @@ pub(crate) async fn backfill_v53(
     sync_tag_rows(tx, None).await
 }
 
+/// Migration v55: each item's change time in unix seconds, and its least tag row marked
+/// as the one that counts it.
+pub(crate) async fn backfill_v55(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    backend: crate::Backend,
+) -> Result<(), StoreError> {
+    let epoch = match backend {
+        crate::Backend::Sqlite => "CAST(strftime('%s', updated_at) AS INTEGER)",
+        crate::Backend::Postgres => {
+            "CAST(EXTRACT(EPOCH FROM CAST(updated_at AS TIMESTAMPTZ)) AS BIGINT)"
+        }
+    };
+    sqlx::query(&format!(
+        "UPDATE knowledge_items SET updated_epoch = {epoch} WHERE updated_at IS NOT NULL"
+    ))
+    .execute(&mut **tx)
+    .await?;
+    mark_counting_rows(tx, None).await
+}
+
 /// Migration v52: gives items stored before it their tag rows, duplicate keys and score.
 pub(crate) async fn backfill_v52(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
@@ -747,21 +751,6 @@ pub(crate) async fn backfill_v52(
         replace_tags(tx, &id, &tags).await?;
     }
     Ok(())
-}
-
-/// An item the agents' bundle may include, without its text.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BundleCandidate {
-    /// Item id.
-    pub id: String,
-    /// Mandatory (always included) rather than approved (ranked within the budget).
-    pub mandatory: bool,
-    /// Characters of its title and content.
-    pub chars: usize,
-    /// 0..=1.
-    pub confidence: f64,
-    /// When it last changed.
-    pub updated_at: Option<String>,
 }
 
 /// The fields items are counted by.

@@ -7,7 +7,7 @@ use sqlx::Row;
 
 use super::{item, item_filter, KnowledgeItem, Visibility, COLUMNS, UNTAGGED};
 use crate::clause::{bound, Where};
-use crate::{Store, StoreError};
+use crate::{Backend, Store, StoreError};
 
 /// What the items are grouped by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -144,44 +144,37 @@ impl Store {
         // Every group's count in one pass (the axes have tens to hundreds of values); the
         // page is cut here. Grouping by `column || ''` keeps SQLite from walking the
         // column's index (a random row read per item) instead of the table. Tag rows are
-        // counted from their covering index, and filtered items' tags through `IN`, whose
+        // counted from their covering index — each item's one `counts_item` row counts it
+        // once for the total in the same pass — and filtered items' tags through `IN`, whose
         // inner scope resolves the filter's columns to the items.
         let groups_sql = match q.axis {
             TreeAxis::Tag if on_tag_rows(q) => format!(
-                "SELECT tag AS k, COUNT(*) AS n FROM knowledge_item_tags{} GROUP BY tag",
+                "SELECT tag AS k, COUNT(*) AS n, COUNT(CASE WHEN counts_item = TRUE THEN 1 END) AS items \
+                 FROM knowledge_item_tags{} GROUP BY tag",
                 w.sql
             ),
             TreeAxis::Tag => format!(
-                "SELECT tag AS k, COUNT(*) AS n FROM knowledge_item_tags \
-                 WHERE item_id IN (SELECT id FROM knowledge_items{}) GROUP BY tag",
+                "SELECT tag AS k, COUNT(*) AS n, COUNT(CASE WHEN counts_item = TRUE THEN 1 END) AS items \
+                 FROM knowledge_item_tags WHERE item_id IN (SELECT id FROM knowledge_items{}) GROUP BY tag",
                 w.sql
             ),
             axis => format!(
-                "SELECT {c} || '' AS k, COUNT(*) AS n FROM knowledge_items{} GROUP BY {c} || ''",
+                "SELECT {c} || '' AS k, COUNT(*) AS n, COUNT(*) AS items FROM knowledge_items{} \
+                 GROUP BY {c} || ''",
                 w.sql,
                 c = axis.column()
             ),
         };
         let rows = bound(&groups_sql, &w.binds).fetch_all(self.pool()).await?;
         let mut all = Vec::with_capacity(rows.len());
+        let mut total_items = 0;
         for r in rows {
             let key: Option<String> = r.try_get("k")?;
             let count: i64 = r.try_get("n")?;
+            total_items += r.try_get::<i64, _>("items")?;
             // Untagged items have the one row tagged `UNTAGGED`: theirs is the null group.
             all.push((key.filter(|k| k != UNTAGGED), count));
         }
-        // An item is in exactly one group on every axis but tags, where it is counted once
-        // per tag; its count is then read from the items' covering index.
-        let total_items = match q.axis {
-            TreeAxis::Tag => bound(
-                &format!("SELECT COUNT(*) AS n FROM knowledge_items{}", w.sql),
-                &w.binds,
-            )
-            .fetch_one(self.pool())
-            .await?
-            .try_get("n")?,
-            _ => all.iter().map(|(_, n)| n).sum(),
-        };
         // Largest first, ties by key in byte order, the null group last: the same order on
         // both backends, whatever their collations.
         all.sort_by(|(ka, na), (kb, nb)| {
@@ -190,15 +183,18 @@ impl Store {
                 .then(ka.cmp(kb))
         });
         let total_groups = all.len() as i64;
-        let mut groups = Vec::new();
-        for (key, count) in all
+        let page: Vec<(Option<String>, i64)> = all
             .into_iter()
             .skip(q.offset as usize)
             .take(q.limit as usize)
-        {
-            let items = self.tree_group_items(&w, q, key.as_deref()).await?;
-            groups.push(TreeGroup { key, count, items });
-        }
+            .collect();
+        let keys: Vec<Option<&str>> = page.iter().map(|(k, _)| k.as_deref()).collect();
+        let items = self.tree_groups_items(&w, q, &keys).await?;
+        let groups = page
+            .into_iter()
+            .zip(items)
+            .map(|((key, count), items)| TreeGroup { key, count, items })
+            .collect();
         Ok(TreePage {
             groups,
             total_groups,
@@ -206,44 +202,98 @@ impl Store {
         })
     }
 
-    /// The first items of one group, most recently changed first.
-    async fn tree_group_items(
+    /// The first items of each group of `keys`, most recently changed first, in one
+    /// statement per hundred groups: a round trip per group was most of a page's time on
+    /// PostgreSQL. There the keyed groups are one `LATERAL` subquery over a `VALUES` list
+    /// (planned once; fifty `UNION ALL` branches took longer to plan than to run); SQLite,
+    /// which has no `LATERAL` and plans quickly, gets a branch per group (it allows 500).
+    async fn tree_groups_items(
         &self,
         w: &Where,
         q: &TreeQuery,
-        key: Option<&str>,
-    ) -> Result<Vec<KnowledgeItem>, StoreError> {
-        let newest = format!(
-            "ORDER BY updated_at DESC, id DESC LIMIT {}",
-            q.items_per_group
-        );
-        let mut w = w.clone();
-        let sql = match (q.axis, key.unwrap_or(UNTAGGED)) {
-            // The tag's rows walked newest first on their index, then those items read.
-            (TreeAxis::Tag, tag) if on_tag_rows(q) => {
-                w.push("tag = $?", tag.to_owned());
-                format!(
-                    "SELECT {COLUMNS} FROM knowledge_items WHERE id IN (SELECT item_id FROM \
-                     knowledge_item_tags{} ORDER BY item_updated_at DESC, item_id DESC LIMIT {}) {newest}",
-                    w.sql, q.items_per_group
-                )
-            }
-            (TreeAxis::Tag, tag) => {
-                w.push(
-                    "id IN (SELECT item_id FROM knowledge_item_tags WHERE tag = $?)",
-                    tag.to_owned(),
-                );
-                format!("SELECT {COLUMNS} FROM knowledge_items{} {newest}", w.sql)
-            }
-            (axis, _) => {
-                match key {
-                    Some(k) => w.push(&format!("{} = $?", axis.column()), k.to_owned()),
-                    None => w.push_fixed(&format!("{} IS NULL", axis.column())),
+        keys: &[Option<&str>],
+    ) -> Result<Vec<Vec<KnowledgeItem>>, StoreError> {
+        const GROUPS_PER_STATEMENT: usize = 100;
+        let mut groups = vec![Vec::new(); keys.len()];
+        for (chunk, chunk_keys) in keys.chunks(GROUPS_PER_STATEMENT).enumerate() {
+            // The filter's placeholders are shared by every branch; each key adds its own.
+            let mut binds = w.binds.clone();
+            let mut branches = Vec::new();
+            let mut lateral = Vec::new();
+            for (j, key) in chunk_keys.iter().enumerate() {
+                let i = chunk * GROUPS_PER_STATEMENT + j;
+                // Untagged items are the tag axis's null group; on the others it is `IS NULL`.
+                let key = match (q.axis, key) {
+                    (TreeAxis::Tag, key) => key.unwrap_or(UNTAGGED),
+                    (_, Some(key)) => key,
+                    (_, None) => {
+                        let group = format!("CAST({i} AS BIGINT) AS tree_group, ");
+                        let branch = newest(w, q, &group, "IS NULL");
+                        branches.push(format!("SELECT * FROM ({branch}) AS g{i}"));
+                        continue;
+                    }
+                };
+                binds.push(key.to_owned());
+                let placeholder = format!("${}", binds.len());
+                match self.backend() {
+                    Backend::Postgres => {
+                        lateral.push(format!("(CAST({i} AS BIGINT), {placeholder})"));
+                    }
+                    Backend::Sqlite => {
+                        let group = format!("CAST({i} AS BIGINT) AS tree_group, ");
+                        let branch = newest(w, q, &group, &format!("= {placeholder}"));
+                        branches.push(format!("SELECT * FROM ({branch}) AS g{i}"));
+                    }
                 }
-                format!("SELECT {COLUMNS} FROM knowledge_items{} {newest}", w.sql)
             }
-        };
-        let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
-        rows.iter().map(item).collect()
+            if !lateral.is_empty() {
+                branches.push(format!(
+                    "SELECT keys.tree_i AS tree_group, newest.tree_item \
+                     FROM (VALUES {}) AS keys(tree_i, tree_k) CROSS JOIN LATERAL ({}) AS newest",
+                    lateral.join(", "),
+                    newest(w, q, "", "= keys.tree_k")
+                ));
+            }
+            let sql = format!(
+                "SELECT page.tree_group, {COLUMNS} FROM ({}) AS page \
+                 JOIN knowledge_items ON knowledge_items.id = page.tree_item \
+                 ORDER BY page.tree_group, updated_at DESC, id DESC",
+                branches.join(" UNION ALL ")
+            );
+            for r in bound(&sql, &binds).fetch_all(self.pool()).await? {
+                let group: i64 = r.try_get("tree_group")?;
+                if let Some(items) = groups.get_mut(group as usize) {
+                    items.push(item(&r)?);
+                }
+            }
+        }
+        Ok(groups)
+    }
+}
+
+/// One group's newest items as rows of `tree_item` (an item id), after `group` (a select-list
+/// prefix naming the group, or empty where the caller names it); `is` completes the key's
+/// condition (`= $3`, `IS NULL`, `= keys.tree_k`).
+fn newest(w: &Where, q: &TreeQuery, group: &str, is: &str) -> String {
+    let n = q.items_per_group;
+    match q.axis {
+        // The tag's rows walked newest first on their covering index.
+        TreeAxis::Tag if on_tag_rows(q) => format!(
+            "SELECT {group}item_id AS tree_item FROM knowledge_item_tags{} AND tag {is} \
+             ORDER BY item_updated_at DESC, item_id DESC LIMIT {n}",
+            w.sql
+        ),
+        TreeAxis::Tag => format!(
+            "SELECT {group}id AS tree_item FROM knowledge_items{} \
+             AND id IN (SELECT item_id FROM knowledge_item_tags WHERE tag {is}) \
+             ORDER BY updated_at DESC, id DESC LIMIT {n}",
+            w.sql
+        ),
+        axis => format!(
+            "SELECT {group}id AS tree_item FROM knowledge_items{} AND {} {is} \
+             ORDER BY updated_at DESC, id DESC LIMIT {n}",
+            w.sql,
+            axis.column()
+        ),
     }
 }

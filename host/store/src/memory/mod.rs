@@ -598,6 +598,24 @@ pub fn content_key(content: &str) -> Option<String> {
     any.then(|| format!("{hash:016x}"))
 }
 
+/// Runs the UPDATE `set` for one item, with `one` (a condition on `$1`) appended, or for
+/// every item when `id` is None: the backfills' and the single writes' shared shape.
+async fn one_or_all(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    set: &str,
+    one: &str,
+    id: Option<&str>,
+) -> Result<(), StoreError> {
+    let single = format!("{set}{one}");
+    match id {
+        Some(id) => sqlx::query(&single).bind(id),
+        None => sqlx::query(set),
+    }
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 /// Stores the characters of an item's title and content (every item's when `id` is None),
 /// which the agents' bundle budgets by.
 async fn count_chars(
@@ -605,14 +623,7 @@ async fn count_chars(
     id: Option<&str>,
 ) -> Result<(), StoreError> {
     let set = "UPDATE knowledge_items SET chars = LENGTH(title) + COALESCE(LENGTH(content), 0)";
-    let one = format!("{set} WHERE id = $1");
-    match id {
-        Some(id) => sqlx::query(&one).bind(id),
-        None => sqlx::query(set),
-    }
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    one_or_all(tx, set, " WHERE id = $1", id).await
 }
 
 /// The tag of the one tag row an item without tags has (no real tag is empty): the tree's
@@ -657,14 +668,7 @@ async fn mark_counting_rows(
 ) -> Result<(), StoreError> {
     let set = "UPDATE knowledge_item_tags SET counts_item = (tag = (SELECT MIN(t.tag) \
                FROM knowledge_item_tags t WHERE t.item_id = knowledge_item_tags.item_id))";
-    let one = format!("{set} WHERE item_id = $1");
-    match id {
-        Some(id) => sqlx::query(&one).bind(id),
-        None => sqlx::query(set),
-    }
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    one_or_all(tx, set, " WHERE item_id = $1", id).await
 }
 
 /// Copies an item's change time and visibility columns onto its tag rows (every item's
@@ -678,14 +682,7 @@ pub(crate) async fn sync_tag_rows(
                is_personal = k.is_personal, audience = k.audience, domain = k.domain, \
                source_type = k.source_type \
                FROM knowledge_items k WHERE k.id = knowledge_item_tags.item_id";
-    let one = format!("{set} AND knowledge_item_tags.item_id = $1");
-    match id {
-        Some(id) => sqlx::query(&one).bind(id),
-        None => sqlx::query(set),
-    }
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    one_or_all(tx, set, " AND knowledge_item_tags.item_id = $1", id).await
 }
 
 /// Migration v53: the [`UNTAGGED`] row of every item without tags, then every tag row's

@@ -35,26 +35,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use svc_driver_parquet::AtomicParquet;
 use svc_plugin_api::arrow::array::{ArrayRef, AsArray, UInt64Array};
 use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use svc_plugin_api::datafusion::catalog::Session;
-use svc_plugin_api::datafusion::common::ScalarValue;
-use svc_plugin_api::datafusion::common::{DFSchema, Result as DfResult};
 use svc_plugin_api::datafusion::datasource::listing::PartitionedFile;
-use svc_plugin_api::datafusion::datasource::physical_plan::{
-    FileGroup, FileScanConfigBuilder, ParquetSource,
-};
-use svc_plugin_api::datafusion::datasource::source::DataSourceExec;
 use svc_plugin_api::datafusion::datasource::MemTable;
-use svc_plugin_api::datafusion::datasource::TableType;
-use svc_plugin_api::datafusion::execution::object_store::ObjectStoreUrl;
-use svc_plugin_api::datafusion::logical_expr::utils::{conjunction, split_conjunction};
-use svc_plugin_api::datafusion::logical_expr::{
-    Between, BinaryExpr, Expr, Operator, TableProviderFilterPushDown,
-};
 use svc_plugin_api::datafusion::object_store::path::Path as ObjectPath;
 use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use svc_plugin_api::datafusion::physical_plan::empty::EmptyExec;
-use svc_plugin_api::datafusion::physical_plan::ExecutionPlan;
 use svc_plugin_api::{DriverError, RecordBatch, Result, TableProvider};
+
+use crate::event_scan::{SegmentScan, Spanned};
 
 /// A segment being written ([`EventSegments::create`]).
 pub type SegmentWriter = AtomicParquet;
@@ -294,7 +281,7 @@ impl EventSegments {
                 last_at: file.last_at.clone(),
             });
         }
-        Ok(Arc::new(SegmentScan { files, schema }))
+        Ok(Arc::new(SegmentScan::new(files, schema)))
     }
 }
 
@@ -322,167 +309,6 @@ pub struct EventFile {
     pub first_at: Option<String>,
     /// Its latest event time (None when unknown: never skipped).
     pub last_at: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-struct Spanned {
-    file: PartitionedFile,
-    first_at: Option<String>,
-    last_at: Option<String>,
-}
-
-impl Spanned {
-    fn overlaps(&self, (lo, hi): &(Option<String>, Option<String>)) -> bool {
-        let before = matches!((&self.last_at, lo), (Some(last), Some(lo)) if last < lo);
-        let after = matches!((&self.first_at, hi), (Some(first), Some(hi)) if first > hi);
-        !before && !after
-    }
-}
-
-/// The narrowest closed range of `occurred_at` that the (conjunctive) filters allow, either
-/// end open. Only plain comparisons of the column with a text literal count; any other
-/// filter leaves the range as it is, so a file is skipped only when no row of it can pass.
-fn time_bounds(filters: &[Expr]) -> (Option<String>, Option<String>) {
-    fn text(e: &Expr) -> Option<&str> {
-        match e {
-            Expr::Literal(
-                ScalarValue::Utf8(Some(v))
-                | ScalarValue::LargeUtf8(Some(v))
-                | ScalarValue::Utf8View(Some(v)),
-                _,
-            ) => Some(v),
-            _ => None,
-        }
-    }
-    fn is_time(e: &Expr) -> bool {
-        matches!(e, Expr::Column(c) if c.name == "occurred_at")
-    }
-    let (mut lo, mut hi): (Option<String>, Option<String>) = (None, None);
-    let mut raise = |v: &str| {
-        if lo.as_deref().is_none_or(|l| v > l) {
-            lo = Some(v.to_owned());
-        }
-    };
-    let mut lower = |v: &str| {
-        if hi.as_deref().is_none_or(|h| v < h) {
-            hi = Some(v.to_owned());
-        }
-    };
-    for filter in filters {
-        for e in split_conjunction(filter) {
-            match e {
-                Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-                    let (op, value) = if is_time(left) {
-                        (*op, text(right))
-                    } else if is_time(right) {
-                        (op.swap().unwrap_or(*op), text(left))
-                    } else {
-                        continue;
-                    };
-                    let Some(v) = value else { continue };
-                    match op {
-                        Operator::Gt | Operator::GtEq => raise(v),
-                        Operator::Lt | Operator::LtEq => lower(v),
-                        Operator::Eq => {
-                            raise(v);
-                            lower(v);
-                        }
-                        _ => {}
-                    }
-                }
-                Expr::Between(Between {
-                    expr,
-                    negated: false,
-                    low,
-                    high,
-                }) if is_time(expr) => {
-                    if let (Some(l), Some(h)) = (text(low), text(high)) {
-                        raise(l);
-                        lower(h);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    (lo, hi)
-}
-
-/// The listed files as one table.
-///
-/// Not a `ListingTable` over one URL per file: that asks the object store about every URL
-/// at once, and each answer holds its file open until the listing is collected, so a few
-/// thousand segments ran out of file descriptors (EMFILE) and every telemetry read failed.
-/// Here the files, sizes and time spans are known up front: files outside the filters'
-/// time range are never opened, the rest only as the scan reaches them, and filters still
-/// prune row groups by their statistics.
-#[derive(Debug)]
-struct SegmentScan {
-    files: Vec<Spanned>,
-    /// [`schema`] or [`keyed_schema`]: a file's columns beyond it are not read.
-    schema: SchemaRef,
-}
-
-#[async_trait::async_trait]
-impl TableProvider for SegmentScan {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::Base
-    }
-
-    fn supports_filters_pushdown(
-        &self,
-        filters: &[&Expr],
-    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        // Files and row groups are pruned by them; rows are filtered again above the scan.
-        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
-    }
-
-    async fn scan(
-        &self,
-        state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        filters: &[Expr],
-        limit: Option<usize>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let window = time_bounds(filters);
-        let mut files: Vec<&Spanned> = self.files.iter().filter(|f| f.overlaps(&window)).collect();
-        if files.is_empty() {
-            let projected = match projection {
-                Some(p) => Arc::new(self.schema.project(p)?),
-                None => self.schema.clone(),
-            };
-            return Ok(Arc::new(EmptyExec::new(projected)));
-        }
-        let mut source = ParquetSource::new(self.schema.clone());
-        if let Some(predicate) = conjunction(filters.iter().cloned()) {
-            let columns = DFSchema::try_from(self.schema.clone())?;
-            source = source.with_predicate(state.create_physical_expr(predicate, &columns)?);
-        }
-        // Largest first, each to the partition with the fewest bytes so far, so a few large
-        // packs and many small segments both spread evenly.
-        let partitions = state.config().target_partitions().clamp(1, files.len());
-        files.sort_by_key(|f| std::cmp::Reverse(f.file.object_meta.size));
-        let mut groups = vec![(0_u64, Vec::new()); partitions];
-        for f in files {
-            let lightest = groups
-                .iter_mut()
-                .min_by_key(|(bytes, _)| *bytes)
-                .expect("at least one partition");
-            lightest.0 += f.file.object_meta.size;
-            lightest.1.push(f.file.clone());
-        }
-        let config =
-            FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
-                .with_file_groups(groups.into_iter().map(|(_, g)| FileGroup::new(g)).collect())
-                .with_projection_indices(projection.cloned())?
-                .with_limit(limit)
-                .build();
-        Ok(DataSourceExec::from_data_source(config))
-    }
 }
 
 #[cfg(test)]

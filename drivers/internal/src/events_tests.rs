@@ -1,8 +1,8 @@
-//! Segment names, the time window a scan keeps, and the hidden key columns.
+//! Segment names, the hidden key columns, and where the scan finds its files.
 
 use super::*;
 use svc_plugin_api::arrow::array::StringArray;
-use svc_plugin_api::datafusion::prelude::{col, lit, SessionContext};
+use svc_plugin_api::datafusion::prelude::{col, SessionContext};
 #[test]
 fn only_names_this_module_makes_are_paths() {
     let s = EventSegments::new(Path::new("/data"));
@@ -17,54 +17,6 @@ fn only_names_this_module_makes_are_paths() {
     ] {
         assert!(s.path(bad).is_err(), "{bad:?}");
     }
-}
-
-fn spanned(first: &str, last: &str) -> Spanned {
-    Spanned {
-        file: PartitionedFile::new("/x.parquet", 1),
-        first_at: Some(first.into()),
-        last_at: Some(last.into()),
-    }
-}
-
-#[test]
-fn the_time_range_comes_from_plain_comparisons_only() {
-    let t = || col("occurred_at");
-    let both = time_bounds(&[
-        t().gt_eq(lit("2026-01-02")).and(lit("2026-01-05").gt(t())),
-        t().gt(lit("2026-01-01")),
-        col("username").lt(lit("a")),
-    ]);
-    assert_eq!(both, (Some("2026-01-02".into()), Some("2026-01-05".into())));
-    let between = time_bounds(&[t().between(lit("2026-01-03"), lit("2026-01-04"))]);
-    assert_eq!(
-        between,
-        (Some("2026-01-03".into()), Some("2026-01-04".into()))
-    );
-    // An OR, a negation or a non-text literal says nothing about the range.
-    let none = time_bounds(&[
-        t().gt(lit("2026-01-02")).or(col("is_error")),
-        t().not_between(lit("a"), lit("b")),
-        t().gt(lit(5_i64)),
-    ]);
-    assert_eq!(none, (None, None));
-}
-
-#[test]
-fn a_file_is_skipped_only_when_it_cannot_hold_a_row_of_the_range() {
-    let f = spanned("2026-01-02T10:00:00Z", "2026-01-03T10:00:00Z");
-    let range = |lo: Option<&str>, hi: Option<&str>| (lo.map(Into::into), hi.map(Into::into));
-    assert!(f.overlaps(&range(None, None)));
-    assert!(f.overlaps(&range(Some("2026-01-03"), None)));
-    assert!(!f.overlaps(&range(Some("2026-01-04"), None)));
-    assert!(f.overlaps(&range(None, Some("2026-01-02T10:00:00Z"))));
-    assert!(!f.overlaps(&range(None, Some("2026-01-02"))));
-    let unknown = Spanned {
-        first_at: None,
-        last_at: None,
-        ..f
-    };
-    assert!(unknown.overlaps(&range(Some("2027"), Some("2028"))));
 }
 
 /// A batch of events as files held them before the keys: one row per (owner, session).

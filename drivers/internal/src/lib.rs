@@ -10,6 +10,7 @@
 //! segments, one per session file ([`events`]), whose list the store keeps.
 
 mod aggregate;
+mod event_scan;
 pub mod events;
 mod provider;
 #[cfg(test)]

@@ -7,11 +7,13 @@
 //! data, so the host reports it in the `X-Svc-Truncated` header, or in an HTTP trailer when
 //! the result outgrew the look-ahead (see [`super::stream::RowStream::look_ahead`]).
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use svc_core::{Error, Result};
+use svc_plugin_api::arrow::array::{Array, AsArray};
 use svc_plugin_api::arrow::csv::WriterBuilder as CsvWriterBuilder;
 use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use svc_plugin_api::arrow::error::ArrowError;
@@ -20,6 +22,7 @@ use svc_plugin_api::datafusion::parquet::arrow::ArrowWriter;
 use svc_plugin_api::datafusion::parquet::basic::Compression;
 use svc_plugin_api::datafusion::parquet::file::metadata::KeyValue;
 use svc_plugin_api::datafusion::parquet::file::properties::WriterProperties;
+use svc_plugin_api::datafusion::parquet::schema::types::ColumnPath;
 use svc_plugin_api::RecordBatch;
 
 /// Rows per parquet row group: small enough that a streamed file reaches the client as it
@@ -107,17 +110,8 @@ impl Format {
                     .with_header(true)
                     .build(sink.clone()),
             )),
-            Self::Parquet => {
-                let props = WriterProperties::builder()
-                    .set_max_row_group_row_count(Some(PARQUET_ROW_GROUP_ROWS))
-                    .set_compression(Compression::SNAPPY)
-                    .build();
-                Inner::Parquet(Some(ArrowWriter::try_new(
-                    sink.clone(),
-                    schema.clone(),
-                    Some(props),
-                )?))
-            }
+            // Started by the first batch, whose values choose the columns' encodings.
+            Self::Parquet => Inner::Parquet(ParquetState::Waiting),
         };
         Ok(Encoder {
             schema: schema.clone(),
@@ -160,7 +154,89 @@ enum Inner {
     /// The writer and the schema it announced (view types as their plain forms).
     Arrow(StreamWriter<Sink>, SchemaRef),
     Csv(Option<svc_plugin_api::arrow::csv::Writer<Sink>>),
-    Parquet(Option<ArrowWriter<Sink>>),
+    Parquet(ParquetState),
+}
+
+/// Where a parquet result is: no batch yet, writing, or closed.
+enum ParquetState {
+    Waiting,
+    Writing(ArrowWriter<Sink>),
+    Closed,
+}
+
+impl ParquetState {
+    /// The writer, started for `first` when there is none yet (None once closed).
+    fn writer(
+        &mut self,
+        sink: &Sink,
+        schema: &SchemaRef,
+        first: Option<&RecordBatch>,
+    ) -> Result<Option<&mut ArrowWriter<Sink>>, ArrowError> {
+        if matches!(self, Self::Waiting) {
+            let props = parquet_properties(first);
+            let writer = ArrowWriter::try_new(sink.clone(), schema.clone(), Some(props))?;
+            *self = Self::Writing(writer);
+        }
+        Ok(match self {
+            Self::Writing(w) => Some(w),
+            _ => None,
+        })
+    }
+}
+
+/// How many of a column's first values decide its encoding.
+const DICTIONARY_SAMPLE: usize = 4096;
+
+/// Parquet settings for a result whose first batch is `first`.
+///
+/// A column whose first values are mostly distinct (ids, times, free text) is written
+/// plainly, without a dictionary: the writer would hash every value into one until the
+/// dictionary outgrew its page and was dropped, then start again in the next row group, for
+/// nothing. That hashing was the largest part of encoding an export of usage events.
+fn parquet_properties(first: Option<&RecordBatch>) -> WriterProperties {
+    let mut props = WriterProperties::builder()
+        .set_max_row_group_row_count(Some(PARQUET_ROW_GROUP_ROWS))
+        .set_compression(Compression::SNAPPY);
+    if let Some(first) = first {
+        for (field, column) in first.schema().fields().iter().zip(first.columns()) {
+            if mostly_distinct(column.as_ref()) {
+                let path = ColumnPath::from(field.name().as_str());
+                props = props.set_column_dictionary_enabled(path, false);
+            }
+        }
+    }
+    props.build()
+}
+
+/// Whether more than half of the column's first [`DICTIONARY_SAMPLE`] non-null values
+/// differ, for the string and binary columns a dictionary is costly for (others: false).
+fn mostly_distinct(column: &dyn Array) -> bool {
+    fn distinct<'a>(values: impl Iterator<Item = Option<&'a [u8]>>) -> bool {
+        let sample: Vec<&[u8]> = values.flatten().take(DICTIONARY_SAMPLE).collect();
+        let unique: HashSet<&[u8]> = sample.iter().copied().collect();
+        unique.len() * 2 > sample.len()
+    }
+    match column.data_type() {
+        DataType::Utf8 => distinct(
+            column
+                .as_string::<i32>()
+                .iter()
+                .map(|v| v.map(str::as_bytes)),
+        ),
+        DataType::LargeUtf8 => distinct(
+            column
+                .as_string::<i64>()
+                .iter()
+                .map(|v| v.map(str::as_bytes)),
+        ),
+        DataType::Utf8View => {
+            distinct(column.as_string_view().iter().map(|v| v.map(str::as_bytes)))
+        }
+        DataType::Binary => distinct(column.as_binary::<i32>().iter()),
+        DataType::LargeBinary => distinct(column.as_binary::<i64>().iter()),
+        DataType::BinaryView => distinct(column.as_binary_view().iter()),
+        _ => false,
+    }
 }
 
 /// Turns batches into the bytes of one format, a piece at a time.
@@ -236,8 +312,8 @@ impl Encoder {
                 }
                 Ok(self.sink.take())
             }
-            Inner::Parquet(w) => {
-                if let Some(w) = w {
+            Inner::Parquet(state) => {
+                if let Some(w) = state.writer(&self.sink, &self.schema, Some(batch))? {
                     w.write(batch)
                         .map_err(|e| ArrowError::ExternalError(e.into()))?;
                 }
@@ -265,8 +341,10 @@ impl Encoder {
                 Ok(self.sink.take())
             }
             Inner::Ndjson { .. } => Ok(Bytes::new()),
-            Inner::Parquet(w) => {
-                if let Some(mut w) = w.take() {
+            Inner::Parquet(state) => {
+                state.writer(&self.sink, &self.schema, None)?;
+                if let ParquetState::Writing(mut w) = std::mem::replace(state, ParquetState::Closed)
+                {
                     w.append_key_value_metadata(KeyValue::new(
                         "svc:truncated".into(),
                         truncated.to_string(),
@@ -461,6 +539,58 @@ mod tests {
             .map(|b| b.unwrap().num_rows())
             .sum();
         assert_eq!(rows, 5);
+    }
+
+    #[test]
+    fn parquet_writes_mostly_distinct_columns_without_a_dictionary() {
+        use svc_plugin_api::arrow::array::StringViewArray;
+        use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        use svc_plugin_api::datafusion::parquet::basic::Encoding;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8View, false),
+            Field::new("tool", DataType::Utf8, true),
+        ]));
+        let part = |from: usize| {
+            let ids: StringViewArray = (from..from + 5_000)
+                .map(|i| Some(format!("event-{i:08}")))
+                .collect();
+            let tools: StringArray = (from..from + 5_000)
+                .map(|i| (i % 7 != 0).then(|| ["Bash", "Read", "Edit"][i % 3]))
+                .collect();
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(ids), Arc::new(tools)]).unwrap()
+        };
+        let batches = [part(0), part(5_000)];
+        let body = Bytes::from(encode(Format::Parquet, &batches, false));
+        let builder = ParquetRecordBatchReaderBuilder::try_new(body).unwrap();
+        let chunk = builder.metadata().row_group(0);
+        let dictionary = |i: usize| {
+            chunk
+                .column(i)
+                .encodings()
+                .any(|e| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY))
+        };
+        assert!(!dictionary(0), "ids are written plainly");
+        assert!(dictionary(1), "a column of few values keeps its dictionary");
+        let read: Vec<RecordBatch> = builder.build().unwrap().map(|b| b.unwrap()).collect();
+        let read =
+            svc_plugin_api::arrow::compute::concat_batches(&read[0].schema(), &read).unwrap();
+        let written = svc_plugin_api::arrow::compute::concat_batches(&schema, &batches).unwrap();
+        for i in 0..2 {
+            let as_text =
+                |c: &dyn Array| svc_plugin_api::arrow::compute::cast(c, &DataType::Utf8).unwrap();
+            assert_eq!(
+                as_text(read.column(i).as_ref()).as_ref(),
+                as_text(written.column(i).as_ref()).as_ref(),
+                "column {i}"
+            );
+        }
+        // A result with no batch at all is still a parquet file of the schema.
+        let mut enc = Format::Parquet.encoder(&schema).unwrap();
+        let mut empty = enc.begin().unwrap().to_vec();
+        empty.extend_from_slice(&enc.finish(false).unwrap());
+        let builder = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(empty)).unwrap();
+        assert_eq!(builder.metadata().file_metadata().num_rows(), 0);
+        assert_eq!(builder.schema().fields().len(), 2);
     }
 
     #[test]

@@ -242,7 +242,9 @@ fn kind(body: &Value) -> &str {
 
 #[test]
 fn no_single_request_aborts_the_server() {
-    let (s, _, ana) = analyst_server(Backend::Sqlite, "3");
+    // Budgets and depth limits refuse these, not the deadline: a long one keeps a slow debug
+    // build's planning of the accepted 1,000-level chain from reading as a timeout.
+    let (s, _, ana) = analyst_server(Backend::Sqlite, "120");
 
     // Functions that build large values: refused before they allocate.
     for (sql, what) in [
@@ -374,32 +376,9 @@ fn no_single_request_aborts_the_server() {
     assert_eq!(body["detail"]["details"]["reason"], "too_deep", "{body}");
     assert_alive(&s, "a 9 MiB predicate");
 
-    // A runaway query: the deadline answers 504 while the plan is still computing.
-    let started = std::time::Instant::now();
-    let (st, body) = query(&s, &ana, RUNAWAY);
-    let took = started.elapsed();
-    assert_eq!((st, kind(&body)), (504, "query_timeout"), "{body}");
-    println!("deadline 3 s: 504 after {took:?}");
-    assert!(took.as_secs_f64() < 3.0 + 4.0, "504 only after {took:?}");
-    assert_alive(&s, "a runaway generator");
-
     // Names that break the id rules never reach the store.
     let (st, body) = s.get_json("/api/v2/schema/bad%00id", &ana);
     assert_eq!(st, 404, "{body}");
-
-    // Each level doubles what it is given: thirty levels of eight bytes would be 8 GiB. The
-    // level that passes the budget is refused; constant folding may retry the levels below
-    // it until the deadline, so either answer ends it. Last: that folding keeps a core busy
-    // after the answer until it finishes (it cannot be interrupted mid-call).
-    let (st, body) = query(&s, &ana, NESTED_ENCODE);
-    assert!(
-        matches!(
-            (st, kind(&body)),
-            (503, "resources_exhausted") | (504, "query_timeout")
-        ),
-        "nested encode: {body}"
-    );
-    assert_alive(&s, "nested encode");
 }
 
 #[test]
@@ -950,6 +929,20 @@ fn runaway_queries_of_every_kind_answer_504_at_their_deadline() {
         }
         assert_alive(&s, class);
     }
+
+    // Each level doubles what it is given: thirty levels of eight bytes would be 8 GiB. The
+    // level that passes the budget is refused; constant folding may retry the levels below
+    // it until the deadline, so either answer ends it. Last: that folding keeps a core busy
+    // after the answer until it finishes (it cannot be interrupted mid-call).
+    let (st, body) = query(&s, &ana, NESTED_ENCODE);
+    assert!(
+        matches!(
+            (st, kind(&body)),
+            (503, "resources_exhausted") | (504, "query_timeout")
+        ),
+        "nested encode: {body}"
+    );
+    assert_alive(&s, "nested encode");
 }
 
 #[test]

@@ -110,8 +110,10 @@ impl Format {
                     .with_header(true)
                     .build(sink.clone()),
             )),
-            // Started by the first batch, whose values choose the columns' encodings.
-            Self::Parquet => Inner::Parquet(ParquetState::Waiting),
+            Self::Parquet => Inner::Parquet {
+                writer: None,
+                closed: false,
+            },
         };
         Ok(Encoder {
             schema: schema.clone(),
@@ -154,34 +156,26 @@ enum Inner {
     /// The writer and the schema it announced (view types as their plain forms).
     Arrow(StreamWriter<Sink>, SchemaRef),
     Csv(Option<svc_plugin_api::arrow::csv::Writer<Sink>>),
-    Parquet(ParquetState),
+    /// The writer once the first batch (whose values choose the columns' encodings) has
+    /// started it; taken when the file is closed, so `closed` tells the two Nones apart.
+    Parquet {
+        writer: Option<ArrowWriter<Sink>>,
+        closed: bool,
+    },
 }
 
-/// Where a parquet result is: no batch yet, writing, or closed.
-enum ParquetState {
-    Waiting,
-    Writing(ArrowWriter<Sink>),
-    Closed,
-}
-
-impl ParquetState {
-    /// The writer, started for `first` when there is none yet (None once closed).
-    fn writer(
-        &mut self,
-        sink: &Sink,
-        schema: &SchemaRef,
-        first: Option<&RecordBatch>,
-    ) -> Result<Option<&mut ArrowWriter<Sink>>, ArrowError> {
-        if matches!(self, Self::Waiting) {
-            let props = parquet_properties(first);
-            let writer = ArrowWriter::try_new(sink.clone(), schema.clone(), Some(props))?;
-            *self = Self::Writing(writer);
-        }
-        Ok(match self {
-            Self::Writing(w) => Some(w),
-            _ => None,
-        })
-    }
+/// A parquet writer for `schema`, its settings chosen by the result's first batch.
+fn parquet_writer(
+    sink: &Sink,
+    schema: &SchemaRef,
+    first: Option<&RecordBatch>,
+) -> Result<ArrowWriter<Sink>, ArrowError> {
+    let props = parquet_properties(first);
+    Ok(ArrowWriter::try_new(
+        sink.clone(),
+        schema.clone(),
+        Some(props),
+    )?)
 }
 
 /// How many of a column's first values decide its encoding.
@@ -312,8 +306,11 @@ impl Encoder {
                 }
                 Ok(self.sink.take())
             }
-            Inner::Parquet(state) => {
-                if let Some(w) = state.writer(&self.sink, &self.schema, Some(batch))? {
+            Inner::Parquet { writer, closed } => {
+                if writer.is_none() && !*closed {
+                    *writer = Some(parquet_writer(&self.sink, &self.schema, Some(batch))?);
+                }
+                if let Some(w) = writer {
                     w.write(batch)
                         .map_err(|e| ArrowError::ExternalError(e.into()))?;
                 }
@@ -341,10 +338,13 @@ impl Encoder {
                 Ok(self.sink.take())
             }
             Inner::Ndjson { .. } => Ok(Bytes::new()),
-            Inner::Parquet(state) => {
-                state.writer(&self.sink, &self.schema, None)?;
-                if let ParquetState::Writing(mut w) = std::mem::replace(state, ParquetState::Closed)
-                {
+            Inner::Parquet { writer, closed } => {
+                let writer = match writer.take() {
+                    None if !*closed => Some(parquet_writer(&self.sink, &self.schema, None)?),
+                    taken => taken,
+                };
+                *closed = true;
+                if let Some(mut w) = writer {
                     w.append_key_value_metadata(KeyValue::new(
                         "svc:truncated".into(),
                         truncated.to_string(),

@@ -164,14 +164,6 @@ fn bounds(tests: &[TimeTest]) -> (Option<String>, Option<String>) {
     (lo.map(str::to_owned), hi.map(str::to_owned))
 }
 
-/// The narrowest closed range of `occurred_at` that the (conjunctive) filters allow, either
-/// end open: only plain comparisons count, so a file is skipped only when no row of it can
-/// pass.
-#[cfg(test)]
-fn time_bounds(filters: &[Expr]) -> (Option<String>, Option<String>) {
-    bounds(&all_time_tests(filters))
-}
-
 /// The listed files as one table.
 ///
 /// Not a `ListingTable` over one URL per file: that asks the object store about every URL

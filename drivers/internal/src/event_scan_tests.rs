@@ -18,6 +18,11 @@ fn spanned(first: &str, last: &str) -> Spanned {
     }
 }
 
+/// The narrowest closed range of `occurred_at` the (conjunctive) filters allow.
+fn time_bounds(filters: &[Expr]) -> (Option<String>, Option<String>) {
+    bounds(&all_time_tests(filters))
+}
+
 #[test]
 fn the_time_range_comes_from_plain_comparisons_only() {
     let t = || col("occurred_at");

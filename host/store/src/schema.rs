@@ -697,8 +697,6 @@ pub(super) const KNOWLEDGE_V55_TAG_COLUMNS: &[Column] =
 pub(super) const KNOWLEDGE_V55_ITEM_COLUMNS: &[Column] = &[col("updated_epoch", Int)];
 
 pub(super) const KNOWLEDGE_V55_INDICES: &[Index] = &[
-    // `idx_knowledge_bundle` with the change time in seconds: ranking a reader's approved
-    // items still never reads a row.
     // Walked from the smallest for the bundle's "could anything still fit" check.
     Index {
         name: "idx_knowledge_bundle_smallest",
@@ -706,6 +704,8 @@ pub(super) const KNOWLEDGE_V55_INDICES: &[Index] = &[
         columns: &["status", "is_personal", "chars"],
     },
     Index {
+        // `idx_knowledge_bundle` with the change time in seconds: ranking a reader's
+        // approved items still never reads a row.
         name: "idx_knowledge_bundle_rank",
         table: "knowledge_items",
         columns: &[

@@ -383,18 +383,12 @@ pub fn app(
             .content_type("application/json; charset=utf-8")
             .body(spec.clone())
     });
-    // The docs page carries the whole Swagger UI bundle (about 2 MB): built on first visit.
-    let docs = {
-        let state = state.clone();
-        Lazy::new(move || service(&state).swagger_ui().map_to_response().boxed())
-    };
     let max_body = state.config.max_body_bytes;
     let trust_proxy = state.config.trust_proxy;
     let body_deadline = connections.limits().request_read;
     let auth = state.auth.clone();
     crate::pages::routes(Route::new())
         .at("/api/openapi.json", spec)
-        .nest("/api/docs", docs)
         .at(
             "/api/admin/usage/*rest",
             poem::endpoint::make_sync(usage_alias),
@@ -626,31 +620,4 @@ fn client_ip(req: &Request, trust_proxy: bool) -> Option<IpAddr> {
         }
     }
     req.remote_addr().as_socket_addr().map(|a| a.ip())
-}
-
-/// An endpoint built on its first request and kept: for pages few visit that are costly to
-/// hold from the start.
-struct Lazy<F> {
-    make: F,
-    built: std::sync::OnceLock<poem::endpoint::BoxEndpoint<'static, Response>>,
-}
-
-impl<F> Lazy<F> {
-    fn new(make: F) -> Self {
-        Self {
-            make,
-            built: std::sync::OnceLock::new(),
-        }
-    }
-}
-
-impl<F> Endpoint for Lazy<F>
-where
-    F: Fn() -> poem::endpoint::BoxEndpoint<'static, Response> + Send + Sync,
-{
-    type Output = Response;
-
-    async fn call(&self, req: Request) -> poem::Result<Response> {
-        self.built.get_or_init(&self.make).call(req).await
-    }
 }

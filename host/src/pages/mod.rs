@@ -62,6 +62,13 @@ pub fn routes(route: Route) -> Route {
         .at("/admin/scheduler-runs", get(redirect_scheduler_runs))
         .at("/admin/usage", get(redirect_usage))
         .at("/static/:file", get(asset))
+        .at("/api/docs", get(api_docs))
+}
+
+/// Swagger UI over `/api/openapi.json`: public, like the document it shows.
+#[handler]
+fn api_docs() -> Response {
+    respond::page(&svc_pages::views::ApiDocsPage::default())
 }
 
 #[handler]
@@ -120,13 +127,13 @@ fn asset(req: &Request) -> Response {
     if accepts(accepted, "br") {
         builder
             .header(header::CONTENT_ENCODING, "br")
-            .body(Body::from_bytes(asset.brotli.clone().into()))
+            .body(Body::from_bytes(bytes::Bytes::from_static(asset.brotli)))
     } else if accepts(accepted, "gzip") {
         builder
             .header(header::CONTENT_ENCODING, "gzip")
-            .body(Body::from_bytes(asset.gzipped.clone().into()))
+            .body(Body::from_bytes(bytes::Bytes::from_static(asset.gzipped())))
     } else {
-        builder.body(Body::from_bytes(bytes::Bytes::from_static(asset.body)))
+        builder.body(Body::from_bytes(bytes::Bytes::from_static(asset.plain())))
     }
 }
 

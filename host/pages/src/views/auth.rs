@@ -29,3 +29,26 @@ pub struct ErrorPage {
     /// What happened and what to do.
     pub message: String,
 }
+
+/// `/api/docs`: Swagger UI over the server's OpenAPI document (public, like the document).
+#[derive(Template)]
+#[template(path = "api_docs.html")]
+pub struct ApiDocsPage {
+    /// Swagger UI's stylesheet.
+    pub css: &'static str,
+    /// Swagger UI.
+    pub bundle: &'static str,
+    /// The script that starts it.
+    pub init: &'static str,
+}
+
+impl Default for ApiDocsPage {
+    fn default() -> Self {
+        use crate::assets::Named;
+        ApiDocsPage {
+            css: Named::SwaggerCss.path(),
+            bundle: Named::SwaggerJs.path(),
+            init: Named::DocsJs.path(),
+        }
+    }
+}

@@ -16,7 +16,7 @@ mod users;
 
 pub use access::{AccessPage, AccessRow, GrantCell};
 pub use activity::{ActivityPage, ActivityRow, ActivityRows, Kpis, SavedView};
-pub use auth::{ErrorPage, LoginPage};
+pub use auth::{ApiDocsPage, ErrorPage, LoginPage};
 pub use catalog::{Bucket, CatalogEntry, CatalogPage, TablePage};
 pub use marketplace::{MarketCard, MarketItemPage, MarketplacePage};
 pub use memory::{MemoryPage, MemoryRow, Pair};

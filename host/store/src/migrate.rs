@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 55;
+pub const CURRENT_SCHEMA_VERSION: i64 = 56;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -90,6 +90,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 55,
         name: "corporate memory: tag rows mark the one that counts their item; change times in seconds",
+    },
+    Step {
+        version: 56,
+        name: "corporate memory: the tree's group counts kept by triggers; bundle candidates by change time",
     },
 ];
 
@@ -240,6 +244,14 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             // Their successors cover everything they did.
             exec(tx, "DROP INDEX IF EXISTS idx_knowledge_tags_recent").await?;
             exec(tx, "DROP INDEX IF EXISTS idx_knowledge_bundle").await?;
+        }
+        56 => {
+            ensure_table(tx, b, &schema::KNOWLEDGE_TREE_COUNTS).await?;
+            for sql in crate::memory::counts::v56_statements(b) {
+                exec(tx, &sql).await?;
+            }
+            ensure_indices(tx, schema::KNOWLEDGE_V56_INDICES).await?;
+            exec(tx, "DROP INDEX IF EXISTS idx_knowledge_bundle_rank").await?;
         }
         other => anyhow::bail!("no migration step {other}"),
     }

@@ -738,6 +738,44 @@ pub(super) const KNOWLEDGE_V55_INDICES: &[Index] = &[
     },
 ];
 
+/// Corporate memory, fifth part (v56): the tree's group counts per axis, key and combination
+/// of the columns readers' filters read, kept by triggers (`memory::counts`); `combo` writes
+/// the key and those columns out as one string, so the upsert finds a row whatever is null.
+pub(super) const KNOWLEDGE_TREE_COUNTS: Table = Table {
+    name: "knowledge_tree_counts",
+    columns: &[
+        req("axis", Text),
+        req("combo", Text),
+        col("k", Text),
+        col("status", Text),
+        with_default("is_personal", Bool, Default::Bool(false)),
+        col("audience", Text),
+        col("domain", Text),
+        col("source_type", Text),
+        with_default("n", Int, Default::Int(0)),
+    ],
+    primary_key: &["axis", "combo"],
+    unique: &[],
+};
+
+/// The bundle's candidates by change time (v56), replacing `idx_knowledge_bundle_rank`: the
+/// ranking reads only candidates changed recently enough to rank among the best
+/// (`memory::bundle`), from the index alone.
+pub(super) const KNOWLEDGE_V56_INDICES: &[Index] = &[Index {
+    name: "idx_knowledge_bundle_recent",
+    table: "knowledge_items",
+    columns: &[
+        "status",
+        "is_personal",
+        "updated_epoch",
+        "confidence_milli",
+        "audience",
+        "domain",
+        "chars",
+        "id",
+    ],
+}];
+
 /// The plugin marketplace (v52): registered curated marketplaces and the plugins a sync
 /// found in them, user-submitted ("flea") entities, and each item's 30-day usage figures,
 /// refreshed from the daily rollups.

@@ -8,7 +8,7 @@ use crate::support::{
     backends, exec_store, fresh_postgres_url, query_store, server_bin, sqlite_url, Backend, TempDir,
 };
 
-const CURRENT: i64 = 55;
+const CURRENT: i64 = 56;
 
 fn store_url(backend: Backend, dir: &TempDir) -> String {
     match backend {
@@ -126,6 +126,7 @@ fn assert_current_schema(url: &str) {
         "marketplace_plugins",
         "flea_entities",
         "marketplace_item_stats",
+        "knowledge_tree_counts",
     ] {
         assert!(
             t.contains(&expected.to_string()),
@@ -240,6 +241,32 @@ fn a_hand_made_legacy_store_migrates_with_its_data_intact() {
             "SELECT updated_epoch FROM knowledge_items WHERE id = 'k1'",
         );
         assert_eq!(epoch[0]["updated_epoch"], 1_767_225_600, "{epoch:?}");
+        // v56: the tree's counts, computed from the rows the earlier steps left.
+        let counts = query_store(
+            &url,
+            "SELECT axis, k, n FROM knowledge_tree_counts WHERE n <> 0 ORDER BY axis, k",
+        );
+        let counts: Vec<(&str, Option<&str>, i64)> = counts
+            .iter()
+            .map(|r| {
+                (
+                    r["axis"].as_str().unwrap(),
+                    r["k"].as_str(),
+                    r["n"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                ("audience", None, 1),
+                ("category", None, 1),
+                ("domain", None, 1),
+                ("tag", Some("finance"), 1),
+                ("tag", Some("kpi"), 1),
+            ],
+            "{backend:?}"
+        );
         assert_current_schema(&url);
 
         let t = tables(&url);

@@ -10,7 +10,7 @@
 use sqlx::Row;
 
 use super::{item, item_filter, KnowledgeItem, Visibility, COLUMNS};
-use crate::clause::bound;
+use crate::clause::{bound, Where};
 use crate::{Backend, Store, StoreError};
 
 /// Seconds over which an item's recency falls from 1 to 0.
@@ -23,6 +23,17 @@ pub struct RankedCandidate {
     pub id: String,
     /// Characters of its title and content.
     pub chars: usize,
+}
+
+/// An item's rank at `now` (unix seconds) in SQL. A change stamped after `now` (another
+/// replica's clock) counts as changed now. `now` is the server's own integer, never a
+/// request's value: safe to write into the SQL.
+fn rank_sql(now: i64) -> String {
+    let floor = now - RECENCY_SPAN_SECONDS;
+    format!(
+        "confidence_milli * (CASE WHEN updated_epoch >= {now} THEN {RECENCY_SPAN_SECONDS} \
+         WHEN updated_epoch > {floor} THEN updated_epoch - {floor} ELSE 0 END)"
+    )
 }
 
 impl Store {
@@ -51,18 +62,20 @@ impl Store {
         limit: u64,
     ) -> Result<Vec<RankedCandidate>, StoreError> {
         let w = item_filter(visibility, true, &["approved".to_owned()], None);
-        // `floor` is computed here, never taken from a request: safe to write into the SQL.
         let floor = now - RECENCY_SPAN_SECONDS;
         let id_order = match self.backend() {
             Backend::Sqlite => "id",
             Backend::Postgres => "id COLLATE \"C\"",
         };
-        // A change stamped after `now` (another replica's clock) counts as changed now.
+        let rank = rank_sql(now);
+        let since = self
+            .bundle_change_floor(&w, &rank, floor, offset + limit)
+            .await?
+            .map(|at| format!(" AND updated_epoch >= {at}"))
+            .unwrap_or_default();
         let sql = format!(
-            "SELECT id, chars FROM knowledge_items{} ORDER BY confidence_milli * \
-             (CASE WHEN updated_epoch >= {now} THEN {RECENCY_SPAN_SECONDS} \
-             WHEN updated_epoch > {floor} THEN updated_epoch - {floor} ELSE 0 END) DESC, \
-             {id_order} LIMIT {limit} OFFSET {offset}",
+            "SELECT id, chars FROM knowledge_items{}{since} ORDER BY {rank} DESC, {id_order} \
+             LIMIT {limit} OFFSET {offset}",
             w.sql
         );
         let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
@@ -74,6 +87,46 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// The earliest change time (unix seconds) an item needs to rank among the best
+    /// `wanted`, or None when every candidate must be ranked: what lets the ranking read
+    /// the most recent few thousand candidates of tens of thousands.
+    ///
+    /// The `wanted`-th best rank among the most recently changed candidates is at most the
+    /// `wanted`-th best of all. An item's rank is at most 1000 × (its change − `floor`)
+    /// (confidence is at most 1, stored as 1000 milli), so an item changed before
+    /// `floor` + that rank ÷ 1000 can rank no better, and leaving it out changes neither the
+    /// page nor its ties.
+    async fn bundle_change_floor(
+        &self,
+        w: &Where,
+        rank: &str,
+        floor: i64,
+        wanted: u64,
+    ) -> Result<Option<i64>, StoreError> {
+        /// Recent candidates read per candidate wanted.
+        const PROBE: u64 = 4;
+        let sql = format!(
+            "SELECT {rank} AS r FROM knowledge_items{} AND updated_epoch > {floor} \
+             ORDER BY updated_epoch DESC LIMIT {}",
+            w.sql,
+            wanted * PROBE
+        );
+        let mut ranks = bound(&sql, &w.binds)
+            .fetch_all(self.pool())
+            .await?
+            .iter()
+            .map(|r| r.try_get::<i64, _>("r"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(nth) = (wanted as usize)
+            .checked_sub(1)
+            .filter(|&n| n < ranks.len())
+        else {
+            return Ok(None);
+        };
+        ranks.select_nth_unstable_by(nth, |a, b| b.cmp(a));
+        Ok((ranks[nth] > 0).then(|| floor + ranks[nth] / 1000))
     }
 
     /// The fewest characters of any approved item `visibility` allows (None: there is none).
@@ -218,6 +271,71 @@ mod tests {
             let mandatory = store.knowledge_bundle_mandatory(&reader).await.unwrap();
             assert_eq!(mandatory.len(), 1);
             assert_eq!(mandatory[0].id, "m-must");
+        }
+    }
+
+    /// With many candidates the ranking reads only the recently changed ones (the floor
+    /// from the most recent few): every page still equals ranking all of them, ties by id
+    /// included.
+    #[tokio::test]
+    async fn pages_ranked_from_recent_candidates_equal_ranking_all_on_both_backends() {
+        for (store, _dir) in testing::all_backends().await {
+            let mut expected = Vec::new();
+            for i in 0..300_i64 {
+                // Confidence in five steps (ties), ages from a day ahead to over a year.
+                let milli = 200 + (i * 37 % 5) * 200;
+                let age = (i * 7919 % 420) - 1;
+                let id = format!("r{:03}", (i * 131) % 300);
+                put(
+                    &store,
+                    (
+                        Box::leak(id.clone().into_boxed_str()),
+                        "approved",
+                        milli,
+                        Some(age),
+                        10,
+                        false,
+                        None,
+                    ),
+                )
+                .await;
+                let epoch = NOW - age * DAY;
+                let floor = NOW - RECENCY_SPAN_SECONDS;
+                let recency = if epoch >= NOW {
+                    RECENCY_SPAN_SECONDS
+                } else {
+                    (epoch - floor).max(0)
+                };
+                expected.push((milli * recency, id));
+            }
+            expected.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            let reader = Visibility::Reader {
+                groups: vec![],
+                domains: vec![],
+            };
+            for (offset, limit) in [(0, 5), (5, 5), (0, 40), (120, 30), (290, 20)] {
+                let page = store
+                    .knowledge_bundle_ranked(&reader, NOW, offset, limit)
+                    .await
+                    .unwrap();
+                let want: Vec<&str> = expected
+                    .iter()
+                    .skip(offset as usize)
+                    .take(limit as usize)
+                    .map(|(_, id)| id.as_str())
+                    .collect();
+                assert_eq!(ids(&page), want, "{:?} {offset}+{limit}", store.backend());
+            }
+            let floor = store
+                .bundle_change_floor(
+                    &item_filter(&reader, true, &["approved".to_owned()], None),
+                    &rank_sql(NOW),
+                    NOW - RECENCY_SPAN_SECONDS,
+                    5,
+                )
+                .await
+                .unwrap();
+            assert!(floor.is_some(), "a small page reads only recent candidates");
         }
     }
 

@@ -5,6 +5,7 @@
 //! refuses a change made against a stale revision.
 
 pub mod bundle;
+pub(crate) mod counts;
 pub mod relations;
 pub mod tree;
 

@@ -1,6 +1,8 @@
 //! Knowledge items grouped along one axis (domain, category, tag or audience): the groups
-//! counted in SQL, paginated, each with its most recently changed items. The tag axis puts
-//! an item in every tag's group; items without a value form one group whose key is null.
+//! counted, paginated, each with its most recently changed items. Counts come from the ones
+//! the database keeps (`memory::counts`), or from the items themselves for filters those
+//! cannot answer (text, duplicate relations). The tag axis puts an item in every tag's
+//! group; items without a value form one group whose key is null.
 
 use serde::Serialize;
 use sqlx::Row;
@@ -127,10 +129,21 @@ fn filtered(visibility: &Visibility, q: &TreeQuery) -> Where {
     w
 }
 
-/// Whether `q`'s filters can be applied to tag rows alone: they carry every column the
-/// filters read except the text (`search`) and the duplicate relations.
-fn on_tag_rows(q: &TreeQuery) -> bool {
+/// Whether `q` filters only on columns that tag rows and the kept counts carry: every
+/// filter but the text (`search`) and the duplicate relations.
+fn plain_filters(q: &TreeQuery) -> bool {
     q.search.as_deref().is_none_or(str::is_empty) && q.has_duplicate.is_none()
+}
+
+/// Groups as (key, count) from rows of `k` and `n`; untagged items have the one row tagged
+/// `UNTAGGED`, so theirs is the null group.
+fn group_rows(rows: Vec<sqlx::any::AnyRow>) -> Result<Vec<(Option<String>, i64)>, StoreError> {
+    rows.iter()
+        .map(|r| {
+            let key: Option<String> = r.try_get("k")?;
+            Ok((key.filter(|k| k != UNTAGGED), r.try_get("n")?))
+        })
+        .collect()
 }
 
 impl Store {
@@ -141,40 +154,11 @@ impl Store {
         q: &TreeQuery,
     ) -> Result<TreePage, StoreError> {
         let w = filtered(visibility, q);
-        // Every group's count in one pass (the axes have tens to hundreds of values); the
-        // page is cut here. Grouping by `column || ''` keeps SQLite from walking the
-        // column's index (a random row read per item) instead of the table. Tag rows are
-        // counted from their covering index — each item's one `counts_item` row counts it
-        // once for the total in the same pass — and filtered items' tags through `IN`, whose
-        // inner scope resolves the filter's columns to the items.
-        let groups_sql = match q.axis {
-            TreeAxis::Tag if on_tag_rows(q) => format!(
-                "SELECT tag AS k, COUNT(*) AS n, COUNT(CASE WHEN counts_item = TRUE THEN 1 END) AS items \
-                 FROM knowledge_item_tags{} GROUP BY tag",
-                w.sql
-            ),
-            TreeAxis::Tag => format!(
-                "SELECT tag AS k, COUNT(*) AS n, COUNT(CASE WHEN counts_item = TRUE THEN 1 END) AS items \
-                 FROM knowledge_item_tags WHERE item_id IN (SELECT id FROM knowledge_items{}) GROUP BY tag",
-                w.sql
-            ),
-            axis => format!(
-                "SELECT {c} || '' AS k, COUNT(*) AS n, COUNT(*) AS items FROM knowledge_items{} \
-                 GROUP BY {c} || ''",
-                w.sql,
-                c = axis.column()
-            ),
+        let (mut all, total_items) = if plain_filters(q) {
+            self.kept_counts(&w, q.axis).await?
+        } else {
+            self.counted_groups(&w, q).await?
         };
-        let rows = bound(&groups_sql, &w.binds).fetch_all(self.pool()).await?;
-        let mut all = Vec::with_capacity(rows.len());
-        let mut total_items = 0;
-        for r in rows {
-            let key: Option<String> = r.try_get("k")?;
-            let count: i64 = r.try_get("n")?;
-            total_items += r.try_get::<i64, _>("items")?;
-            // Untagged items have the one row tagged `UNTAGGED`: theirs is the null group.
-            all.push((key.filter(|k| k != UNTAGGED), count));
-        }
         // Largest first, ties by key in byte order, the null group last: the same order on
         // both backends, whatever their collations.
         all.sort_by(|(ka, na), (kb, nb)| {
@@ -200,6 +184,73 @@ impl Store {
             total_groups,
             total_items,
         })
+    }
+
+    /// Every group's count and the distinct items in all, summed from the counts the
+    /// triggers keep (`memory::counts`) under the same filter as the items: a few thousand
+    /// rows, whatever the number of items.
+    async fn kept_counts(
+        &self,
+        w: &Where,
+        axis: TreeAxis,
+    ) -> Result<(Vec<(Option<String>, i64)>, i64), StoreError> {
+        let sum = "CAST(SUM(n) AS BIGINT)";
+        let groups_sql = format!(
+            "SELECT k, {sum} AS n FROM knowledge_tree_counts{} AND axis = '{}' \
+             GROUP BY k HAVING SUM(n) > 0",
+            w.sql,
+            axis.as_str()
+        );
+        let groups = group_rows(bound(&groups_sql, &w.binds).fetch_all(self.pool()).await?)?;
+        // Each item is in exactly one group of an item axis; a tag's groups overlap, so the
+        // distinct items come from the domain axis.
+        let total_items = match axis {
+            TreeAxis::Tag => {
+                let total_sql = format!(
+                    "SELECT COALESCE({sum}, 0) AS n FROM knowledge_tree_counts{} \
+                     AND axis = 'domain'",
+                    w.sql
+                );
+                bound(&total_sql, &w.binds)
+                    .fetch_one(self.pool())
+                    .await?
+                    .try_get("n")?
+            }
+            _ => groups.iter().map(|(_, n)| n).sum(),
+        };
+        Ok((groups, total_items))
+    }
+
+    /// Every group's count and the distinct items in all, counted from the items (or tag
+    /// rows) themselves: for filters the kept counts cannot answer.
+    async fn counted_groups(
+        &self,
+        w: &Where,
+        q: &TreeQuery,
+    ) -> Result<(Vec<(Option<String>, i64)>, i64), StoreError> {
+        // Grouping by `column || ''` keeps SQLite from walking the column's index (a random
+        // row read per item) instead of the table. Filtered items' tags are counted through
+        // `IN`, whose inner scope resolves the filter's columns to the items; each item's one
+        // `counts_item` row counts it once for the total in the same pass.
+        let groups_sql = match q.axis {
+            TreeAxis::Tag => format!(
+                "SELECT tag AS k, COUNT(*) AS n, COUNT(CASE WHEN counts_item = TRUE THEN 1 END) AS items \
+                 FROM knowledge_item_tags WHERE item_id IN (SELECT id FROM knowledge_items{}) GROUP BY tag",
+                w.sql
+            ),
+            axis => format!(
+                "SELECT {c} || '' AS k, COUNT(*) AS n, COUNT(*) AS items FROM knowledge_items{} \
+                 GROUP BY {c} || ''",
+                w.sql,
+                c = axis.column()
+            ),
+        };
+        let rows = bound(&groups_sql, &w.binds).fetch_all(self.pool()).await?;
+        let mut total_items = 0;
+        for r in &rows {
+            total_items += r.try_get::<i64, _>("items")?;
+        }
+        Ok((group_rows(rows)?, total_items))
     }
 
     /// The first items of each group of `keys`, most recently changed first, in one
@@ -278,7 +329,7 @@ fn newest(w: &Where, q: &TreeQuery, group: &str, is: &str) -> String {
     let n = q.items_per_group;
     match q.axis {
         // The tag's rows walked newest first on their covering index.
-        TreeAxis::Tag if on_tag_rows(q) => format!(
+        TreeAxis::Tag if plain_filters(q) => format!(
             "SELECT {group}item_id AS tree_item FROM knowledge_item_tags{} AND tag {is} \
              ORDER BY item_updated_at DESC, item_id DESC LIMIT {n}",
             w.sql
@@ -295,5 +346,143 @@ fn newest(w: &Where, q: &TreeQuery, group: &str, is: &str) -> String {
             w.sql,
             axis.column()
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{ItemChange, NewItem};
+    use crate::testing;
+
+    /// A small deterministic generator (the same items and changes on every run).
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            from[(self.0 >> 33) as usize % from.len()]
+        }
+
+        fn maybe(&mut self, from: &[&str]) -> Option<String> {
+            Some(self.pick(from))
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        }
+    }
+
+    const DOMAINS: &[&str] = &["finance", "sales", "", "ops"];
+    const CATEGORIES: &[&str] = &["kpi", "howto", ""];
+    const AUDIENCES: &[&str] = &["all", "group:a", "group:b", ""];
+    const STATUSES: &[&str] = &["pending", "approved", "mandatory", "rejected"];
+    const TAGS: &[&str] = &["x", "y", "z", "w"];
+
+    /// What a page's groups and totals come to, in the tree's order.
+    fn sorted(
+        mut groups: Vec<(Option<String>, i64)>,
+        total: i64,
+    ) -> (Vec<(Option<String>, i64)>, i64) {
+        groups.sort();
+        (groups, total)
+    }
+
+    /// After a run of creations, edits, re-tags, personal flags and a raw batch update, the
+    /// counts the triggers keep answer every axis and plain filter exactly as counting the
+    /// rows does — for an administrator and for readers with groups and granted domains.
+    #[tokio::test]
+    async fn kept_counts_match_the_rows_on_both_backends() {
+        for (store, _dir) in testing::all_backends().await {
+            let mut r = Lcg(7);
+            let mut ids = Vec::new();
+            for i in 0..40 {
+                let tags = (0..i % 3).map(|_| r.pick(TAGS).to_owned()).collect();
+                let item = store
+                    .create_knowledge_item(&NewItem {
+                        title: format!("item {i}"),
+                        category: r.maybe(CATEGORIES),
+                        domain: r.maybe(DOMAINS),
+                        tags,
+                        source_type: r.pick(&["api", "mcp"]).to_owned(),
+                        source_user: "u@example.com".into(),
+                        created_by: "u".into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+                ids.push(item.id);
+            }
+            for step in 0..80 {
+                let id = ids[step % ids.len()].clone();
+                let revision = store.knowledge_item(&id).await.unwrap().unwrap().revision;
+                let change = ItemChange {
+                    status: Some(r.pick(STATUSES).to_owned()),
+                    domain: (step % 2 == 0).then(|| r.maybe(DOMAINS)),
+                    category: (step % 3 == 0).then(|| r.maybe(CATEGORIES)),
+                    audience: Some(r.maybe(AUDIENCES)),
+                    tags: (step % 4 == 0).then(|| vec![r.pick(TAGS).to_owned()]),
+                    is_personal: Some(step % 5 == 0),
+                    ..Default::default()
+                };
+                assert!(store
+                    .update_knowledge_item(&id, revision, &change)
+                    .await
+                    .unwrap());
+            }
+            // A statement that moves many items at once, as a batch decision does.
+            sqlx::query("UPDATE knowledge_items SET status = 'approved' WHERE status = 'pending'")
+                .execute(store.pool())
+                .await
+                .unwrap();
+            let mut tx = store.pool().begin().await.unwrap();
+            crate::memory::sync_tag_rows(&mut tx, None).await.unwrap();
+            tx.commit().await.unwrap();
+            let views = [
+                Visibility::All,
+                Visibility::Reader {
+                    groups: vec![],
+                    domains: vec![],
+                },
+                Visibility::Reader {
+                    groups: vec!["a".into()],
+                    domains: vec!["ops".into()],
+                },
+            ];
+            for v in &views {
+                for axis in TreeAxis::ALL {
+                    for (statuses, audience, source_type) in [
+                        (vec![], None, None),
+                        (vec!["approved".to_owned()], None, None),
+                        (vec![], Some("all".to_owned()), Some("mcp".to_owned())),
+                        (vec![], Some("group:a".to_owned()), None),
+                    ] {
+                        let q = TreeQuery {
+                            axis,
+                            statuses,
+                            source_type,
+                            audience,
+                            search: None,
+                            has_duplicate: None,
+                            exclude_personal: matches!(v, Visibility::Reader { .. }),
+                            offset: 0,
+                            limit: 100,
+                            items_per_group: 3,
+                        };
+                        let w = filtered(v, &q);
+                        let (kept, kept_total) = store.kept_counts(&w, axis).await.unwrap();
+                        let (rows, rows_total) = store.counted_groups(&w, &q).await.unwrap();
+                        let rows: Vec<_> = rows.into_iter().filter(|(_, n)| *n > 0).collect();
+                        assert_eq!(
+                            sorted(kept, kept_total),
+                            sorted(rows, rows_total),
+                            "{:?} {v:?} {q:?}",
+                            store.backend()
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -287,6 +287,19 @@ async fn bench(store: Store, label: &str, n: i64) {
     })
     .await;
     let ana = caller("u7", false);
+    // The bundle's ranking alone: the best page of approved items at a new moment.
+    measure("bundle: ranked page of 256 (store)", 50, 20.0, |k| {
+        let (store, reader) = (&store, &reader);
+        async move {
+            let now = chrono::Utc::now().timestamp() + k as i64;
+            let page = store
+                .knowledge_bundle_ranked(reader, now, 0, 256)
+                .await
+                .unwrap();
+            assert_eq!(page.len(), 256);
+        }
+    })
+    .await;
     // A budget never asked before is a view the cache has not seen: the bundle is assembled.
     measure("bundle: assembled (first for a view)", 50, 20.0, |k| {
         let (memory, ana) = (&memory, &ana);

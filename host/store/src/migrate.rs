@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 56;
+pub const CURRENT_SCHEMA_VERSION: i64 = 57;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -94,6 +94,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 56,
         name: "corporate memory: the tree's group counts kept by triggers; bundle candidates by change time",
+    },
+    Step {
+        version: 57,
+        name: "corporate memory: bundle candidates by confidence, then change time",
     },
 ];
 
@@ -252,6 +256,10 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             }
             ensure_indices(tx, schema::KNOWLEDGE_V56_INDICES).await?;
             exec(tx, "DROP INDEX IF EXISTS idx_knowledge_bundle_rank").await?;
+        }
+        57 => {
+            ensure_indices(tx, schema::KNOWLEDGE_V57_INDICES).await?;
+            exec(tx, "DROP INDEX IF EXISTS idx_knowledge_bundle_recent").await?;
         }
         other => anyhow::bail!("no migration step {other}"),
     }

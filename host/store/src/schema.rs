@@ -776,6 +776,24 @@ pub(super) const KNOWLEDGE_V56_INDICES: &[Index] = &[Index {
     ],
 }];
 
+/// The bundle's candidates by confidence, then change time (v57), replacing
+/// `idx_knowledge_bundle_recent`: within one confidence the rank follows the change time, so
+/// a page is read as one short range per confidence (`memory::bundle`), from the index alone.
+pub(super) const KNOWLEDGE_V57_INDICES: &[Index] = &[Index {
+    name: "idx_knowledge_bundle_confidence",
+    table: "knowledge_items",
+    columns: &[
+        "status",
+        "is_personal",
+        "confidence_milli",
+        "updated_epoch",
+        "audience",
+        "domain",
+        "chars",
+        "id",
+    ],
+}];
+
 /// The plugin marketplace (v52): registered curated marketplaces and the plugins a sync
 /// found in them, user-submitted ("flea") entities, and each item's 30-day usage figures,
 /// refreshed from the daily rollups.

@@ -6,6 +6,17 @@
 //! year old). It is computed over `updated_epoch`, the change time in whole seconds, as
 //! `confidence_milli × max(0, updated_epoch − (now − a year))`: integer arithmetic that orders
 //! exactly as the rank does on both backends, without parsing a timestamp per row.
+//!
+//! Ranking every candidate reads tens of thousands of index entries per page. Within one
+//! confidence the rank follows the change time, so the index by (confidence, change time)
+//! holds each confidence's candidates best first; a page is found from a few of them:
+//! 1. each confidence's best candidate: one index seek per confidence;
+//! 2. the newest few of the confidences whose best ranks highest: with the heads, at least
+//!    the page's worth of real candidates, whose worst rank bounds the page's from below;
+//! 3. per confidence, only the candidates at or above that bound: a range of the index.
+//!
+//! The page is exact (every tie included) whatever the data's shape; when the confidences
+//! are too many to walk, or too few candidates rank above zero, every candidate is ranked.
 
 use sqlx::Row;
 
@@ -16,6 +27,10 @@ use crate::{Backend, Store, StoreError};
 /// Seconds over which an item's recency falls from 1 to 0.
 pub const RECENCY_SPAN_SECONDS: i64 = 365 * 86_400;
 
+/// Most confidences walked for their best candidate (there are at most 1,001): past it
+/// every candidate is ranked, unless the confidences left could not reach the page.
+const CONFIDENCES_WALKED: i64 = 512;
+
 /// An approved item in rank order, without its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RankedCandidate {
@@ -25,16 +40,55 @@ pub struct RankedCandidate {
     pub chars: usize,
 }
 
-/// An item's rank at `now` (unix seconds) in SQL. A change stamped after `now` (another
-/// replica's clock) counts as changed now. `now` is the server's own integer, never a
-/// request's value: safe to write into the SQL.
-fn rank_sql(now: i64) -> String {
-    let floor = now - RECENCY_SPAN_SECONDS;
-    format!(
-        "confidence_milli * (CASE WHEN updated_epoch >= {now} THEN {RECENCY_SPAN_SECONDS} \
-         WHEN updated_epoch > {floor} THEN updated_epoch - {floor} ELSE 0 END)"
-    )
+/// Ranks at one moment. `now` is the server's own integer, never a request's value: safe
+/// to write into the SQL.
+#[derive(Debug, Clone, Copy)]
+struct Ranks {
+    now: i64,
+    /// Changes at or before it rank zero.
+    floor: i64,
 }
+
+impl Ranks {
+    fn at(now: i64) -> Self {
+        Self {
+            now,
+            floor: now - RECENCY_SPAN_SECONDS,
+        }
+    }
+
+    /// A candidate's rank. A change stamped after `now` (another replica's clock) counts as
+    /// changed now.
+    fn of(&self, confidence_milli: i64, epoch: i64) -> i64 {
+        let recency = if epoch >= self.now {
+            RECENCY_SPAN_SECONDS
+        } else {
+            (epoch - self.floor).max(0)
+        };
+        confidence_milli * recency
+    }
+
+    /// [`Ranks::of`] in SQL.
+    fn sql(&self) -> String {
+        let (now, floor) = (self.now, self.floor);
+        format!(
+            "confidence_milli * (CASE WHEN updated_epoch >= {now} THEN {RECENCY_SPAN_SECONDS} \
+             WHEN updated_epoch > {floor} THEN updated_epoch - {floor} ELSE 0 END)"
+        )
+    }
+
+    /// The earliest change at which a candidate of `confidence_milli` ranks at least `rank`
+    /// (None: none does, even changed now).
+    fn earliest(&self, confidence_milli: i64, rank: i64) -> Option<i64> {
+        (confidence_milli > 0 && confidence_milli * RECENCY_SPAN_SECONDS >= rank)
+            .then(|| self.floor + (rank + confidence_milli - 1) / confidence_milli)
+    }
+}
+
+/// Per confidence, the earliest change a candidate needs to reach the page: what step 3
+/// of the module's plan reads.
+#[derive(Debug)]
+struct PageBound(Vec<(i64, i64)>);
 
 impl Store {
     /// Every mandatory item `visibility` allows (never personal ones), newest change first,
@@ -61,23 +115,47 @@ impl Store {
         offset: u64,
         limit: u64,
     ) -> Result<Vec<RankedCandidate>, StoreError> {
+        self.bundle_page(visibility, now, offset, limit, CONFIDENCES_WALKED)
+            .await
+    }
+
+    /// [`Store::knowledge_bundle_ranked`], walking at most `walked` confidences.
+    async fn bundle_page(
+        &self,
+        visibility: &Visibility,
+        now: i64,
+        offset: u64,
+        limit: u64,
+        walked: i64,
+    ) -> Result<Vec<RankedCandidate>, StoreError> {
         let w = item_filter(visibility, true, &["approved".to_owned()], None);
-        let floor = now - RECENCY_SPAN_SECONDS;
+        let ranks = Ranks::at(now);
+        let page = self
+            .bundle_page_bound(&w, ranks, offset + limit, walked)
+            .await?;
         let id_order = match self.backend() {
             Backend::Sqlite => "id",
             Backend::Postgres => "id COLLATE \"C\"",
         };
-        let rank = rank_sql(now);
-        let since = self
-            .bundle_change_floor(&w, &rank, floor, offset + limit)
-            .await?
-            .map(|at| format!(" AND updated_epoch >= {at}"))
-            .unwrap_or_default();
-        let sql = format!(
-            "SELECT id, chars FROM knowledge_items{}{since} ORDER BY {rank} DESC, {id_order} \
-             LIMIT {limit} OFFSET {offset}",
-            w.sql
+        let order = format!(
+            "ORDER BY {} DESC, {id_order} LIMIT {limit} OFFSET {offset}",
+            ranks.sql()
         );
+        // Server integers only, so written into the SQL. `CROSS JOIN` keeps SQLite from
+        // reordering the loops: one index range per confidence.
+        let sql = match page {
+            Some(PageBound(groups)) => {
+                let values: Vec<String> =
+                    groups.iter().map(|(c, e)| format!("({c}, {e})")).collect();
+                format!(
+                    "WITH g(c, b) AS (VALUES {}) SELECT id, chars FROM g CROSS JOIN knowledge_items{} \
+                     AND confidence_milli = g.c AND updated_epoch >= g.b {order}",
+                    values.join(", "),
+                    w.sql
+                )
+            }
+            None => format!("SELECT id, chars FROM knowledge_items{} {order}", w.sql),
+        };
         let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
         rows.iter()
             .map(|r| {
@@ -89,44 +167,88 @@ impl Store {
             .collect()
     }
 
-    /// The earliest change time (unix seconds) an item needs to rank among the best
-    /// `wanted`, or None when every candidate must be ranked: what lets the ranking read
-    /// the most recent few thousand candidates of tens of thousands.
-    ///
-    /// The `wanted`-th best rank among the most recently changed candidates is at most the
-    /// `wanted`-th best of all. An item's rank is at most 1000 × (its change − `floor`)
-    /// (confidence is at most 1, stored as 1000 milli), so an item changed before
-    /// `floor` + that rank ÷ 1000 can rank no better, and leaving it out changes neither the
-    /// page nor its ties.
-    async fn bundle_change_floor(
+    /// Steps 1 and 2 of the module's plan for the best `wanted` candidates under `w`,
+    /// walking at most `walked` confidences: None when every candidate must be ranked.
+    async fn bundle_page_bound(
         &self,
         w: &Where,
-        rank: &str,
-        floor: i64,
+        ranks: Ranks,
         wanted: u64,
-    ) -> Result<Option<i64>, StoreError> {
-        /// Recent candidates read per candidate wanted.
-        const PROBE: u64 = 4;
-        let sql = format!(
-            "SELECT {rank} AS r FROM knowledge_items{} AND updated_epoch > {floor} \
-             ORDER BY updated_epoch DESC LIMIT {}",
-            w.sql,
-            wanted * PROBE
-        );
-        let mut ranks = bound(&sql, &w.binds)
-            .fetch_all(self.pool())
-            .await?
-            .iter()
-            .map(|r| r.try_get::<i64, _>("r"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let Some(nth) = (wanted as usize)
-            .checked_sub(1)
-            .filter(|&n| n < ranks.len())
-        else {
+        walked: i64,
+    ) -> Result<Option<PageBound>, StoreError> {
+        let Some(nth) = (wanted as usize).checked_sub(1) else {
             return Ok(None);
         };
-        ranks.select_nth_unstable_by(nth, |a, b| b.cmp(a));
-        Ok((ranks[nth] > 0).then(|| floor + ranks[nth] / 1000))
+        let floor = ranks.floor;
+        // Each confidence held by a candidate (visible or not: one seek each, from the
+        // highest), with its best candidate the reader sees, if that ranks above zero.
+        let candidates = "status = 'approved' AND is_personal = FALSE";
+        let sql = format!(
+            "WITH RECURSIVE h(c, n) AS (\
+               SELECT MAX(confidence_milli), 1 FROM knowledge_items WHERE {candidates} \
+               UNION ALL SELECT (SELECT MAX(confidence_milli) FROM knowledge_items \
+                 WHERE {candidates} AND confidence_milli < h.c), n + 1 \
+               FROM h WHERE h.c IS NOT NULL AND h.n < {walked}) \
+             SELECT c, (SELECT updated_epoch FROM knowledge_items{} AND confidence_milli = h.c \
+               AND updated_epoch > {floor} ORDER BY updated_epoch DESC LIMIT 1) AS e \
+             FROM h WHERE c IS NOT NULL",
+            w.sql
+        );
+        let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
+        let lowest_walked = match rows.last() {
+            Some(r) => r.try_get::<i64, _>("c")?,
+            None => return Ok(None),
+        };
+        let all_walked = (rows.len() as i64) < walked;
+        let mut heads = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let c: i64 = r.try_get("c")?;
+            if let Some(e) = r.try_get::<Option<i64>, _>("e")? {
+                heads.push((ranks.of(c, e), c));
+            }
+        }
+        heads.sort_unstable_by(|a, b| b.cmp(a));
+        // The newest `wanted`, `wanted` ÷ 2, … of the confidences whose heads rank best: where
+        // the page's candidates are when a few confidences hold them all.
+        let deep: Vec<(i64, u64)> = heads
+            .iter()
+            .map(|&(_, c)| c)
+            .zip(std::iter::successors(Some(wanted), |n| Some(n / 2)))
+            .take_while(|&(_, n)| n >= 2)
+            .collect();
+        let mut sample: Vec<i64> = heads.iter().skip(deep.len()).map(|&(r, _)| r).collect();
+        if !deep.is_empty() {
+            let branches: Vec<String> = deep
+                .iter()
+                .enumerate()
+                .map(|(i, (c, n))| {
+                    format!(
+                        "SELECT * FROM (SELECT confidence_milli AS c, updated_epoch AS e \
+                         FROM knowledge_items{} AND confidence_milli = {c} AND updated_epoch > {floor} \
+                         ORDER BY updated_epoch DESC LIMIT {n}) AS s{i}",
+                        w.sql
+                    )
+                })
+                .collect();
+            let sql = branches.join(" UNION ALL ");
+            for r in bound(&sql, &w.binds).fetch_all(self.pool()).await? {
+                sample.push(ranks.of(r.try_get("c")?, r.try_get("e")?));
+            }
+        }
+        if nth >= sample.len() {
+            return Ok(None);
+        }
+        // At least `wanted` candidates rank this high: the page's worst ranks no lower.
+        let (_, &mut threshold, _) = sample.select_nth_unstable_by(nth, |a, b| b.cmp(a));
+        let unwalked_reach = ranks.of(lowest_walked - 1, ranks.now);
+        if threshold == 0 || (!all_walked && unwalked_reach >= threshold) {
+            return Ok(None);
+        }
+        let groups = heads
+            .iter()
+            .filter_map(|&(_, c)| ranks.earliest(c, threshold).map(|e| (c, e)))
+            .collect();
+        Ok(Some(PageBound(groups)))
     }
 
     /// The fewest characters of any approved item `visibility` allows (None: there is none).
@@ -274,68 +396,117 @@ mod tests {
         }
     }
 
-    /// With many candidates the ranking reads only the recently changed ones (the floor
-    /// from the most recent few): every page still equals ranking all of them, ties by id
-    /// included.
+    /// A candidate: id, confidence (milli), age in days.
+    type Candidate = (String, i64, i64);
+
+    /// Shapes of candidates: the pages read from a few
+    /// candidates per confidence must equal ranking them all, ties by id included.
+    fn shapes() -> Vec<(&'static str, Vec<Candidate>)> {
+        let id = |i: i64| format!("r{:03}", (i * 131) % 1000);
+        let age = |i: i64| (i * 7919 % 420) - 1;
+        vec![
+            // Five confidences (ties), ages from a day ahead to over a year.
+            (
+                "five confidences",
+                (0..300)
+                    .map(|i| (id(i), 200 + (i * 37 % 5) * 200, age(i)))
+                    .collect(),
+            ),
+            // Nearly every candidate a confidence of its own.
+            (
+                "distinct confidences",
+                (0..600)
+                    .map(|i| (id(i), (i * 389) % 1001, age(i)))
+                    .collect(),
+            ),
+            // One confidence: the rank is the change time alone.
+            (
+                "one confidence",
+                (0..300).map(|i| (id(i), 500, age(i))).collect(),
+            ),
+            // The best confidence changed now, the rest lower: walking one confidence is enough.
+            (
+                "newest at the top",
+                (0..300)
+                    .map(|i| {
+                        if i < 60 {
+                            (id(i), 1000, 0)
+                        } else {
+                            (id(i), 100 + i % 800, age(i))
+                        }
+                    })
+                    .collect(),
+            ),
+        ]
+    }
+
     #[tokio::test]
-    async fn pages_ranked_from_recent_candidates_equal_ranking_all_on_both_backends() {
+    async fn pages_read_per_confidence_equal_ranking_all_on_both_backends() {
+        let reader = Visibility::Reader {
+            groups: vec![],
+            domains: vec![],
+        };
+        let ranks = Ranks::at(NOW);
         for (store, _dir) in testing::all_backends().await {
-            let mut expected = Vec::new();
-            for i in 0..300_i64 {
-                // Confidence in five steps (ties), ages from a day ahead to over a year.
-                let milli = 200 + (i * 37 % 5) * 200;
-                let age = (i * 7919 % 420) - 1;
-                let id = format!("r{:03}", (i * 131) % 300);
-                put(
-                    &store,
-                    (
-                        Box::leak(id.clone().into_boxed_str()),
-                        "approved",
-                        milli,
-                        Some(age),
-                        10,
-                        false,
-                        None,
-                    ),
-                )
-                .await;
-                let epoch = NOW - age * DAY;
-                let floor = NOW - RECENCY_SPAN_SECONDS;
-                let recency = if epoch >= NOW {
-                    RECENCY_SPAN_SECONDS
-                } else {
-                    (epoch - floor).max(0)
-                };
-                expected.push((milli * recency, id));
-            }
-            expected.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            let reader = Visibility::Reader {
-                groups: vec![],
-                domains: vec![],
-            };
-            for (offset, limit) in [(0, 5), (5, 5), (0, 40), (120, 30), (290, 20)] {
-                let page = store
-                    .knowledge_bundle_ranked(&reader, NOW, offset, limit)
+            for (shape, rows) in shapes() {
+                sqlx::query("DELETE FROM knowledge_items")
+                    .execute(store.pool())
                     .await
                     .unwrap();
-                let want: Vec<&str> = expected
-                    .iter()
-                    .skip(offset as usize)
-                    .take(limit as usize)
-                    .map(|(_, id)| id.as_str())
-                    .collect();
-                assert_eq!(ids(&page), want, "{:?} {offset}+{limit}", store.backend());
+                let mut expected = Vec::new();
+                for (id, milli, age) in rows {
+                    let leaked: &'static str = Box::leak(id.clone().into_boxed_str());
+                    put(
+                        &store,
+                        (leaked, "approved", milli, Some(age), 10, false, None),
+                    )
+                    .await;
+                    expected.push((ranks.of(milli, NOW - age * DAY), id));
+                }
+                expected.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+                let backend = store.backend();
+                for walked in [CONFIDENCES_WALKED, 3, 1] {
+                    for (offset, limit) in [(0, 1), (0, 5), (5, 5), (0, 40), (120, 30), (290, 20)] {
+                        let page = store
+                            .bundle_page(&reader, NOW, offset, limit, walked)
+                            .await
+                            .unwrap();
+                        let want: Vec<&str> = expected
+                            .iter()
+                            .skip(offset as usize)
+                            .take(limit as usize)
+                            .map(|(_, id)| id.as_str())
+                            .collect();
+                        assert_eq!(
+                            ids(&page),
+                            want,
+                            "{backend:?} {shape} walking {walked}: {offset}+{limit}"
+                        );
+                    }
+                }
+                // The bound is found (a few ranges read, not every candidate) where it can be.
+                let w = item_filter(&reader, true, &["approved".to_owned()], None);
+                let found = |walked| {
+                    let (store, w) = (&store, &w);
+                    async move {
+                        store
+                            .bundle_page_bound(w, ranks, 40, walked)
+                            .await
+                            .unwrap()
+                            .is_some()
+                    }
+                };
+                assert!(found(CONFIDENCES_WALKED).await, "{backend:?} {shape}");
+                if shape == "newest at the top" {
+                    assert!(found(1).await, "the confidences left cannot reach the page");
+                }
+                if shape == "distinct confidences" {
+                    assert!(
+                        !found(3).await,
+                        "three candidates cannot bound a page of 40"
+                    );
+                }
             }
-            let floor = store
-                .bundle_change_floor(
-                    &item_filter(&reader, true, &["approved".to_owned()], None),
-                    &rank_sql(NOW),
-                    NOW - RECENCY_SPAN_SECONDS,
-                    5,
-                )
-                .await
-                .unwrap();
-            assert!(floor.is_some(), "a small page reads only recent candidates");
         }
     }
 

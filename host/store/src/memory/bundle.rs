@@ -195,14 +195,12 @@ impl Store {
             w.sql
         );
         let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
-        let lowest_walked = match rows.last() {
-            Some(r) => r.try_get::<i64, _>("c")?,
-            None => return Ok(None),
-        };
         let all_walked = (rows.len() as i64) < walked;
+        let mut lowest_walked = i64::MAX;
         let mut heads = Vec::with_capacity(rows.len());
         for r in &rows {
             let c: i64 = r.try_get("c")?;
+            lowest_walked = lowest_walked.min(c);
             if let Some(e) = r.try_get::<Option<i64>, _>("e")? {
                 heads.push((ranks.of(c, e), c));
             }
@@ -240,8 +238,10 @@ impl Store {
         }
         // At least `wanted` candidates rank this high: the page's worst ranks no lower.
         let (_, &mut threshold, _) = sample.select_nth_unstable_by(nth, |a, b| b.cmp(a));
-        let unwalked_reach = ranks.of(lowest_walked - 1, ranks.now);
-        if threshold == 0 || (!all_walked && unwalked_reach >= threshold) {
+        // A bound of zero or below would leave out candidates that rank zero; confidences
+        // below the walk's lowest might still reach it.
+        let unwalked_reach = ranks.of(lowest_walked.saturating_sub(1), ranks.now);
+        if threshold <= 0 || (!all_walked && unwalked_reach >= threshold) {
             return Ok(None);
         }
         let groups = heads

@@ -7,15 +7,17 @@
 //!   the series count stays bounded by the code, not by traffic.
 //! - Owns the Prometheus recorder ([`Exporter`]). Until [`Exporter::install`] runs, or when
 //!   metrics are off, every record function is a call into the `metrics` facade's no-op
-//!   recorder. Series recorded on every request keep their handles ([`memo`]), so recording
-//!   costs an atomic update, not a registry lookup with freshly built labels; install the
+//!   recorder. Series recorded on every request keep their handles (per thread, [`with_handle`],
+//!   or one per value of a closed label set), so recording costs the series' own atomic
+//!   update, not a registry lookup with freshly built labels; install the
 //!   recorder before the first request, or those handles stay no-ops.
 //! - Must never import another svc crate, HTTP or the store: every layer of the host records
 //!   through it, so it sits below all of them.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
@@ -154,22 +156,27 @@ fn describe() {
     describe_counter!(MCP_ERRORS, "MCP tool calls answered with isError, by tool");
 }
 
-/// Handles by label values: registered on first use, then reused.
-type Handles<K, H> = LazyLock<RwLock<HashMap<K, H>>>;
+/// Handles by label values, one map per thread: registered on a thread's first use, then
+/// used in place. A map shared by the worker threads cost, per record, a lock's and a handle
+/// clone's atomic updates on cache lines every core writes — several times the update itself.
+type Handles<K, H> = std::thread::LocalKey<RefCell<HashMap<K, H>>>;
 
-/// The handle for `key`, registered with `make` the first time.
-fn memo<K: Hash + Eq, H: Clone>(handles: &Handles<K, H>, key: K, make: impl FnOnce() -> H) -> H {
-    if let Some(h) = handles.read().expect("metric handles").get(&key) {
-        return h.clone();
-    }
-    let h = make();
-    handles
-        .write()
-        .expect("metric handles")
-        .entry(key)
-        .or_insert(h)
-        .clone()
+/// Runs `record` on this thread's handle for `key`, registered with `make` the first time.
+fn with_handle<K: Hash + Eq, H>(
+    handles: &'static Handles<K, H>,
+    key: K,
+    make: impl FnOnce(&K) -> H,
+    record: impl FnOnce(&H),
+) {
+    handles.with(|map| {
+        let mut map = map.borrow_mut();
+        let handle = map.entry(key).or_insert_with_key(make);
+        record(handle);
+    });
 }
+
+/// One handle per value of a closed label set, registered together on first use.
+type Fixed<H, const N: usize> = LazyLock<[H; N]>;
 
 const HTTP_DURATION: &str = "http_server_request_duration_seconds";
 const HTTP_ACTIVE: &str = "http_server_active_requests";
@@ -198,39 +205,47 @@ pub mod http {
     /// One answered request (timed to its response head). `route` is the template the router
     /// matched (never the raw path; None when nothing matched); `status` the status sent.
     pub fn request(method: &'static str, route: Option<Arc<str>>, status: u16, took: Duration) {
-        static DURATIONS: Handles<(&'static str, Option<Arc<str>>, &'static str), Histogram> =
-            LazyLock::new(Default::default);
-        let status = status_label(status);
-        memo(&DURATIONS, (method, route.clone(), status), || {
-            let route: metrics::SharedString = match route {
-                Some(route) => route.into(),
-                None => "unmatched".into(),
-            };
-            histogram!(
-                HTTP_DURATION,
-                "http_request_method" => method,
-                "http_route" => route,
-                "http_response_status_code" => status,
-            )
-        })
-        .record(took.as_secs_f64());
+        /// Method, route template, status.
+        type Labels = (&'static str, Option<Arc<str>>, &'static str);
+        thread_local! {
+            static DURATIONS: RefCell<HashMap<Labels, Histogram>> = RefCell::default();
+        }
+        with_handle(
+            &DURATIONS,
+            (method, route, status_label(status)),
+            |(method, route, status)| {
+                let route: metrics::SharedString = match route {
+                    Some(route) => route.to_string().into(),
+                    None => "unmatched".into(),
+                };
+                histogram!(
+                    HTTP_DURATION,
+                    "http_request_method" => *method,
+                    "http_route" => route,
+                    "http_response_status_code" => *status,
+                )
+            },
+            |h| h.record(took.as_secs_f64()),
+        );
     }
 
     /// Counts a request in flight until the guard is dropped.
     pub fn active(method: &'static str) -> ActiveRequest {
-        static ACTIVE: Handles<&'static str, Gauge> = LazyLock::new(Default::default);
-        let gauge = memo(
-            &ACTIVE,
-            method,
-            || gauge!(HTTP_ACTIVE, "http_request_method" => method),
-        );
+        static ACTIVE: Fixed<Gauge, 8> = LazyLock::new(|| {
+            METHODS.map(|method| gauge!(HTTP_ACTIVE, "http_request_method" => method))
+        });
+        let i = METHODS
+            .iter()
+            .position(|m| *m == method)
+            .unwrap_or(METHODS.len() - 1);
+        let gauge = &ACTIVE[i];
         gauge.increment(1.0);
         ActiveRequest { gauge }
     }
 
     /// See [`active`].
     pub struct ActiveRequest {
-        gauge: Gauge,
+        gauge: &'static Gauge,
     }
 
     impl std::fmt::Debug for ActiveRequest {
@@ -284,18 +299,18 @@ pub mod http {
         }
     }
 
+    /// The method labels: the standard methods, then `_OTHER` as the conventions say.
+    const METHODS: [&str; 8] = [
+        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "_OTHER",
+    ];
+
     /// The method's label: the standard methods, or `_OTHER` as the conventions say.
     pub fn method_label(method: &str) -> &'static str {
-        match method {
-            "GET" => "GET",
-            "HEAD" => "HEAD",
-            "POST" => "POST",
-            "PUT" => "PUT",
-            "PATCH" => "PATCH",
-            "DELETE" => "DELETE",
-            "OPTIONS" => "OPTIONS",
-            _ => "_OTHER",
-        }
+        METHODS
+            .iter()
+            .find(|m| **m == method)
+            .copied()
+            .unwrap_or("_OTHER")
     }
 }
 
@@ -306,20 +321,28 @@ pub mod query {
     /// One query or scan that has ended (read to the end, stopped, or dropped by its client).
     /// `route` is the route kind (`local`, `remote`, `hybrid`, `internal`).
     pub fn finished(route: &'static str, took: Duration, rows: usize, bytes_read: Option<u64>) {
-        static SERIES: Handles<&'static str, (Histogram, Counter, Counter)> =
-            LazyLock::new(Default::default);
-        let (duration, rows_total, bytes_total) = memo(&SERIES, route, || {
-            (
-                histogram!(QUERY_DURATION, "route" => route),
-                counter!(QUERY_ROWS, "route" => route),
-                counter!(QUERY_BYTES, "route" => route),
-            )
-        });
-        duration.record(took.as_secs_f64());
-        rows_total.increment(rows as u64);
-        if let Some(bytes) = bytes_read {
-            bytes_total.increment(bytes);
+        thread_local! {
+            static SERIES: RefCell<HashMap<&'static str, (Histogram, Counter, Counter)>> =
+                RefCell::default();
         }
+        with_handle(
+            &SERIES,
+            route,
+            |route| {
+                (
+                    histogram!(QUERY_DURATION, "route" => *route),
+                    counter!(QUERY_ROWS, "route" => *route),
+                    counter!(QUERY_BYTES, "route" => *route),
+                )
+            },
+            |(duration, rows_total, bytes_total)| {
+                duration.record(took.as_secs_f64());
+                rows_total.increment(rows as u64);
+                if let Some(bytes) = bytes_read {
+                    bytes_total.increment(bytes);
+                }
+            },
+        );
     }
 
     /// A remote read's estimate, checked against its guard; `refused` when it was over.
@@ -368,6 +391,22 @@ pub enum Cache {
 }
 
 impl Cache {
+    /// Every cache, in the order of [`Cache::index`].
+    const ALL: [Self; 7] = [
+        Self::Schema,
+        Self::Sample,
+        Self::Identity,
+        Self::Registry,
+        Self::Grants,
+        Self::Groups,
+        Self::Catalog,
+    ];
+
+    /// Its place in [`Cache::ALL`]: the declaration order.
+    fn index(self) -> usize {
+        self as usize
+    }
+
     fn label(self) -> &'static str {
         match self {
             Self::Schema => "schema",
@@ -382,13 +421,17 @@ impl Cache {
 
     /// One lookup.
     pub fn lookup(self, hit: bool) {
-        static LOOKUPS: Handles<(&'static str, bool), Counter> = LazyLock::new(Default::default);
-        let cache = self.label();
-        memo(&LOOKUPS, (cache, hit), || {
-            let result = if hit { "hit" } else { "miss" };
-            counter!(CACHE, "cache" => cache, "result" => result)
-        })
-        .increment(1);
+        // [cache][miss, hit]
+        static LOOKUPS: Fixed<[Counter; 2], 7> = LazyLock::new(|| {
+            Cache::ALL.map(|c| {
+                let cache = c.label();
+                [
+                    counter!(CACHE, "cache" => cache, "result" => "miss"),
+                    counter!(CACHE, "cache" => cache, "result" => "hit"),
+                ]
+            })
+        });
+        LOOKUPS[self.index()][usize::from(hit)].increment(1);
     }
 }
 
@@ -436,5 +479,27 @@ pub mod mcp {
         if is_error {
             counter!(MCP_ERRORS, "tool" => tool).increment(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cache counters are found by declaration order: `ALL` must list it.
+    #[test]
+    fn every_cache_sits_at_its_index() {
+        for (i, c) in Cache::ALL.iter().enumerate() {
+            assert_eq!(c.index(), i, "{c:?}");
+        }
+    }
+
+    /// Every method svc labels has its gauge, and anything else is `_OTHER`.
+    #[test]
+    fn method_labels_are_the_closed_set() {
+        assert_eq!(http::method_label("GET"), "GET");
+        assert_eq!(http::method_label("PROPFIND"), "_OTHER");
+        drop(http::active("DELETE"));
+        drop(http::active("_OTHER"));
     }
 }

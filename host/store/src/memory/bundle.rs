@@ -180,6 +180,15 @@ impl Store {
             return Ok(None);
         };
         let floor = ranks.floor;
+        // The reader's `n` newest candidates of confidence `c` (an SQL expression) that rank
+        // above zero: one index range each.
+        let newest = |columns: &str, c: &str, n: u64| {
+            format!(
+                "SELECT {columns} FROM knowledge_items{} AND confidence_milli = {c} \
+                 AND updated_epoch > {floor} ORDER BY updated_epoch DESC LIMIT {n}",
+                w.sql
+            )
+        };
         // Each confidence held by a candidate (visible or not: one seek each, from the
         // highest), with its best candidate the reader sees, if that ranks above zero.
         let candidates = "status = 'approved' AND is_personal = FALSE";
@@ -189,10 +198,8 @@ impl Store {
                UNION ALL SELECT (SELECT MAX(confidence_milli) FROM knowledge_items \
                  WHERE {candidates} AND confidence_milli < h.c), n + 1 \
                FROM h WHERE h.c IS NOT NULL AND h.n < {walked}) \
-             SELECT c, (SELECT updated_epoch FROM knowledge_items{} AND confidence_milli = h.c \
-               AND updated_epoch > {floor} ORDER BY updated_epoch DESC LIMIT 1) AS e \
-             FROM h WHERE c IS NOT NULL",
-            w.sql
+             SELECT c, ({}) AS e FROM h WHERE c IS NOT NULL",
+            newest("updated_epoch", "h.c", 1)
         );
         let rows = bound(&sql, &w.binds).fetch_all(self.pool()).await?;
         let all_walked = (rows.len() as i64) < walked;
@@ -221,10 +228,12 @@ impl Store {
                 .enumerate()
                 .map(|(i, (c, n))| {
                     format!(
-                        "SELECT * FROM (SELECT confidence_milli AS c, updated_epoch AS e \
-                         FROM knowledge_items{} AND confidence_milli = {c} AND updated_epoch > {floor} \
-                         ORDER BY updated_epoch DESC LIMIT {n}) AS s{i}",
-                        w.sql
+                        "SELECT * FROM ({}) AS s{i}",
+                        newest(
+                            "confidence_milli AS c, updated_epoch AS e",
+                            &c.to_string(),
+                            *n
+                        )
                     )
                 })
                 .collect();

@@ -5,13 +5,18 @@
 //!    so drift on a shared machine lands on every setting alike (targets: ≤ 3% each). With
 //!    `wrk` on the same two cores, throughput swings ±20% between rounds, so the server's
 //!    CPU time per request is printed beside it: that is the cost a busy server pays;
-//! 2. `GET /metrics` time with every family present, p50 and p99 (target ≤ 5 ms).
+//! 2. the same three settings counted in instructions per cached sample under `callgrind`
+//!    (when `valgrind` is installed): a count does not move with the machine's load, so the
+//!    costs it gives are repeatable to a fraction of a percent where the wrk figures swing by
+//!    ten (it does not see contention or syscall time, which the CPU figure does);
+//! 3. `GET /metrics` time with every family present, p50 and p99 (target ≤ 5 ms).
 //!
 //! Prints figures against the targets; asserts only that the answers are right.
 //!
 //!   cargo bench -p svc-host --bench ops
 //!
-//! `SVC_BENCH_ROUNDS` (5) rounds of `SVC_BENCH_SECONDS` (5) seconds per setting.
+//! `SVC_BENCH_ROUNDS` (5) rounds of `SVC_BENCH_SECONDS` (5) seconds per setting;
+//! `SVC_BENCH_COUNTED` (1000) requests counted per setting under callgrind (0: skip).
 
 mod common;
 
@@ -241,6 +246,8 @@ fn main() {
         verdict(tracing_cpu <= 3.0)
     );
 
+    counted(&root, &sink);
+
     // Every family present: HTTP (several routes and statuses), queries, MCP calls and
     // errors, cache hits and misses, audit batches, driver errors.
     let s = &settings[0];
@@ -315,6 +322,153 @@ fn main() {
         verdict(p50 <= 5.0)
     );
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Instructions per cached sample for each setting, counted by callgrind over
+/// `SVC_BENCH_COUNTED` requests after a warm-up (start-up and warm-up are zeroed out).
+fn counted(root: &Path, sink: &str) {
+    let requests = env_u64("SVC_BENCH_COUNTED", 1000);
+    let has_valgrind = Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if requests == 0 || !has_valgrind {
+        println!("instructions per request: skipped (no valgrind, or SVC_BENCH_COUNTED=0)");
+        return;
+    }
+    let settings: [(&str, Vec<(&str, &str)>); 3] = [
+        ("metrics on", vec![]),
+        ("metrics off", vec![("SVC_METRICS", "off")]),
+        (
+            "tracing on",
+            // Exports within the counted window, and a queue that never drops a span even
+            // when the exporter runs slowly under callgrind.
+            vec![
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", sink),
+                ("OTEL_BSP_SCHEDULE_DELAY", "500"),
+                ("OTEL_BSP_MAX_QUEUE_SIZE", "1000000"),
+            ],
+        ),
+    ];
+    let mut counts = Vec::new();
+    for (name, env) in &settings {
+        let dir = root.join(format!("counted-{}", name.replace(' ', "-")));
+        write_table(&dir);
+        counts.push(instructions_per_request(&dir, env, requests));
+    }
+    println!("instructions per cached sample (callgrind, {requests} requests per setting):");
+    for ((name, _), n) in settings.iter().zip(&counts) {
+        println!("  {name:<12} {n:>9.0}");
+    }
+    let pct = |with: f64, without: f64| (with - without) / without * 100.0;
+    let metrics = pct(counts[0], counts[1]);
+    let tracing = pct(counts[2], counts[0]);
+    println!(
+        "metrics cost in instructions: {metrics:.2}% (target ≤ 3%): {}",
+        verdict(metrics <= 3.0)
+    );
+    println!(
+        "tracing cost in instructions (metrics on in both): {tracing:.2}% (target ≤ 3%): {}",
+        verdict(tracing <= 3.0)
+    );
+}
+
+/// One server under callgrind: warmed, zeroed, `requests` cached samples, dumped.
+fn instructions_per_request(dir: &Path, env: &[(&str, &str)], requests: u64) -> f64 {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    // The server re-executes itself once (allocator settings), hence children traced and
+    // one output file per process.
+    let mut child = Command::new("valgrind")
+        .args(["--tool=callgrind", "--trace-children=yes"])
+        .arg(format!("--callgrind-out-file={}/cg.%p.out", dir.display()))
+        .arg(common::SERVER)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("valgrind");
+    let http = Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while http.get(format!("{base}/api/health")).send().is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the server under callgrind did not start"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let out = Command::new(common::SERVER)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["tokens", "create", "--email", "admin@localhost"])
+        .output()
+        .unwrap();
+    let token = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let r = http
+        .post(format!("{base}/api/admin/register-table"))
+        .bearer_auth(&token)
+        .json(&json!({"id": "orders", "source_type": "local"}))
+        .send()
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().unwrap_or_default());
+    let sample = |n: u64| {
+        for _ in 0..n {
+            let r = http
+                .get(format!("{base}/api/v2/sample/orders?n=5"))
+                .bearer_auth(&token)
+                .send()
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            let _ = r.bytes().unwrap();
+        }
+    };
+    let control = |what: &str| {
+        let ok = Command::new("callgrind_control")
+            .arg(what)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(ok, "callgrind_control {what}");
+    };
+    sample(200);
+    // Work the warm-up queued (audit rows, spans) lands before the counters are zeroed.
+    std::thread::sleep(Duration::from_secs(3));
+    control("-z");
+    sample(requests);
+    std::thread::sleep(Duration::from_secs(3));
+    control("-d");
+    std::thread::sleep(Duration::from_secs(1));
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut total = 0u64;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // Dumps asked for are `cg.<pid>.out.<n>`; the files written at exit are not counted.
+        if name.starts_with("cg.") && !name.ends_with(".out") {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            total += text
+                .lines()
+                .find_map(|l| l.strip_prefix("summary:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    assert!(total > 0, "no callgrind dump in {}", dir.display());
+    total as f64 / requests as f64
 }
 
 fn verdict(met: bool) -> &'static str {

@@ -7,20 +7,22 @@
 //!   the series count stays bounded by the code, not by traffic.
 //! - Owns the Prometheus recorder ([`Exporter`]). Until [`Exporter::install`] runs, or when
 //!   metrics are off, every record function is a call into the `metrics` facade's no-op
-//!   recorder. Series recorded on every request keep their handles (per thread, [`with_handle`],
-//!   or one per value of a closed label set), so recording costs the series' own atomic
-//!   update, not a registry lookup with freshly built labels; install the
-//!   recorder before the first request, or those handles stay no-ops.
+//!   recorder (or, for the per-request series, a flag check). The series every request
+//!   records are kept per thread (`shards`: written by one thread each, summed when
+//!   rendered); per-query series keep their handles per thread ([`with_handle`]), so recording
+//!   costs the series' own update, not a registry lookup with freshly built labels. Install
+//!   the recorder before the first request, or those handles stay no-ops.
 //! - Must never import another svc crate, HTTP or the store: every layer of the host records
 //!   through it, so it sits below all of them.
+
+mod shards;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
+use metrics::{counter, gauge, histogram, Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Bucket bounds for durations, in seconds: a cached read (sub-millisecond) to a long scan.
@@ -65,12 +67,15 @@ impl Exporter {
             .install_recorder()
             .map_err(|e| e.to_string())?;
         describe();
+        shards::ON.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(Self { handle })
     }
 
     /// The Prometheus text exposition of every series.
     pub fn render(&self) -> String {
-        self.handle.render()
+        let mut text = self.handle.render();
+        shards::render(&mut text);
+        text
     }
 
     /// Folds pending histogram samples into their buckets. Rendering does this too; call it
@@ -83,15 +88,6 @@ impl Exporter {
 /// HELP text and units for every series, so `promtool check metrics` finds nothing to say.
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_histogram!(
-        HTTP_DURATION,
-        Unit::Seconds,
-        "Duration of HTTP server requests, by method, route template and status"
-    );
-    describe_gauge!(
-        HTTP_ACTIVE,
-        "Number of HTTP server requests in flight, by method"
-    );
     describe_histogram!(
         QUERY_DURATION,
         Unit::Seconds,
@@ -125,7 +121,6 @@ fn describe() {
         AUDIT_ROWS,
         "Audit rows stored (result=stored) or lost to a store failure (result=failed)"
     );
-    describe_counter!(CACHE, "Cache lookups, by cache and result (hit or miss)");
     describe_counter!(
         DRIVER_ERRORS,
         "Errors returned by source drivers, by error kind"
@@ -175,9 +170,6 @@ fn with_handle<K: Hash + Eq, H>(
     });
 }
 
-/// One handle per value of a closed label set, registered together on first use.
-type Fixed<H, const N: usize> = LazyLock<[H; N]>;
-
 const HTTP_DURATION: &str = "http_server_request_duration_seconds";
 const HTTP_ACTIVE: &str = "http_server_active_requests";
 const QUERY_DURATION: &str = "svc_query_duration_seconds";
@@ -204,59 +196,29 @@ pub mod http {
 
     /// One answered request (timed to its response head). `route` is the template the router
     /// matched (never the raw path; None when nothing matched); `status` the status sent.
-    pub fn request(method: &'static str, route: Option<Arc<str>>, status: u16, took: Duration) {
-        /// Method, route template, status.
-        type Labels = (&'static str, Option<Arc<str>>, &'static str);
-        thread_local! {
-            static DURATIONS: RefCell<HashMap<Labels, Histogram>> = RefCell::default();
-        }
-        with_handle(
-            &DURATIONS,
-            (method, route, status_label(status)),
-            |(method, route, status)| {
-                let route: metrics::SharedString = match route {
-                    Some(route) => route.to_string().into(),
-                    None => "unmatched".into(),
-                };
-                histogram!(
-                    HTTP_DURATION,
-                    "http_request_method" => *method,
-                    "http_route" => route,
-                    "http_response_status_code" => *status,
-                )
-            },
-            |h| h.record(took.as_secs_f64()),
-        );
+    pub fn request(method: &'static str, route: Option<&'static str>, status: u16, took: Duration) {
+        shards::record_http((method, route, status_label(status)), took.as_secs_f64());
     }
 
     /// Counts a request in flight until the guard is dropped.
     pub fn active(method: &'static str) -> ActiveRequest {
-        static ACTIVE: Fixed<Gauge, 8> = LazyLock::new(|| {
-            METHODS.map(|method| gauge!(HTTP_ACTIVE, "http_request_method" => method))
-        });
-        let i = METHODS
+        let method = METHODS
             .iter()
             .position(|m| *m == method)
             .unwrap_or(METHODS.len() - 1);
-        let gauge = &ACTIVE[i];
-        gauge.increment(1.0);
-        ActiveRequest { gauge }
+        shards::add_active(method, 1);
+        ActiveRequest { method }
     }
 
     /// See [`active`].
+    #[derive(Debug)]
     pub struct ActiveRequest {
-        gauge: &'static Gauge,
-    }
-
-    impl std::fmt::Debug for ActiveRequest {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("ActiveRequest")
-        }
+        method: usize,
     }
 
     impl Drop for ActiveRequest {
         fn drop(&mut self) {
-            self.gauge.decrement(1.0);
+            shards::add_active(self.method, -1);
         }
     }
 
@@ -299,10 +261,7 @@ pub mod http {
         }
     }
 
-    /// The method labels: the standard methods, then `_OTHER` as the conventions say.
-    const METHODS: [&str; 8] = [
-        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "_OTHER",
-    ];
+    use super::shards::METHODS;
 
     /// The method's label: the standard methods, or `_OTHER` as the conventions say.
     pub fn method_label(method: &str) -> &'static str {
@@ -421,17 +380,7 @@ impl Cache {
 
     /// One lookup.
     pub fn lookup(self, hit: bool) {
-        // [cache][miss, hit]
-        static LOOKUPS: Fixed<[Counter; 2], 7> = LazyLock::new(|| {
-            Cache::ALL.map(|c| {
-                let cache = c.label();
-                [
-                    counter!(CACHE, "cache" => cache, "result" => "miss"),
-                    counter!(CACHE, "cache" => cache, "result" => "hit"),
-                ]
-            })
-        });
-        LOOKUPS[self.index()][usize::from(hit)].increment(1);
+        shards::add_lookup(self.index(), hit);
     }
 }
 

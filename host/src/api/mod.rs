@@ -482,7 +482,7 @@ async fn pipeline<E: Endpoint>(
     let status = resp.status().as_u16();
     let took = began.elapsed();
     span.in_scope(|| tracing::debug!(status, took_ms = took.as_secs_f64() * 1e3, "answered"));
-    crate::ops::traces::finish_span(&span, method, route.as_deref(), status);
+    crate::ops::traces::finish_span(&span, route, status);
     svc_metrics::http::request(method, route, status, took);
     let h = resp.headers_mut();
     if let Ok(v) = request_id.parse() {

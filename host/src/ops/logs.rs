@@ -60,11 +60,7 @@ pub fn init(format: LogFormat, tracing: Tracing) -> Tracing {
                 .with_target("hyper", LevelFilter::OFF)
                 .with_target("hyper_util", LevelFilter::OFF)
                 .with_target("reqwest", LevelFilter::OFF)
-                .with_target("h2", LevelFilter::OFF)
-                .with_target("opentelemetry", LevelFilter::OFF)
-                .with_target("opentelemetry_sdk", LevelFilter::OFF)
-                .with_target("opentelemetry_otlp", LevelFilter::OFF)
-                .with_target("opentelemetry_http", LevelFilter::OFF),
+                .with_target("h2", LevelFilter::OFF),
         )
     });
     tracing_subscriber::registry()

@@ -96,10 +96,12 @@ pub fn keep_up(exporter: Exporter) {
 /// Route templates as operators read them (`/api/v2/schema/{table_id}`), from the patterns the
 /// router matched. poem-openapi numbers its parameters (`:param0`), so its routes are named
 /// from the OpenAPI document's paths; the rest (pages) have their `:name` written `{name}`.
-/// A pattern is named once and remembered: the set is the router's, so it stays small.
+/// A pattern is named once and the name kept for the life of the process (`'static`, so a
+/// request's metric labels need no reference counting): the set is the router's, so it stays
+/// small.
 #[derive(Debug, Default)]
 pub struct RouteTemplates {
-    named: RwLock<HashMap<Arc<str>, Arc<str>>>,
+    named: RwLock<HashMap<Arc<str>, &'static str>>,
 }
 
 impl RouteTemplates {
@@ -111,7 +113,7 @@ impl RouteTemplates {
             .unwrap_or_default();
         let named = paths
             .keys()
-            .map(|path| (Arc::from(numbered(path)), Arc::from(path.as_str())))
+            .map(|path| (Arc::from(numbered(path)), intern(path.clone())))
             .collect();
         Self {
             named: RwLock::new(named),
@@ -119,17 +121,22 @@ impl RouteTemplates {
     }
 
     /// The template of a matched pattern.
-    pub fn name(&self, pattern: &Arc<str>) -> Arc<str> {
+    pub fn name(&self, pattern: &Arc<str>) -> &'static str {
         if let Some(named) = self.named.read().expect("route names").get(pattern) {
-            return named.clone();
+            return named;
         }
-        let named: Arc<str> = Arc::from(braced(pattern));
-        self.named
+        *self
+            .named
             .write()
             .expect("route names")
-            .insert(pattern.clone(), named.clone());
-        named
+            .entry(pattern.clone())
+            .or_insert_with(|| intern(braced(pattern)))
     }
+}
+
+/// A route name kept for the life of the process.
+fn intern(name: String) -> &'static str {
+    Box::leak(name.into_boxed_str())
 }
 
 /// An OpenAPI path as poem-openapi's router writes it: `{table_id}` → `:param0`.
@@ -168,7 +175,7 @@ mod tests {
     fn routes_are_named_from_the_document_or_their_own_parameter_names() {
         let doc = r#"{"paths": {"/api/v2/schema/{table_id}": {}, "/api/tokens/{id}": {}}}"#;
         let routes = RouteTemplates::from_openapi(doc);
-        let name = |p: &str| routes.name(&Arc::from(p)).to_string();
+        let name = |p: &str| routes.name(&Arc::from(p));
         assert_eq!(name("/api/v2/schema/:param0"), "/api/v2/schema/{table_id}");
         assert_eq!(name("/api/tokens/:param0"), "/api/tokens/{id}");
         assert_eq!(

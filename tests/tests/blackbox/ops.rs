@@ -384,6 +384,61 @@ fn a_request_is_one_trace_whose_id_is_the_audit_correlation_id() {
     );
 }
 
+/// A trace setting svc cannot use stops start-up, naming the variable; a sampler that
+/// records nothing still gives every request a trace id as its correlation id.
+#[test]
+fn trace_settings_are_checked_at_start_and_sampling_keeps_correlation_ids() {
+    let receiver = Receiver::start();
+    let endpoint = receiver.endpoint();
+    for (key, value) in [
+        ("OTEL_TRACES_SAMPLER", "sometimes"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "soon"),
+    ] {
+        let dir = crate::support::TempDir::new();
+        let out = Command::new(crate::support::server_bin())
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .env(key, value)
+            .env("SCHEDULER_ENABLED", "false")
+            .arg("--data-dir")
+            .arg(&dir.0)
+            .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port())])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{key}={value} started");
+        assert!(stderr.contains(key), "{key}: {stderr}");
+    }
+
+    let s = Server::start_with(
+        Backend::Sqlite,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_TRACES_SAMPLER", "always_off"),
+        ],
+    );
+    let admin = s.admin_token();
+    let r = s
+        .http
+        .get(s.url("/api/me"))
+        .bearer_auth(&admin)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let id = r.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert!(
+        id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        receiver.spans.lock().unwrap().is_empty(),
+        "always_off exported spans"
+    );
+}
+
 #[test]
 fn json_logs_carry_the_request_id_and_never_a_secret() {
     let secret = "jwt-secret-that-must-never-appear-0123456789";

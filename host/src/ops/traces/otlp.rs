@@ -135,7 +135,7 @@ impl Writer<'_> {
     }
 
     fn key(&mut self, field: u32, wire_type: u8) {
-        self.varint(u64::from(field) << 3 | u64::from(wire_type));
+        self.varint((u64::from(field) << 3) | u64::from(wire_type));
     }
 
     fn bytes(&mut self, field: u32, bytes: &[u8]) {

@@ -122,15 +122,16 @@ impl RouteTemplates {
 
     /// The template of a matched pattern.
     pub fn name(&self, pattern: &Arc<str>) -> &'static str {
-        if let Some(named) = self.named.read().expect("route names").get(pattern) {
+        if let Some(&named) = self.named.read().expect("route names").get(pattern) {
             return named;
         }
-        *self
-            .named
-            .write()
-            .expect("route names")
-            .entry(pattern.clone())
-            .or_insert_with(|| intern(braced(pattern)))
+        let mut known = self.named.write().expect("route names");
+        if let Some(&named) = known.get(pattern) {
+            return named;
+        }
+        let named = intern(braced(pattern));
+        known.insert(pattern.clone(), named);
+        named
     }
 }
 

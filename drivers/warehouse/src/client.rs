@@ -241,7 +241,7 @@ impl Client {
     }
 
     // One span per call to the warehouse: in a trace, the time the source took.
-    #[tracing::instrument(name = "driver.warehouse.call", skip_all)]
+    #[tracing::instrument(name = "driver.warehouse.call", level = "debug", skip_all)]
     async fn send(&self, rb: reqwest::RequestBuilder, origin: SqlOrigin) -> Result<Value> {
         let rb = match self.credentials.bearer(&self.http).await? {
             Some(token) => rb.bearer_auth(token),

@@ -127,7 +127,7 @@ impl Access {
 
     /// The registered table the caller asked for: 404 when it is not registered, 403 when the
     /// caller may not read it. Runs before any cache of table data is consulted.
-    #[tracing::instrument(name = "access.check", skip_all)]
+    #[tracing::instrument(name = "access.check", level = "debug", skip_all)]
     pub async fn readable_table(&self, caller: &Caller, table_id: &str) -> Result<RegistryRow> {
         // Nothing that breaks the id rules is registered: such a name (a NUL byte, a path) is
         // refused before it reaches a cache or the store.

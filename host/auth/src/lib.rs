@@ -267,7 +267,7 @@ impl Authenticator {
 
     /// Resolves a bearer token to a caller. `client_ip` and `request_id` go into the audit
     /// context; `via_cookie` marks browser sessions.
-    #[tracing::instrument(name = "auth.resolve", skip_all)]
+    #[tracing::instrument(name = "auth.resolve", level = "debug", skip_all)]
     pub async fn resolve(
         &self,
         token: &str,

@@ -191,7 +191,7 @@ impl Engine {
 
     /// [`Engine::run`] from row `offset` of the result on: the skip is part of the plan, so
     /// a later page of a large result reads no more than the rows up to its end.
-    #[tracing::instrument(name = "engine.plan", skip_all)]
+    #[tracing::instrument(name = "engine.plan", level = "debug", skip_all)]
     pub async fn run_window(
         &self,
         caller: &Caller,
@@ -267,7 +267,7 @@ impl Engine {
             })?;
             let provider = tracing::Instrument::instrument(
                 driver.table_provider(&row.table_ref(), &who),
-                tracing::info_span!("driver.table_provider", source_type = %row.source_type),
+                tracing::debug_span!("driver.table_provider", source_type = %row.source_type),
             )
             .await?;
             ctx.register_table(TableReference::bare(row.id.as_str()), provider)
@@ -345,7 +345,7 @@ impl Engine {
 
     /// Registry rows for the referenced names: unknown → 400 naming it with the closest ids;
     /// not readable → 403 naming it.
-    #[tracing::instrument(name = "access.check", skip_all)]
+    #[tracing::instrument(name = "access.check", level = "debug", skip_all)]
     async fn resolve(&self, caller: &Caller, names: &[String]) -> Result<Vec<RegistryRow>> {
         let mut rows = Vec::with_capacity(names.len());
         for name in names {

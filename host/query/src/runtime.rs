@@ -115,8 +115,15 @@ pub fn execute(
             }
         }
     };
-    // The span lasts as long as the plan runs: in a trace, the execution's own time.
-    let span = tracing::info_span!("engine.execute");
+    // The span lasts as long as the plan runs: in a trace, the execution's own time. When
+    // it is off (debug spans are traced, not logged), the task still runs in the caller's
+    // span, so a line logged on the query runtime names its request.
+    let span = tracing::debug_span!("engine.execute");
+    let span = if span.is_disabled() {
+        tracing::Span::current()
+    } else {
+        span
+    };
     let task = async move {
         if let Err(payload) = std::panic::AssertUnwindSafe(work).catch_unwind().await {
             let _ = panic_tx.send(Err(panic_error(payload.as_ref()))).await;

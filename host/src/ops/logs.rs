@@ -6,7 +6,8 @@
 //! before the message and the JSON format lists every open span under `spans` (the request's
 //! first), so a line logged deep inside the engine still names its request.
 
-use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing::Level;
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
@@ -50,18 +51,15 @@ pub fn init(format: LogFormat, tracing: Tracing) -> Tracing {
             .with_writer(std::io::stderr)
             .boxed(),
     };
-    // The exporter's own HTTP client must not trace itself (each export would make a span
-    // to export); svc's spans are all at info.
+    // The exporter sees svc's own spans only: the request's at info, the steps under it at
+    // debug, so with tracing off (or at the default log level) the steps are disabled at
+    // their call sites and cost nothing, and log lines are not built from their fields. Other
+    // crates' spans stay out (the exporter's HTTP client would otherwise trace its own
+    // exports).
     let spans = tracing.layer().map(|layer| {
-        layer.with_filter(
-            Targets::new()
-                .with_default(LevelFilter::INFO)
-                .with_target("sqlx", LevelFilter::OFF)
-                .with_target("hyper", LevelFilter::OFF)
-                .with_target("hyper_util", LevelFilter::OFF)
-                .with_target("reqwest", LevelFilter::OFF)
-                .with_target("h2", LevelFilter::OFF),
-        )
+        layer.with_filter(filter_fn(|meta| {
+            meta.is_span() && *meta.level() <= Level::DEBUG && meta.target().starts_with("svc_")
+        }))
     });
     tracing_subscriber::registry()
         .with(lines.with_filter(filter))

@@ -1,8 +1,10 @@
 //! OpenTelemetry traces: one trace per request, exported over OTLP (http/protobuf) when
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, off otherwise.
 //!
-//! The spans are ordinary `tracing` spans (`request`, then `auth.resolve`, `access.check`,
-//! `engine.plan`, `engine.execute`, `driver.*`, `audit.write` below it). When tracing is on,
+//! The spans are ordinary `tracing` spans: `request` at info, and below it at debug
+//! `auth.resolve`, `access.check`, `engine.plan`, `engine.execute`, `driver.*` and
+//! `audit.write` — at debug so that, with tracing off and logs at info, those call sites are
+//! disabled and a request pays for one span only ([`super::logs`]). When tracing is on,
 //! svc's own layer ([`layer`]) gives them trace and span ids and queues the finished ones to
 //! an exporter thread ([`export`]) that writes OTLP protobuf itself ([`otlp`]). It replaced the
 //! OpenTelemetry SDK and its `tracing` bridge, which cost a traced request about half again

@@ -366,7 +366,7 @@ impl AuditWriter {
     }
 
     /// Queues a ready-made record.
-    #[tracing::instrument(name = "audit.write", skip_all)]
+    #[tracing::instrument(name = "audit.write", level = "debug", skip_all)]
     pub async fn enqueue(&self, record: AuditRecord) {
         if let Err(mpsc::error::SendError(Msg::Record(record))) =
             self.tx.send(Msg::Record(Box::new(record))).await

@@ -130,7 +130,25 @@ pub struct Authenticator {
     seal_key: [u8; 32],
     store: Store,
     identities: moka::sync::Cache<IdentityKey, Arc<Identity>>,
+    /// Tokens whose signature has been checked, by their exact text (see [`Verified`]).
+    verified: moka::sync::Cache<String, Arc<Verified>>,
 }
+
+/// A token whose signature this process has checked, kept so the next request with the same
+/// token skips the HMAC and the SHA-256 of its hash (two thirds of what resolving a cached
+/// caller cost). Only what the signature proves is kept: the expiry is checked on every use,
+/// and revocation, deactivation and group changes still come from the identity every time.
+#[derive(Debug)]
+struct Verified {
+    claims: Claims,
+    /// The stored-hash form of a PAT (empty for session tokens, which are not stored).
+    pat_hash: String,
+}
+
+/// Verified tokens kept at most (about 0.5 KB each).
+const VERIFIED_CAPACITY: u64 = 10_000;
+/// How long a verified token is kept unused.
+const VERIFIED_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl std::fmt::Debug for Authenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -155,7 +173,36 @@ impl Authenticator {
                 .max_capacity(100_000)
                 .time_to_live(IDENTITY_TTL)
                 .build(),
+            verified: moka::sync::Cache::builder()
+                .max_capacity(VERIFIED_CAPACITY)
+                .time_to_idle(VERIFIED_IDLE)
+                .build(),
         }
+    }
+
+    /// The token's claims if its signature is ours and it has not expired: from the
+    /// verified tokens, or checked (and then kept).
+    fn verify(&self, token: &str) -> Option<Arc<Verified>> {
+        if let Some(hit) = self.verified.get(token) {
+            // The same rule as the signature check: expired once `exp` is in the past.
+            if hit
+                .claims
+                .exp
+                .is_some_and(|exp| exp < Utc::now().timestamp())
+            {
+                self.verified.invalidate(token);
+                return None;
+            }
+            return Some(hit);
+        }
+        let claims = self.keys.verify(token)?;
+        let pat_hash = match claims.typ {
+            TokenType::Pat => token_hash(token),
+            TokenType::Session => String::new(),
+        };
+        let verified = Arc::new(Verified { claims, pat_hash });
+        self.verified.insert(token.to_owned(), verified.clone());
+        Some(verified)
     }
 
     /// Forgets every cached identity. Called after any change to users, memberships or
@@ -276,10 +323,10 @@ impl Authenticator {
         via_cookie: bool,
     ) -> Result<Caller, ResolveError> {
         let refused = ResolveError::Refused;
-        let claims = self
-            .keys
+        let verified = self
             .verify(token)
             .ok_or(refused(AuthFailure::InvalidToken))?;
+        let claims = &verified.claims;
         let pat_id = (claims.typ == TokenType::Pat).then(|| claims.jti.clone());
         let key = (claims.sub.clone(), pat_id);
         let identity = self
@@ -307,7 +354,7 @@ impl Authenticator {
             {
                 return Err(refused(AuthFailure::TokenExpired));
             }
-            let presented = token_hash(token);
+            let presented = &verified.pat_hash;
             if !bool::from(presented.as_bytes().ct_eq(row.token_hash.as_bytes()))
                 || row.user_id != user.id
             {
@@ -367,5 +414,53 @@ impl Authenticator {
                 tracing::warn!(token_id = %id, error = %err, "could not record token use");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A token kept as verified is still refused once it expires, and a token that differs
+    /// by one byte from a kept one is checked, not matched.
+    #[tokio::test]
+    async fn a_kept_token_is_refused_once_it_expires() {
+        let dir = svc_store::testing::TempDir::new();
+        let store = Store::open(&svc_store::default_sqlite_url(&dir.0))
+            .await
+            .unwrap();
+        let user = store
+            .create_user("a@example.com", None, None)
+            .await
+            .unwrap();
+        let auth = Authenticator::new(store, b"0123456789abcdef0123456789abcdef");
+        let now = Utc::now().timestamp();
+        let token = auth.keys.sign(&Claims {
+            sub: user.id.clone(),
+            email: user.email.clone(),
+            typ: TokenType::Session,
+            iat: now,
+            exp: Some(now + 1),
+            jti: "j".into(),
+        });
+        for _ in 0..2 {
+            let caller = auth.resolve(&token, None, None, false).await.unwrap();
+            assert_eq!(caller.user.id, user.id);
+        }
+        assert!(auth.verified.contains_key(&token));
+        // One character changed inside the signature.
+        let mut forged = token.clone().into_bytes();
+        let i = forged.len() - 10;
+        forged[i] = if forged[i] == b'A' { b'B' } else { b'A' };
+        let forged = String::from_utf8(forged).unwrap();
+        assert!(matches!(
+            auth.resolve(&forged, None, None, false).await,
+            Err(ResolveError::Refused(AuthFailure::InvalidToken))
+        ));
+        tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+        assert!(matches!(
+            auth.resolve(&token, None, None, false).await,
+            Err(ResolveError::Refused(AuthFailure::InvalidToken))
+        ));
     }
 }

@@ -109,7 +109,7 @@ impl Store {
     /// Stores a batch of audit rows in one transaction (the group commit).
     ///
     /// Each chunk of up to 1,000 rows is one statement with one JSON parameter, unpacked by
-    /// `jsonb_each` (SQLite) or `json_to_recordset` (PostgreSQL). One round trip and one bound
+    /// `json_each` (SQLite) or `json_to_recordset` (PostgreSQL). One round trip and one bound
     /// value per chunk, instead of a round trip or twelve bound values per row, is what makes
     /// group commit fast through the driver.
     pub async fn insert_audit_batch(&self, records: &[AuditRecord]) -> Result<(), StoreError> {

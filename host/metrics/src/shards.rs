@@ -186,6 +186,12 @@ pub(crate) fn add_lookup(cache: usize, hit: bool) {
     }
 }
 
+/// A metric family's `# HELP` and `# TYPE` lines.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
 /// Appends the three families in the Prometheus text format.
 pub(crate) fn render(out: &mut String) {
     let totals = {
@@ -198,11 +204,12 @@ pub(crate) fn render(out: &mut String) {
     };
 
     let name = super::HTTP_DURATION;
-    let _ = writeln!(
+    family(
         out,
-        "# HELP {name} Duration of HTTP server requests, by method, route template and status"
+        name,
+        "histogram",
+        "Duration of HTTP server requests, by method, route template and status",
     );
-    let _ = writeln!(out, "# TYPE {name} histogram");
     let mut series: Vec<_> = totals.http.iter().collect();
     series.sort_by(|a, b| a.0.cmp(b.0));
     for ((method, route, status), (buckets, sum)) in series {
@@ -227,21 +234,23 @@ pub(crate) fn render(out: &mut String) {
     }
 
     let name = super::HTTP_ACTIVE;
-    let _ = writeln!(
+    family(
         out,
-        "# HELP {name} Number of HTTP server requests in flight, by method"
+        name,
+        "gauge",
+        "Number of HTTP server requests in flight, by method",
     );
-    let _ = writeln!(out, "# TYPE {name} gauge");
     for (method, n) in METHODS.iter().zip(totals.active) {
         let _ = writeln!(out, "{name}{{http_request_method=\"{method}\"}} {n}");
     }
 
     let name = super::CACHE;
-    let _ = writeln!(
+    family(
         out,
-        "# HELP {name} Cache lookups, by cache and result (hit or miss)"
+        name,
+        "counter",
+        "Cache lookups, by cache and result (hit or miss)",
     );
-    let _ = writeln!(out, "# TYPE {name} counter");
     for (cache, [miss, hit]) in Cache::ALL.iter().zip(totals.cache) {
         let cache = cache.label();
         let _ = writeln!(out, "{name}{{cache=\"{cache}\",result=\"miss\"}} {miss}");

@@ -3,12 +3,16 @@
 //!
 //!   cargo bench -p svc-telemetry --bench pipeline
 //!
-//! `SVC_BENCH_CORPUS_MB` (default 766) and `SVC_BENCH_FILES` (default 200) size the corpus;
-//! with `SVC_TEST_DATABASE_URL` set the first run is repeated on PostgreSQL. With `ccusage`
-//! installed (`SVC_BENCH_CCUSAGE`, default `~/.cache/svc-npm/node_modules/.bin/ccusage`) it
-//! is timed over the same files laid out as `~/.claude/projects`. Install it with
+//! `SVC_BENCH_CORPUS_MB` (default 766) and `SVC_BENCH_FILES` (default 200) size the corpus.
+//! `SVC_BENCH_ROUNDS` (default 3) cold runs, each on a fresh SQLite store, alternate with
+//! runs of `ccusage` (`SVC_BENCH_CCUSAGE`, default `~/.cache/svc-npm/node_modules/.bin/ccusage`)
+//! over the same files laid out as `~/.claude/projects`; the median, min and max of each and
+//! the machine's steal during them are printed. Install ccusage with
 //! `npm install ccusage@20.0.24` in `~/.cache/svc-npm` (20.0.26 lacks its linux-x64 native
-//! package, so it installs but cannot run).
+//! package, so it installs but cannot run). Then the last store measures an unchanged run
+//! and one changed file; with `SVC_TEST_DATABASE_URL` set, one cold run on PostgreSQL follows.
+//!
+//! The bench uses the server's allocator (mimalloc), so its figures are the server's.
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -19,6 +23,9 @@ use svc_store::Store;
 use svc_telemetry::corpus::{self, Rng};
 use svc_telemetry::files::SessionFiles;
 use svc_telemetry::{EventSegments, Pipeline, Trigger};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const USERS: u64 = 10;
 
@@ -40,12 +47,12 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// Writes the corpus; returns (bytes, expected events, malformed lines).
-fn generate(root: &Path, files: u64, target_bytes: u64, user_ids: &[String]) -> (u64, u64, u64) {
+/// Writes the corpus under `root/u<n>/`; returns (bytes, expected events, malformed lines).
+fn generate(root: &Path, files: u64, target_bytes: u64) -> (u64, u64, u64) {
     let mut rng = Rng::new(20_261_124);
     let mut total = corpus::Generated::default();
     for i in 0..files {
-        let dir = root.join(&user_ids[(i % USERS) as usize]);
+        let dir = root.join(format!("u{}", i % USERS));
         std::fs::create_dir_all(&dir).unwrap();
         let mut out = BufWriter::new(
             std::fs::File::create(dir.join(format!("session-{i:05}.jsonl"))).unwrap(),
@@ -69,8 +76,27 @@ async fn store_with_users(url: &str) -> (Store, Vec<String>) {
     (store, ids)
 }
 
-async fn measure(label: &str, store: Store, data: &Path, bytes: u64) {
-    let pipeline = Pipeline::new(store, SessionFiles::new(data), EventSegments::new(data));
+/// Hard-links the corpus's user directories into `to`, the n-th under `names[n]`.
+fn link_corpus(corpus: &Path, to: &Path, names: &[String]) {
+    for (u, name) in names.iter().enumerate() {
+        let (from, into) = (corpus.join(format!("u{u}")), to.join(name));
+        std::fs::create_dir_all(&into).unwrap();
+        for file in std::fs::read_dir(&from).unwrap() {
+            let file = file.unwrap();
+            std::fs::hard_link(file.path(), into.join(file.file_name())).unwrap();
+        }
+    }
+}
+
+/// A fresh store at `url` whose users own the corpus under `data`.
+async fn fresh(url: &str, data: &Path, corpus: &Path) -> Pipeline {
+    let (store, users) = store_with_users(url).await;
+    link_corpus(corpus, &data.join("user_sessions"), &users);
+    Pipeline::new(store, SessionFiles::new(data), EventSegments::new(data))
+}
+
+/// One cold run over the whole corpus; prints its figures and returns its MB/s.
+async fn cold_run(label: &str, pipeline: &Pipeline, bytes: u64) -> f64 {
     let t = Instant::now();
     let r = pipeline.run(Trigger::Manual, false).await.unwrap();
     let secs = t.elapsed().as_secs_f64();
@@ -86,6 +112,11 @@ async fn measure(label: &str, store: Store, data: &Path, bytes: u64) {
         100.0 * r.parse_ms as f64 / cpu, 100.0 * r.segment_ms as f64 / cpu,
         100.0 * (r.store_ms + r.rollup_ms) as f64 / cpu
     );
+    mb / secs
+}
+
+/// An unchanged run, then one changed file, on a store that has processed the corpus.
+async fn incremental(label: &str, pipeline: &Pipeline, data: &Path) {
     let t = Instant::now();
     let again = pipeline.run(Trigger::Manual, false).await.unwrap();
     println!(
@@ -116,6 +147,34 @@ async fn measure(label: &str, store: Store, data: &Path, bytes: u64) {
     );
 }
 
+/// CPU ticks stolen by the hypervisor so far, and all ticks (from `/proc/stat`).
+fn steal_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    (ticks.get(7).copied().unwrap_or(0), ticks.iter().sum())
+}
+
+/// `median (min–max)` of some figures.
+fn spread(mut v: Vec<f64>) -> String {
+    if v.is_empty() {
+        return "—".into();
+    }
+    v.sort_by(f64::total_cmp);
+    let median = if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    };
+    format!("{median:.1} ({:.1}–{:.1})", v[0], v[v.len() - 1])
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -123,34 +182,72 @@ fn main() {
         .unwrap();
     let files = env_u64("SVC_BENCH_FILES", 200);
     let target = env_u64("SVC_BENCH_CORPUS_MB", 766) * 1_000_000;
+    let rounds = env_u64("SVC_BENCH_ROUNDS", 3).max(1);
     let tmp = TempDir::new();
-    let data = tmp.0.join("data");
-    let url = svc_store::default_sqlite_url(&data);
-    let (store, users) = rt.block_on(store_with_users(&url));
+    let corpus_dir = tmp.0.join("corpus");
     let t = Instant::now();
-    let (bytes, events, malformed) = generate(&data.join("user_sessions"), files, target, &users);
+    let (bytes, events, malformed) = generate(&corpus_dir, files, target);
     println!(
         "corpus: {files} files, {:.1} MB, {events} events and {malformed} malformed lines expected (generated in {:.1} s)",
         bytes as f64 / 1e6,
         t.elapsed().as_secs_f64()
     );
     println!("peak RSS before processing: {:.0} MiB", peak_rss_mib());
-    rt.block_on(measure("sqlite", store, &data, bytes));
-    println!("peak RSS after processing: {:.0} MiB", peak_rss_mib());
-    if let Some(url) = rt.block_on(svc_store::testing::postgres_url()) {
-        let (store, pg_users) = rt.block_on(store_with_users(&url));
-        // The PostgreSQL store has its own user ids: lay the same files out under them.
-        let root = data.join("user_sessions");
-        for (old, new) in users.iter().zip(&pg_users) {
-            std::fs::rename(root.join(old), root.join(new)).unwrap();
+    let projects = claude_projects(&corpus_dir);
+    let (mut svc, mut cc, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut last = None;
+    let steal_before = steal_ticks();
+    for round in 1..=rounds {
+        let data = tmp.0.join(format!("data-{round}"));
+        let url = svc_store::default_sqlite_url(&data);
+        let pipeline = rt.block_on(fresh(&url, &data, &corpus_dir));
+        let rate = rt.block_on(cold_run(
+            &format!("sqlite, round {round}"),
+            &pipeline,
+            bytes,
+        ));
+        svc.push(rate);
+        if let Some(theirs) = ccusage(&projects, bytes) {
+            cc.push(theirs);
+            ratios.push(rate / theirs);
         }
-        rt.block_on(measure("postgres", store, &data, bytes));
+        last = Some((pipeline, data));
     }
-    ccusage(&data.join("user_sessions"), bytes);
+    let steal_after = steal_ticks();
+    let steal = 100.0 * steal_after.0.saturating_sub(steal_before.0) as f64
+        / steal_after.1.saturating_sub(steal_before.1).max(1) as f64;
+    println!("peak RSS after processing: {:.0} MiB", peak_rss_mib());
+    println!(
+        "svc, {rounds} cold runs (SQLite): {} MB/s; ccusage: {} MB/s; svc ÷ ccusage per round: {} (target ≥ 5); steal {steal:.1}%",
+        spread(svc),
+        spread(cc),
+        spread(ratios)
+    );
+    if let Some((pipeline, data)) = last {
+        rt.block_on(incremental("sqlite", &pipeline, &data));
+    }
+    if let Some(url) = rt.block_on(svc_store::testing::postgres_url()) {
+        let data = tmp.0.join("data-postgres");
+        let pipeline = rt.block_on(fresh(&url, &data, &corpus_dir));
+        rt.block_on(cold_run("postgres", &pipeline, bytes));
+        rt.block_on(incremental("postgres", &pipeline, &data));
+    }
 }
 
-/// Times `ccusage session --json --offline` over the same files as `~/.claude/projects`.
-fn ccusage(root: &Path, bytes: u64) {
+/// The corpus laid out as `~/.claude/projects` under a home of its own; returns the home.
+/// Hard links, not symlinks: ccusage does not follow a linked project directory (it then
+/// reads nothing and looks very fast).
+fn claude_projects(corpus: &Path) -> TempDir {
+    let home = TempDir::new();
+    let projects = home.0.join(".claude/projects");
+    let names: Vec<String> = (0..USERS).map(|u| format!("project-{u}")).collect();
+    link_corpus(corpus, &projects, &names);
+    home
+}
+
+/// Times `ccusage session --json --offline` over the corpus in `home`; its MB/s, or None
+/// when it is not installed.
+fn ccusage(home: &TempDir, bytes: u64) -> Option<f64> {
     let bin = std::env::var("SVC_BENCH_CCUSAGE")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| {
@@ -162,21 +259,7 @@ fn ccusage(root: &Path, bytes: u64) {
             "ccusage: not installed at {} (npm install ccusage@20.0.24); skipped",
             bin.display()
         );
-        return;
-    }
-    let home = TempDir::new();
-    let projects = home.0.join(".claude/projects");
-    std::fs::create_dir_all(&projects).unwrap();
-    // Hard links, not symlinks: ccusage does not follow a linked project directory (it
-    // then reads nothing and looks very fast).
-    for user in std::fs::read_dir(root).unwrap() {
-        let user = user.unwrap();
-        let project = projects.join(user.file_name());
-        std::fs::create_dir_all(&project).unwrap();
-        for file in std::fs::read_dir(user.path()).unwrap() {
-            let file = file.unwrap();
-            std::fs::hard_link(file.path(), project.join(file.file_name())).unwrap();
-        }
+        return None;
     }
     let t = Instant::now();
     let out = std::process::Command::new(&bin)
@@ -190,10 +273,10 @@ fn ccusage(root: &Path, bytes: u64) {
         .ok()
         .and_then(|v| v["session"].as_array().map(Vec::len))
         .unwrap_or(0);
+    let rate = bytes as f64 / 1e6 / secs;
     println!(
-        "ccusage session --json --offline: {:.2} s, {:.1} MB/s ({}; {sessions} sessions reported, tokens and costs only)",
-        secs,
-        bytes as f64 / 1e6 / secs,
+        "ccusage session --json --offline: {secs:.2} s, {rate:.1} MB/s ({}; {sessions} sessions reported, tokens and costs only)",
         out.status,
     );
+    out.status.success().then_some(rate)
 }

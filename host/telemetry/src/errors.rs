@@ -27,6 +27,8 @@ pub struct Flags {
     /// Bytes the pass covered: the second pass reads exactly these, so a file still being
     /// written cannot show it lines whose flags the first pass never saw.
     pub bytes: u64,
+    /// The content hash of those bytes.
+    pub hash: String,
 }
 
 /// Reads `reader` to its end, collecting every error flag.
@@ -44,11 +46,12 @@ pub fn scan(reader: impl BufRead) -> std::io::Result<Flags> {
         {
             continue;
         }
-        if let Ok(turn) = serde_json::from_slice::<Turn<'_>>(bytes) {
+        if let Ok(turn) = crate::reader::turn(bytes) {
             collect(&turn, &mut flags.errored);
         }
     }
     flags.bytes = lines.bytes();
+    flags.hash = lines.hash().unwrap_or_default();
     Ok(flags)
 }
 

@@ -10,7 +10,8 @@
 //! not the tool-result turns that echo tool output back.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -284,7 +285,7 @@ fn turn(state: &mut State, t: Turn<'_>) {
                 let name = owned(&b.name);
                 let input = || -> NamingInput<'_> {
                     b.input
-                        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                        .and_then(|raw| serde_json::from_str(raw.0).ok())
                         .unwrap_or_default()
                 };
                 let mut e = base(state);
@@ -349,26 +350,45 @@ fn turn(state: &mut State, t: Turn<'_>) {
 /// file's key. The prefix is ours: without it two files naming the same session id (one
 /// user's copy, or another user's forgery) would share ids, and the first stored would
 /// silently win the other's events.
-fn identity(session_file: &str, session_id: &str, e: &Pending) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for (i, part) in [
-        Some(session_file),
-        Some(session_id),
+///
+/// `file` is the hash state after `session_file|session_id`, the same for every event of a
+/// file, so each event hashes only its own fields.
+fn identity(file: &Sha256, e: &Pending) -> [u8; 32] {
+    let mut h = file.clone();
+    for part in [
         e.uuid.as_deref(),
         e.tool_id.as_deref(),
         Some(e.kind.as_str()),
         e.tool_name.as_deref(),
         e.command.as_deref(),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        if i > 0 {
-            h.update(b"|");
-        }
+    ] {
+        h.update(b"|");
         h.update(part.unwrap_or_default().as_bytes());
     }
     h.finalize().into()
+}
+
+/// The hash state [`identity`] starts from for one file.
+fn identity_prefix(session_file: &str, session_id: &str) -> Sha256 {
+    let mut h = Sha256::new();
+    h.update(session_file.as_bytes());
+    h.update(b"|");
+    h.update(session_id.as_bytes());
+    h
+}
+
+/// Lower-case hex of an id, through a stack buffer rather than a char iterator.
+fn hex_id(id: &[u8; 32]) -> String {
+    let mut buf = [0u8; 64];
+    // Neither step can fail (64 bytes hold 32 in hex, which is ASCII); the fallback is the
+    // same text the slow way.
+    match hex::encode_to_slice(id, &mut buf)
+        .ok()
+        .and_then(|()| std::str::from_utf8(&buf).ok())
+    {
+        Some(hex) => hex.to_owned(),
+        None => hex::encode(id),
+    }
 }
 
 fn active_seconds(times: &mut [i64]) -> i64 {
@@ -406,9 +426,10 @@ fn hand_on<E>(
         .clone()
         .unwrap_or_else(|| cx.session_file.to_owned());
     let fallback = s.first_good.unwrap_or(cx.mtime);
+    let prefix = identity_prefix(cx.session_file, &session_id);
     let mut events = Vec::with_capacity(s.pending.len());
     for p in s.pending.drain(..) {
-        let id = identity(cx.session_file, &session_id, &p);
+        let id = identity(&prefix, &p);
         if !s.seen.insert(id) {
             continue;
         }
@@ -418,7 +439,7 @@ fn hand_on<E>(
             p.command.as_deref(),
         );
         let event = UsageEvent {
-            id: hex::encode(id),
+            id: hex_id(&id),
             session_id: session_id.clone(),
             session_file: cx.session_file.to_owned(),
             username: cx.owner.username.clone(),
@@ -514,6 +535,46 @@ pub fn extract<R: BufRead + Seek, E>(
     extract_in_chunks(reader, cx, CHUNK_EVENTS, sink)
 }
 
+/// Files up to this size are read into memory once, and both extraction passes run over
+/// that copy; larger ones are streamed twice from the file. Memory stays bounded by this
+/// (per worker) whatever the files' sizes.
+const WHOLE_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Extracts the file at `path` (see [`extract`]): from one read into `buffer`, which the
+/// caller reuses from file to file, when it is small enough, else streamed.
+pub fn extract_path<E>(
+    path: &Path,
+    buffer: &mut Vec<u8>,
+    cx: &Context<'_>,
+    sink: impl FnMut(&[UsageEvent]) -> Result<(), E>,
+) -> Result<Extracted, Failure<E>> {
+    extract_path_up_to(path, WHOLE_FILE_BYTES, buffer, cx, sink)
+}
+
+/// [`extract_path`] with a given limit for reading a file whole (tests use 0).
+fn extract_path_up_to<E>(
+    path: &Path,
+    whole_up_to: u64,
+    buffer: &mut Vec<u8>,
+    cx: &Context<'_>,
+    sink: impl FnMut(&[UsageEvent]) -> Result<(), E>,
+) -> Result<Extracted, Failure<E>> {
+    let file = std::fs::File::open(path).map_err(Failure::Read)?;
+    let size = file.metadata().map_err(Failure::Read)?.len();
+    if size > whole_up_to {
+        return extract(BufReader::with_capacity(1 << 20, file), cx, sink);
+    }
+    buffer.clear();
+    // A byte more than the size, so that reading to the end needs no second allocation. A
+    // file still growing is read up to twice the limit; what follows waits for the next
+    // run, which sees the file changed.
+    buffer.reserve(size as usize + 1);
+    file.take(2 * whole_up_to)
+        .read_to_end(buffer)
+        .map_err(Failure::Read)?;
+    extract(std::io::Cursor::new(buffer.as_slice()), cx, sink)
+}
+
 /// [`extract`] with a given chunk size (tests use tiny ones).
 fn extract_in_chunks<R: BufRead + Seek, E>(
     mut reader: R,
@@ -521,11 +582,11 @@ fn extract_in_chunks<R: BufRead + Seek, E>(
     chunk: usize,
     mut sink: impl FnMut(&[UsageEvent]) -> Result<(), E>,
 ) -> Result<Extracted, Failure<E>> {
-    let flags = crate::errors::scan(&mut reader).map_err(Failure::Read)?;
+    let mut flags = crate::errors::scan(&mut reader).map_err(Failure::Read)?;
     reader.seek(SeekFrom::Start(0)).map_err(Failure::Read)?;
-    let mut lines = LineReader::new(reader.take(flags.bytes));
+    let mut lines = LineReader::unhashed(reader.take(flags.bytes));
     let mut state = State {
-        errored: flags.errored,
+        errored: std::mem::take(&mut flags.errored),
         ..State::default()
     };
     let mut count = 0;
@@ -548,7 +609,7 @@ fn extract_in_chunks<R: BufRead + Seek, E>(
             state.problem(n, "not a JSON object".into());
             continue;
         }
-        match serde_json::from_slice::<Turn<'_>>(bytes) {
+        match crate::reader::turn(bytes) {
             Ok(t) => turn(&mut state, t),
             Err(e) if !terminated && e.is_eof() => state.problem(
                 n,
@@ -561,7 +622,7 @@ fn extract_in_chunks<R: BufRead + Seek, E>(
         }
     }
     hand_on(&mut state, cx, true, &mut sink).map_err(Failure::Sink)?;
-    let (bytes, hash) = (lines.bytes(), lines.hash());
+    let (bytes, hash) = (lines.bytes(), flags.hash);
     Ok(finish(state, cx, count, bytes, hash))
 }
 

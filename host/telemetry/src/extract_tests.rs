@@ -280,3 +280,58 @@ fn a_sink_that_fails_stops_the_extraction() {
     );
     assert!(matches!(result, Err(Failure::Sink("disk full"))));
 }
+
+#[test]
+fn a_file_read_whole_or_streamed_yields_the_same() {
+    let dir = svc_store::testing::TempDir::new();
+    let path = dir.0.join("s.jsonl");
+    let mut text = include_bytes!("../fixtures/labelled.jsonl").to_vec();
+    let mut rng = crate::corpus::Rng::new(3);
+    for index in 0..30 {
+        crate::corpus::session(&mut text, &mut rng, index, 30).unwrap();
+    }
+    std::fs::write(&path, &text).unwrap();
+    let owner = Owner {
+        user_id: None,
+        username: "u".into(),
+    };
+    let attribution = Attribution::default();
+    let cx = Context {
+        session_file: "u/s.jsonl",
+        owner: &owner,
+        mtime: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+        attribution: &attribution,
+        extracted_at: "2026-11-02T00:00:00.000000Z",
+    };
+    let mut buffer = b"left over from an earlier file".to_vec();
+    let mut read = |whole_up_to: u64| {
+        let mut events = Vec::new();
+        let x = extract_path_up_to(
+            &path,
+            whole_up_to,
+            &mut buffer,
+            &cx,
+            |c: &[UsageEvent]| {
+                events.extend_from_slice(c);
+                Ok::<_, ()>(())
+            },
+        )
+        .unwrap();
+        (x, events)
+    };
+    let (whole, whole_events) = read(u64::MAX / 4);
+    let (streamed, streamed_events) = read(0);
+    assert!(whole_events.len() > 100, "{} events", whole_events.len());
+    assert_eq!(whole_events, streamed_events);
+    assert_eq!(whole.summary, streamed.summary);
+    assert_eq!(
+        (whole.lines, whole.malformed, whole.bytes, &whole.hash),
+        (
+            streamed.lines,
+            streamed.malformed,
+            text.len() as u64,
+            &streamed.hash
+        )
+    );
+    assert_eq!(whole.hash, crate::files::hash_reader(&text[..]).unwrap().0);
+}

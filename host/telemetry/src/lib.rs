@@ -1,9 +1,9 @@
 //! svc-telemetry: agent session files in, tool-usage telemetry out.
 //!
 //! - Owns the session file root and its path rules ([`files`], [`names`]), the JSONL
-//!   extractor ([`extract`], over [`transcript`] shapes read by [`lines`], after the
-//!   error-flag pass [`errors`]), plugin attribution ([`attribution`]) and the pipeline
-//!   runs ([`runner`]).
+//!   extractor ([`extract`], over [`transcript`] shapes that [`reader`] reads from the
+//!   lines of [`lines`], after the error-flag pass [`errors`]), plugin attribution
+//!   ([`attribution`]) and the pipeline runs ([`runner`]).
 //! - Reads for people: the telemetry browser ([`browse`]), sessions and their transcripts
 //!   ([`sessions`], [`transcript_view`]) and ZIP streams of a user's files ([`archive`]).
 //! - Principal type: [`Pipeline`], holding only the store and the session root.
@@ -27,6 +27,7 @@ pub mod extract;
 pub mod files;
 pub mod lines;
 pub mod names;
+pub mod reader;
 pub mod runner;
 pub mod sessions;
 pub mod transcript;

@@ -24,37 +24,52 @@ pub enum Line<'a> {
     TooLong(u64),
 }
 
-/// A line reader over any `BufRead`, hashing every byte it passes (xxh3-128), so one read
-/// of the file yields both its lines and its content hash.
+/// A line reader over any `BufRead`, hashing every byte it passes (xxh3-128) when asked to,
+/// so one read of the file yields both its lines and its content hash.
+///
+/// A line that lies whole in the inner reader's buffer is lent straight from it; only a line
+/// that straddles a refill is copied. The consume of a lent line waits for the next call.
 pub struct LineReader<R> {
     inner: R,
     buf: Vec<u8>,
+    /// Bytes of the inner buffer lent out by the last call, consumed by the next one.
+    lent: usize,
     max: usize,
     line_no: u64,
     bytes: u64,
-    hasher: xxhash_rust::xxh3::Xxh3,
+    hasher: Option<xxhash_rust::xxh3::Xxh3>,
 }
 
 impl<R: BufRead> LineReader<R> {
-    /// A reader with the default cap.
+    /// A reader with the default cap that hashes what it reads.
     pub fn new(inner: R) -> Self {
         Self::with_cap(inner, MAX_LINE_BYTES)
     }
 
-    /// A reader with a given cap (tests use small ones).
+    /// A reader with the default cap that does not hash.
+    pub fn unhashed(inner: R) -> Self {
+        Self {
+            hasher: None,
+            ..Self::new(inner)
+        }
+    }
+
+    /// A hashing reader with a given cap (tests use small ones).
     pub fn with_cap(inner: R, max: usize) -> Self {
         Self {
             inner,
             buf: Vec::new(),
+            lent: 0,
             max,
             line_no: 0,
             bytes: 0,
-            hasher: xxhash_rust::xxh3::Xxh3::new(),
+            hasher: Some(xxhash_rust::xxh3::Xxh3::new()),
         }
     }
 
     /// The next line and its 1-based number, or None at the end.
     pub fn next_line(&mut self) -> std::io::Result<Option<(u64, Line<'_>)>> {
+        self.inner.consume(std::mem::take(&mut self.lent));
         self.buf.clear();
         let mut skipped: Option<u64> = None;
         let mut terminated = false;
@@ -74,7 +89,20 @@ impl<R: BufRead> LineReader<R> {
                 None => (available, None),
             };
             let used = done.unwrap_or(available.len());
-            self.hasher.update(&available[..used]);
+            if let Some(h) = self.hasher.as_mut() {
+                h.update(&available[..used]);
+            }
+            self.bytes += used as u64;
+            if done.is_some() && skipped.is_none() && self.buf.is_empty() && chunk.len() <= self.max
+            {
+                // The common case: the whole line is in the inner buffer; lend it. The buffer
+                // is asked for again (it is unchanged) because a borrow taken inside the loop
+                // cannot be returned from it.
+                self.line_no += 1;
+                self.lent = used;
+                let available = self.inner.fill_buf()?;
+                return Ok(Some((self.line_no, text(&available[..used - 1], true))));
+            }
             match skipped.as_mut() {
                 Some(n) => *n += chunk.len() as u64,
                 None if self.buf.len() + chunk.len() > self.max => {
@@ -84,7 +112,6 @@ impl<R: BufRead> LineReader<R> {
                 None => self.buf.extend_from_slice(chunk),
             }
             self.inner.consume(used);
-            self.bytes += used as u64;
             if done.is_some() {
                 terminated = true;
                 break;
@@ -96,13 +123,7 @@ impl<R: BufRead> LineReader<R> {
         self.line_no += 1;
         let line = match skipped {
             Some(n) => Line::TooLong(n),
-            None => {
-                let mut bytes = self.buf.as_slice();
-                if bytes.last() == Some(&b'\r') {
-                    bytes = &bytes[..bytes.len() - 1];
-                }
-                Line::Text { bytes, terminated }
-            }
+            None => text(&self.buf, terminated),
         };
         Ok(Some((self.line_no, line)))
     }
@@ -112,20 +133,26 @@ impl<R: BufRead> LineReader<R> {
         self.bytes
     }
 
-    /// The content hash of everything read (call at the end).
-    pub fn hash(&self) -> String {
-        format!("{:032x}", self.hasher.digest128())
+    /// The content hash of everything read (call at the end of a hashing reader).
+    pub fn hash(&self) -> Option<String> {
+        self.hasher
+            .as_ref()
+            .map(|h| format!("{:032x}", h.digest128()))
     }
+}
+
+/// A line's text without a trailing carriage return.
+fn text(bytes: &[u8], terminated: bool) -> Line<'_> {
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    Line::Text { bytes, terminated }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn lines_are_split_capped_and_hashed() {
-        let data = b"a\r\n\nbbbbbbbbbb\ncc";
-        let mut r = LineReader::with_cap(std::io::BufReader::with_capacity(3, &data[..]), 4);
+    /// Every line as `number:text:terminated`, and the reader after its last line.
+    fn read_all<R: BufRead>(mut r: LineReader<R>) -> (Vec<String>, LineReader<R>) {
         let mut got = Vec::new();
         while let Some((n, line)) = r.next_line().unwrap() {
             got.push(match line {
@@ -135,9 +162,27 @@ mod tests {
                 Line::TooLong(len) => format!("{n}:too long {len}"),
             });
         }
-        assert_eq!(got, ["1:a:true", "2::true", "3:too long 10", "4:cc:false"]);
-        assert_eq!(r.bytes(), data.len() as u64);
+        (got, r)
+    }
+
+    #[test]
+    fn lines_are_split_capped_and_hashed_whether_lent_or_copied() {
+        let data = b"a\r\n\nbbbbbbbbbb\ncc";
         let (whole, _) = crate::files::hash_reader(&data[..]).unwrap();
-        assert_eq!(r.hash(), whole);
+        // A 3-byte buffer copies every line that straddles a refill; a 64-byte one lends
+        // whole lines straight from the buffer.
+        for capacity in [3, 64] {
+            let inner = std::io::BufReader::with_capacity(capacity, &data[..]);
+            let (got, r) = read_all(LineReader::with_cap(inner, 4));
+            assert_eq!(got, ["1:a:true", "2::true", "3:too long 10", "4:cc:false"]);
+            assert_eq!(r.bytes(), data.len() as u64);
+            assert_eq!(r.hash(), Some(whole.clone()));
+        }
+        let (got, r) = read_all(LineReader::unhashed(&data[..]));
+        assert_eq!(
+            got,
+            ["1:a:true", "2::true", "3:bbbbbbbbbb:true", "4:cc:false"]
+        );
+        assert_eq!((r.bytes(), r.hash()), (data.len() as u64, None));
     }
 }

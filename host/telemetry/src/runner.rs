@@ -7,7 +7,6 @@
 //! a second caller gets a conflict instead of a duplicate pass.
 
 use std::collections::{HashMap, HashSet};
-use std::io::BufReader;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,7 +25,7 @@ use tokio::sync::{mpsc, Notify};
 use crate::attribution::Attribution;
 use crate::compact::{self, CompactReport};
 use crate::events::{self, FileCounts, UsageEvent};
-use crate::extract::{extract, Context, Extracted, Failure, Owner, Problem};
+use crate::extract::{extract_path, Context, Extracted, Failure, Owner, Problem};
 use crate::files::{FoundFile, SessionFiles};
 
 /// Failures in a row after which a file is parked until it changes or is reprocessed.
@@ -466,13 +465,17 @@ impl Pipeline {
         for _ in 0..self.workers {
             let (queue, tx, attribution) = (queue.clone(), tx.clone(), attribution.clone());
             let (extracted_at, segments) = (extracted_at.clone(), self.segments.clone());
-            tokio::task::spawn_blocking(move || loop {
-                let Some(job) = queue.lock().expect("job queue").pop() else {
-                    break;
-                };
-                let outcome = read_one(job, &attribution, &segments, &extracted_at);
-                if tx.blocking_send(outcome).is_err() {
-                    break;
+            tokio::task::spawn_blocking(move || {
+                let mut buffer = Vec::new();
+                loop {
+                    let Some(job) = queue.lock().expect("job queue").pop() else {
+                        break;
+                    };
+                    let outcome =
+                        read_one(job, &attribution, &segments, &extracted_at, &mut buffer);
+                    if tx.blocking_send(outcome).is_err() {
+                        break;
+                    }
                 }
             });
         }
@@ -571,6 +574,7 @@ fn read_one(
     attribution: &Attribution,
     segments: &EventSegments,
     extracted_at: &str,
+    buffer: &mut Vec<u8>,
 ) -> Outcome {
     let clock = Instant::now();
     let key = job.file.key();
@@ -600,9 +604,7 @@ fn read_one(
         writing += clock.elapsed();
         Ok(())
     };
-    let result = std::fs::File::open(&job.file.path)
-        .map_err(Failure::Read)
-        .and_then(|f| extract(BufReader::with_capacity(1 << 20, f), &cx, sink));
+    let result = extract_path(&job.file.path, buffer, &cx, sink);
     let x = match result {
         Ok(x) => x,
         Err(Failure::Read(e)) => {

@@ -104,13 +104,23 @@ pub struct Block<'a> {
     pub name: Option<Cow<'a, str>>,
     /// A `tool_use` block's input, parsed only for the tools whose input names something.
     #[serde(borrow, default)]
-    pub input: Option<&'a RawValue>,
+    pub input: Option<RawJson<'a>>,
     /// A `tool_result` block's call id.
     #[serde(borrow, default)]
     pub tool_use_id: Option<Cow<'a, str>>,
     /// A `tool_result` block's error flag.
     #[serde(default)]
     pub is_error: Truthy,
+}
+
+/// A value's JSON text, as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawJson<'a>(pub &'a str);
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawJson<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&'a RawValue>::deserialize(d).map(|raw| RawJson(raw.get()))
+    }
 }
 
 /// The input fields that name a skill or an agent.

@@ -32,7 +32,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use svc_driver_parquet::AtomicParquet;
+use svc_driver_parquet::{AtomicParquet, Layout};
 use svc_plugin_api::arrow::array::{ArrayRef, AsArray, UInt64Array};
 use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use svc_plugin_api::datafusion::datasource::listing::PartitionedFile;
@@ -45,6 +45,9 @@ use crate::event_scan::{SegmentScan, Spanned};
 
 /// A segment being written ([`EventSegments::create`]).
 pub type SegmentWriter = AtomicParquet;
+
+/// Columns whose values are (nearly) all distinct, written without a dictionary.
+const PLAIN_COLUMNS: &[&str] = &["id", "event_uuid", "parent_uuid"];
 
 /// Where the segments live, under the data directory.
 pub const DIR: &str = "telemetry/usage_events";
@@ -173,7 +176,11 @@ impl EventSegments {
     /// Starts the segment `name` (of [`keyed_schema`]): batches are appended to a hidden file that
     /// becomes the segment, durably and whole, on commit, or goes if it is dropped first.
     pub fn create(&self, name: &str) -> Result<SegmentWriter> {
-        AtomicParquet::create(&self.path(name)?, keyed_schema())
+        let layout = Layout {
+            plain_columns: PLAIN_COLUMNS,
+            ..Layout::default()
+        };
+        AtomicParquet::with_layout(&self.path(name)?, keyed_schema(), layout)
     }
 
     /// Writes `batch` (of [`keyed_schema`]) as the segment `name` in one go; returns the

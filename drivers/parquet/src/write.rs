@@ -16,6 +16,7 @@ use svc_plugin_api::arrow::datatypes::SchemaRef;
 use svc_plugin_api::datafusion::parquet::arrow::ArrowWriter;
 use svc_plugin_api::datafusion::parquet::basic::{Compression, ZstdLevel};
 use svc_plugin_api::datafusion::parquet::file::properties::WriterProperties;
+use svc_plugin_api::datafusion::parquet::schema::types::ColumnPath;
 use svc_plugin_api::{DriverError, RecordBatch, Result, SyncReport};
 
 /// Marks temporary files: `.<name>.parquet<TEMP_MARK><pid>-<n>`.
@@ -45,6 +46,25 @@ impl Write for Hashing {
     }
 }
 
+/// How an [`AtomicParquet`] lays its file out.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout<'a> {
+    /// Rows per row group, at most.
+    pub row_group_rows: usize,
+    /// Columns written without a dictionary: those whose values are mostly distinct (ids),
+    /// for which the writer would hash every value into a dictionary only to drop it.
+    pub plain_columns: &'a [&'a str],
+}
+
+impl Default for Layout<'_> {
+    fn default() -> Self {
+        Self {
+            row_group_rows: ROW_GROUP_ROWS,
+            plain_columns: &[],
+        }
+    }
+}
+
 /// A parquet file under construction; see the module docs.
 pub struct AtomicParquet {
     target: PathBuf,
@@ -69,7 +89,7 @@ fn io_error(what: &str, path: &Path, e: impl std::fmt::Display) -> DriverError {
 impl AtomicParquet {
     /// Starts writing what will become `target` (its directory is created if needed).
     pub fn create(target: &Path, schema: SchemaRef) -> Result<Self> {
-        Self::with_row_groups(target, schema, ROW_GROUP_ROWS)
+        Self::with_layout(target, schema, Layout::default())
     }
 
     /// Like [`AtomicParquet::create`], with row groups of at most `row_group_rows` rows.
@@ -78,6 +98,15 @@ impl AtomicParquet {
         schema: SchemaRef,
         row_group_rows: usize,
     ) -> Result<Self> {
+        let layout = Layout {
+            row_group_rows,
+            ..Layout::default()
+        };
+        Self::with_layout(target, schema, layout)
+    }
+
+    /// Like [`AtomicParquet::create`], laid out as `layout` says.
+    pub fn with_layout(target: &Path, schema: SchemaRef, layout: Layout<'_>) -> Result<Self> {
         let dir = target
             .parent()
             .ok_or_else(|| io_error("no directory for", target, "a bare file name"))?;
@@ -89,10 +118,13 @@ impl AtomicParquet {
             hash: Sha256::new(),
             bytes: 0,
         };
-        let props = WriterProperties::builder()
+        let mut props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
-            .set_max_row_group_row_count(Some(row_group_rows.max(1)))
-            .build();
+            .set_max_row_group_row_count(Some(layout.row_group_rows.max(1)));
+        for column in layout.plain_columns {
+            props = props.set_column_dictionary_enabled(ColumnPath::from(*column), false);
+        }
+        let props = props.build();
         let mut this = Self {
             target: target.to_owned(),
             temp,

@@ -55,6 +55,31 @@ pub fn scan(reader: impl BufRead) -> std::io::Result<Flags> {
     Ok(flags)
 }
 
+/// [`scan`] over a file already in memory: the key is searched for in the whole of it at
+/// once, and only the lines it is found on are looked at.
+pub fn scan_slice(bytes: &[u8]) -> Flags {
+    let mut flags = Flags {
+        bytes: bytes.len() as u64,
+        hash: format!("{:032x}", xxhash_rust::xxh3::xxh3_128(bytes)),
+        ..Flags::default()
+    };
+    let mut parsed_up_to = 0;
+    for at in memmem::find_iter(bytes, KEY) {
+        if at < parsed_up_to || !may_be_true(&bytes[at + KEY.len()..]) {
+            continue;
+        }
+        let start = memchr::memrchr(b'\n', &bytes[..at]).map_or(0, |i| i + 1);
+        let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i);
+        parsed_up_to = end;
+        let line = &bytes[start..end];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Ok(turn) = crate::reader::turn(line) {
+            collect(&turn, &mut flags.errored);
+        }
+    }
+    flags
+}
+
 /// Whether the value after a key (`rest` starts just past its closing quote) might be
 /// truthy: anything but `false` or `null` after the colon.
 fn may_be_true(rest: &[u8]) -> bool {
@@ -96,6 +121,11 @@ mod tests {
 not json "is_error": true
 "#;
         let flags = scan(&text[..]).unwrap();
+        let in_memory = scan_slice(text);
+        assert_eq!(
+            (&in_memory.errored, in_memory.bytes, &in_memory.hash),
+            (&flags.errored, flags.bytes, &flags.hash)
+        );
         let mut got: Vec<&str> = flags.errored.iter().map(String::as_str).collect();
         got.sort_unstable();
         assert_eq!(got, ["b", "c", "e"]);

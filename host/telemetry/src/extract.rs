@@ -20,6 +20,7 @@ use svc_core::clock::{format_ts, parse_ts};
 use svc_store::usage::SessionSummary;
 
 use crate::attribution::Attribution;
+use crate::errors::Flags;
 use crate::events::UsageEvent;
 use crate::lines::{Line, LineReader};
 use crate::transcript::{Content, NamingInput, Turn};
@@ -572,7 +573,14 @@ fn extract_path_up_to<E>(
     file.take(2 * whole_up_to)
         .read_to_end(buffer)
         .map_err(Failure::Read)?;
-    extract(std::io::Cursor::new(buffer.as_slice()), cx, sink)
+    let flags = crate::errors::scan_slice(buffer);
+    read_events(
+        std::io::Cursor::new(buffer.as_slice()),
+        flags,
+        cx,
+        CHUNK_EVENTS,
+        sink,
+    )
 }
 
 /// [`extract`] with a given chunk size (tests use tiny ones).
@@ -580,11 +588,24 @@ fn extract_in_chunks<R: BufRead + Seek, E>(
     mut reader: R,
     cx: &Context<'_>,
     chunk: usize,
+    sink: impl FnMut(&[UsageEvent]) -> Result<(), E>,
+) -> Result<Extracted, Failure<E>> {
+    let flags = crate::errors::scan(&mut reader).map_err(Failure::Read)?;
+    reader.seek(SeekFrom::Start(0)).map_err(Failure::Read)?;
+    let take = flags.bytes;
+    read_events(reader.take(take), flags, cx, chunk, sink)
+}
+
+/// The second pass: the events and summary of the file `reader` holds (exactly the bytes
+/// the first pass covered), given its error flags.
+fn read_events<R: BufRead, E>(
+    reader: R,
+    mut flags: Flags,
+    cx: &Context<'_>,
+    chunk: usize,
     mut sink: impl FnMut(&[UsageEvent]) -> Result<(), E>,
 ) -> Result<Extracted, Failure<E>> {
-    let mut flags = crate::errors::scan(&mut reader).map_err(Failure::Read)?;
-    reader.seek(SeekFrom::Start(0)).map_err(Failure::Read)?;
-    let mut lines = LineReader::unhashed(reader.take(flags.bytes));
+    let mut lines = LineReader::unhashed(reader);
     let mut state = State {
         errored: std::mem::take(&mut flags.errored),
         ..State::default()

@@ -1,10 +1,16 @@
-//! Many rows in one statement: the rows travel as one JSON array parameter that the
-//! database unpacks (`json_each` on SQLite, `json_to_recordset` on PostgreSQL).
+//! Many rows in one statement.
 //!
-//! One round trip and one bound value per chunk, instead of a round trip or a dozen bound
-//! values per row, is what makes bulk writes fast through sqlx's `Any` driver; the statement
-//! text does not depend on the row count, so each connection prepares it once.
+//! PostgreSQL: the rows travel as one JSON array parameter that `json_to_recordset` unpacks —
+//! one round trip and one bound value per chunk, and a statement text that does not depend on
+//! the row count.
+//!
+//! SQLite: a multi-row `VALUES` list with each cell bound on its own. SQLite's `json_each`
+//! hands every row object over as text that each `->>` then reads again (twelve reads per
+//! audit row); that unpacking cost about 40 % on top of the insert itself, more than binding
+//! the cells does. Chunks have power-of-two sizes, so a table needs at most
+//! `log2(ROWS_PER_VALUES) + 1` statement texts and each connection prepares them once.
 
+use serde::ser::{self, Impossible, Serialize, SerializeStruct, Serializer};
 use sqlx::{Any, Transaction};
 
 use crate::{Backend, StoreError};
@@ -20,65 +26,465 @@ pub(crate) enum JsonType {
     Bool,
 }
 
-/// Rows per statement: bounds the size of the one JSON parameter.
+/// Rows per statement on PostgreSQL: bounds the size of the one JSON parameter.
 pub(crate) const ROWS_PER_STATEMENT: usize = 1_000;
 
-/// `INSERT INTO table (columns) SELECT … FROM <unpacked $1> [suffix]`.
-pub(crate) fn insert_sql(
+/// Rows per statement on SQLite, at most (a power of two; 64 rows of 25 columns stay far
+/// below SQLite's 32,766 bound parameters).
+const ROWS_PER_VALUES: usize = 64;
+
+/// An insert of many rows into one table; see the module docs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BulkInsert<'a> {
     backend: Backend,
-    table: &str,
-    columns: &[(&str, JsonType)],
-    suffix: &str,
-) -> String {
-    let names: Vec<&str> = columns.iter().map(|(c, _)| *c).collect();
-    let names = names.join(", ");
-    match backend {
-        Backend::Sqlite => {
-            // `json_each` hands each row object over as JSON text that every `->>` parses
-            // again (twelve parses per audit row). `jsonb_each`, which would parse each row
-            // once, arrived in SQLite 3.51; the bundled SQLite is 3.46.
-            let fields: Vec<String> = columns
-                .iter()
-                .map(|(c, _)| format!("value ->> '{c}'"))
-                .collect();
-            format!(
-                "INSERT INTO {table} ({names}) SELECT {} FROM json_each($1) {suffix}",
-                fields.join(", ")
-            )
+    table: &'a str,
+    columns: &'a [(&'a str, JsonType)],
+}
+
+impl<'a> BulkInsert<'a> {
+    /// The insert of `columns` into `table`.
+    pub(crate) fn new(
+        backend: Backend,
+        table: &'a str,
+        columns: &'a [(&'a str, JsonType)],
+    ) -> Self {
+        Self {
+            backend,
+            table,
+            columns,
         }
-        Backend::Postgres => {
-            let types: Vec<String> = columns
-                .iter()
-                .map(|(c, t)| {
-                    let ty = match t {
-                        JsonType::Text => "text",
-                        JsonType::Int => "bigint",
-                        JsonType::Bool => "boolean",
-                    };
-                    format!("{c} {ty}")
-                })
-                .collect();
-            format!(
-                "INSERT INTO {table} ({names}) SELECT {names} FROM json_to_recordset($1::json) AS x({}) {suffix}",
-                types.join(", ")
-            )
+    }
+
+    fn names(&self) -> String {
+        let names: Vec<&str> = self.columns.iter().map(|(c, _)| *c).collect();
+        names.join(", ")
+    }
+
+    /// The statement for `rows` rows (SQLite) or for any number of rows (PostgreSQL).
+    fn sql(&self, rows: usize) -> String {
+        let (table, names) = (self.table, self.names());
+        match self.backend {
+            Backend::Sqlite => {
+                let row = format!("({})", vec!["?"; self.columns.len()].join(", "));
+                let rows = vec![row.as_str(); rows].join(", ");
+                format!("INSERT INTO {table} ({names}) VALUES {rows}")
+            }
+            Backend::Postgres => {
+                let types: Vec<String> = self
+                    .columns
+                    .iter()
+                    .map(|(c, t)| {
+                        let ty = match t {
+                            JsonType::Text => "text",
+                            JsonType::Int => "bigint",
+                            JsonType::Bool => "boolean",
+                        };
+                        format!("{c} {ty}")
+                    })
+                    .collect();
+                format!(
+                    "INSERT INTO {table} ({names}) SELECT {names} FROM json_to_recordset($1::json) AS x({})",
+                    types.join(", ")
+                )
+            }
         }
+    }
+
+    /// Inserts `rows`: structs whose fields named like the columns hold strings, integers,
+    /// booleans or options of them (other fields are ignored).
+    pub(crate) async fn run<T: Serialize>(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        rows: &[T],
+    ) -> Result<(), StoreError> {
+        match self.backend {
+            // Rows are serialized straight into each chunk's JSON text, never into
+            // `serde_json::Value` trees, which cost several times the rows' own size.
+            Backend::Postgres => {
+                let sql = self.sql(0);
+                for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+                    sqlx::query(&sql)
+                        .bind(serde_json::to_string(chunk).unwrap_or_else(|_| "[]".into()))
+                        .execute(&mut **tx)
+                        .await?;
+                }
+            }
+            Backend::Sqlite => {
+                let mut rest = rows;
+                while !rest.is_empty() {
+                    let n = ROWS_PER_VALUES.min(1 << rest.len().ilog2());
+                    let (chunk, after) = rest.split_at(n);
+                    let sql = self.sql(n);
+                    let mut query = sqlx::query(&sql);
+                    for row in chunk {
+                        for cell in self.cells(row)? {
+                            query = match cell {
+                                Cell::Null => query.bind(None::<String>),
+                                Cell::Text(s) => query.bind(s),
+                                Cell::Int(i) => query.bind(i),
+                                Cell::Bool(b) => query.bind(b),
+                                Cell::Float(f) => query.bind(f),
+                            };
+                        }
+                    }
+                    query.execute(&mut **tx).await?;
+                    rest = after;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One row's cells in column order (null where the row has no such field).
+    fn cells<T: Serialize>(&self, row: &T) -> Result<Vec<Cell>, StoreError> {
+        let mut cells = Fields {
+            columns: self.columns,
+            cells: (0..self.columns.len()).map(|_| Cell::Null).collect(),
+        };
+        // Only a row type svc defines can fail here (a field that is not a column value).
+        row.serialize(&mut cells).map_err(|e| {
+            let e = NotFlat(format!("a {} row: {e}", self.table));
+            StoreError::from(sqlx::Error::Encode(Box::new(e)))
+        })?;
+        Ok(cells.cells)
     }
 }
 
-/// Inserts `rows` (each serializing to a JSON object keyed by column) with `sql` from
-/// [`insert_sql`], in chunks. Rows are serialized straight into each chunk's text, never
-/// into `serde_json::Value` trees, which cost several times the rows' own size.
-pub(crate) async fn insert<T: serde::Serialize>(
-    tx: &mut Transaction<'_, Any>,
-    sql: &str,
-    rows: &[T],
-) -> Result<(), StoreError> {
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        sqlx::query(sql)
-            .bind(serde_json::to_string(chunk).unwrap_or_else(|_| "[]".into()))
-            .execute(&mut **tx)
-            .await?;
+/// A value as it is bound.
+#[derive(Debug, PartialEq)]
+enum Cell {
+    Null,
+    Text(String),
+    Int(i64),
+    Bool(bool),
+    Float(f64),
+}
+
+/// Why a row could not be turned into cells.
+#[derive(Debug)]
+struct NotFlat(String);
+
+impl std::fmt::Display for NotFlat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
-    Ok(())
+}
+
+impl std::error::Error for NotFlat {}
+
+impl ser::Error for NotFlat {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        Self(msg.to_string())
+    }
+}
+
+fn not_flat<T>(what: &str) -> Result<T, NotFlat> {
+    Err(NotFlat(format!("{what} is not a column value")))
+}
+
+/// Takes a row struct apart into its columns' cells.
+struct Fields<'a> {
+    columns: &'a [(&'a str, JsonType)],
+    cells: Vec<Cell>,
+}
+
+impl SerializeStruct for &mut Fields<'_> {
+    type Ok = ();
+    type Error = NotFlat;
+
+    fn serialize_field<V: ?Sized + Serialize>(
+        &mut self,
+        key: &'static str,
+        value: &V,
+    ) -> Result<(), NotFlat> {
+        if let Some(i) = self.columns.iter().position(|(c, _)| *c == key) {
+            self.cells[i] = value.serialize(CellOf)?;
+        }
+        Ok(())
+    }
+
+    fn end(self) -> Result<(), NotFlat> {
+        Ok(())
+    }
+}
+
+/// Only `serialize_struct` is a row; everything else is refused.
+macro_rules! refuse {
+    ($($method:ident($($arg:ty),*)),* $(,)?) => {
+        $(fn $method(self, $(_: $arg),*) -> Result<Self::Ok, NotFlat> {
+            not_flat(stringify!($method))
+        })*
+    };
+}
+
+impl Serializer for &mut Fields<'_> {
+    type Ok = ();
+    type Error = NotFlat;
+    type SerializeSeq = Impossible<(), NotFlat>;
+    type SerializeTuple = Impossible<(), NotFlat>;
+    type SerializeTupleStruct = Impossible<(), NotFlat>;
+    type SerializeTupleVariant = Impossible<(), NotFlat>;
+    type SerializeMap = Impossible<(), NotFlat>;
+    type SerializeStruct = Self;
+    type SerializeStructVariant = Impossible<(), NotFlat>;
+
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, NotFlat> {
+        Ok(self)
+    }
+
+    refuse!(
+        serialize_bool(bool),
+        serialize_i8(i8),
+        serialize_i16(i16),
+        serialize_i32(i32),
+        serialize_i64(i64),
+        serialize_u8(u8),
+        serialize_u16(u16),
+        serialize_u32(u32),
+        serialize_u64(u64),
+        serialize_f32(f32),
+        serialize_f64(f64),
+        serialize_char(char),
+        serialize_str(&str),
+        serialize_bytes(&[u8]),
+        serialize_none(),
+        serialize_unit(),
+        serialize_unit_struct(&'static str),
+        serialize_unit_variant(&'static str, u32, &'static str),
+    );
+
+    fn serialize_some<V: ?Sized + Serialize>(self, _: &V) -> Result<(), NotFlat> {
+        not_flat("an option")
+    }
+    fn serialize_newtype_struct<V: ?Sized + Serialize>(
+        self,
+        _: &'static str,
+        _: &V,
+    ) -> Result<(), NotFlat> {
+        not_flat("a newtype")
+    }
+    fn serialize_newtype_variant<V: ?Sized + Serialize>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: &V,
+    ) -> Result<(), NotFlat> {
+        not_flat("an enum")
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, NotFlat> {
+        not_flat("a sequence")
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, NotFlat> {
+        not_flat("a tuple")
+    }
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleStruct, NotFlat> {
+        not_flat("a tuple")
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleVariant, NotFlat> {
+        not_flat("an enum")
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, NotFlat> {
+        not_flat("a map")
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStructVariant, NotFlat> {
+        not_flat("an enum")
+    }
+}
+
+/// One field's value as a cell.
+struct CellOf;
+
+impl Serializer for CellOf {
+    type Ok = Cell;
+    type Error = NotFlat;
+    type SerializeSeq = Impossible<Cell, NotFlat>;
+    type SerializeTuple = Impossible<Cell, NotFlat>;
+    type SerializeTupleStruct = Impossible<Cell, NotFlat>;
+    type SerializeTupleVariant = Impossible<Cell, NotFlat>;
+    type SerializeMap = Impossible<Cell, NotFlat>;
+    type SerializeStruct = Impossible<Cell, NotFlat>;
+    type SerializeStructVariant = Impossible<Cell, NotFlat>;
+
+    fn serialize_bool(self, v: bool) -> Result<Cell, NotFlat> {
+        Ok(Cell::Bool(v))
+    }
+    fn serialize_i8(self, v: i8) -> Result<Cell, NotFlat> {
+        Ok(Cell::Int(v.into()))
+    }
+    fn serialize_i16(self, v: i16) -> Result<Cell, NotFlat> {
+        Ok(Cell::Int(v.into()))
+    }
+    fn serialize_i32(self, v: i32) -> Result<Cell, NotFlat> {
+        Ok(Cell::Int(v.into()))
+    }
+    fn serialize_i64(self, v: i64) -> Result<Cell, NotFlat> {
+        Ok(Cell::Int(v))
+    }
+    fn serialize_u8(self, v: u8) -> Result<Cell, NotFlat> {
+        Ok(Cell::Int(v.into()))
+    }
+    fn serialize_u16(self, v: u16) -> Result<Cell, NotFlat> {
+        Ok(Cell::Int(v.into()))
+    }
+    fn serialize_u32(self, v: u32) -> Result<Cell, NotFlat> {
+        Ok(Cell::Int(v.into()))
+    }
+    fn serialize_u64(self, v: u64) -> Result<Cell, NotFlat> {
+        i64::try_from(v)
+            .map(Cell::Int)
+            .map_err(|_| NotFlat(format!("{v} does not fit a 64-bit column")))
+    }
+    fn serialize_f32(self, v: f32) -> Result<Cell, NotFlat> {
+        Ok(Cell::Float(v.into()))
+    }
+    fn serialize_f64(self, v: f64) -> Result<Cell, NotFlat> {
+        Ok(Cell::Float(v))
+    }
+    fn serialize_char(self, v: char) -> Result<Cell, NotFlat> {
+        Ok(Cell::Text(v.to_string()))
+    }
+    fn serialize_str(self, v: &str) -> Result<Cell, NotFlat> {
+        Ok(Cell::Text(v.to_owned()))
+    }
+    fn serialize_bytes(self, _: &[u8]) -> Result<Cell, NotFlat> {
+        not_flat("bytes")
+    }
+    fn serialize_none(self) -> Result<Cell, NotFlat> {
+        Ok(Cell::Null)
+    }
+    fn serialize_some<V: ?Sized + Serialize>(self, v: &V) -> Result<Cell, NotFlat> {
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<Cell, NotFlat> {
+        Ok(Cell::Null)
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<Cell, NotFlat> {
+        Ok(Cell::Null)
+    }
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+    ) -> Result<Cell, NotFlat> {
+        Ok(Cell::Text(variant.to_owned()))
+    }
+    fn serialize_newtype_struct<V: ?Sized + Serialize>(
+        self,
+        _: &'static str,
+        v: &V,
+    ) -> Result<Cell, NotFlat> {
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<V: ?Sized + Serialize>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: &V,
+    ) -> Result<Cell, NotFlat> {
+        not_flat("an enum with data")
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, NotFlat> {
+        not_flat("a sequence")
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, NotFlat> {
+        not_flat("a tuple")
+    }
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleStruct, NotFlat> {
+        not_flat("a tuple")
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleVariant, NotFlat> {
+        not_flat("an enum with data")
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, NotFlat> {
+        not_flat("a map")
+    }
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, NotFlat> {
+        not_flat("a struct")
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStructVariant, NotFlat> {
+        not_flat("an enum with data")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Serialize)]
+    struct Row<'a> {
+        name: &'a str,
+        note: Option<String>,
+        n: i64,
+        flag: bool,
+        ignored: u8,
+    }
+
+    #[test]
+    fn a_row_becomes_its_columns_cells_in_column_order() {
+        let columns = [
+            ("flag", JsonType::Bool),
+            ("n", JsonType::Int),
+            ("missing", JsonType::Text),
+            ("note", JsonType::Text),
+            ("name", JsonType::Text),
+        ];
+        let insert = BulkInsert::new(Backend::Sqlite, "t", &columns);
+        let row = Row {
+            name: "a",
+            note: None,
+            n: 7,
+            flag: true,
+            ignored: 1,
+        };
+        assert_eq!(
+            insert.cells(&row).unwrap(),
+            [
+                Cell::Bool(true),
+                Cell::Int(7),
+                Cell::Null,
+                Cell::Null,
+                Cell::Text("a".into())
+            ]
+        );
+        assert!(insert.cells(&vec![1]).is_err(), "a row must be a struct");
+        assert_eq!(
+            insert.sql(2),
+            "INSERT INTO t (flag, n, missing, note, name) VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)"
+        );
+    }
 }

@@ -10,7 +10,7 @@
 use serde::Serialize;
 use sqlx::Row;
 
-use crate::bulk::{self, JsonType};
+use crate::bulk::{BulkInsert, JsonType};
 use crate::{flag, Store, StoreError};
 
 /// One file's usage on one day, for one (session, tool, source, plugin): the rollups'
@@ -385,26 +385,17 @@ impl Store {
         }
         let b = self.backend();
         let daily: Vec<&DailyUsage> = files.iter().flat_map(|f| &f.daily).collect();
-        bulk::insert(
-            &mut tx,
-            &bulk::insert_sql(b, "usage_file_daily", DAILY_COLUMNS, ""),
-            &daily,
-        )
-        .await?;
+        BulkInsert::new(b, "usage_file_daily", DAILY_COLUMNS)
+            .run(&mut tx, &daily)
+            .await?;
         let summaries: Vec<&SessionSummary> = files.iter().map(|f| &f.summary).collect();
-        bulk::insert(
-            &mut tx,
-            &bulk::insert_sql(b, "usage_session_summary", SUMMARY_COLUMNS, ""),
-            &summaries,
-        )
-        .await?;
+        BulkInsert::new(b, "usage_session_summary", SUMMARY_COLUMNS)
+            .run(&mut tx, &summaries)
+            .await?;
         let states: Vec<&FileState> = files.iter().map(|f| &f.state).collect();
-        bulk::insert(
-            &mut tx,
-            &bulk::insert_sql(b, "session_file_state", STATE_COLUMNS, ""),
-            &states,
-        )
-        .await?;
+        BulkInsert::new(b, "session_file_state", STATE_COLUMNS)
+            .run(&mut tx, &states)
+            .await?;
         tx.commit().await?;
         let kept: std::collections::HashSet<&str> = files
             .iter()
@@ -424,12 +415,9 @@ impl Store {
             .bind(&state.session_file)
             .execute(&mut *tx)
             .await?;
-        bulk::insert(
-            &mut tx,
-            &bulk::insert_sql(self.backend(), "session_file_state", STATE_COLUMNS, ""),
-            &[state],
-        )
-        .await?;
+        BulkInsert::new(self.backend(), "session_file_state", STATE_COLUMNS)
+            .run(&mut tx, &[state])
+            .await?;
         if pack.is_some() {
             sqlx::query("UPDATE session_file_state SET pack = $1 WHERE session_file = $2")
                 .bind(&pack)

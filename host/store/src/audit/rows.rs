@@ -3,8 +3,8 @@
 
 use sqlx::Row;
 
-use crate::bulk::{self, JsonType};
-use crate::{Backend, Store, StoreError};
+use crate::bulk::{BulkInsert, JsonType};
+use crate::{Store, StoreError};
 
 /// One audit row, ready to store.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -81,41 +81,31 @@ impl<'a> From<&'a AuditRecord> for StoredRow<'a> {
     }
 }
 
-/// The insert for a chunk of audit rows (see [`crate::bulk`]).
-fn insert_sql(backend: Backend) -> &'static str {
-    static SQLITE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    static POSTGRES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let columns: Vec<(&str, JsonType)> = COLUMNS
-        .split(", ")
-        .map(|c| {
-            (
-                c,
-                if c == "duration_ms" {
-                    JsonType::Int
-                } else {
-                    JsonType::Text
-                },
-            )
-        })
-        .collect();
-    let cell = match backend {
-        Backend::Sqlite => &SQLITE,
-        Backend::Postgres => &POSTGRES,
-    };
-    cell.get_or_init(|| bulk::insert_sql(backend, "audit_log", &columns, ""))
+/// [`COLUMNS`] and how each travels in a bulk insert (see [`crate::bulk`]).
+fn bulk_columns() -> &'static [(&'static str, JsonType)] {
+    static COLUMN_TYPES: std::sync::OnceLock<Vec<(&str, JsonType)>> = std::sync::OnceLock::new();
+    COLUMN_TYPES.get_or_init(|| {
+        COLUMNS
+            .split(", ")
+            .map(|c| match c {
+                "duration_ms" => (c, JsonType::Int),
+                _ => (c, JsonType::Text),
+            })
+            .collect()
+    })
 }
 
 impl Store {
     /// Stores a batch of audit rows in one transaction (the group commit).
     ///
-    /// Each chunk of up to 1,000 rows is one statement with one JSON parameter, unpacked by
-    /// `json_each` (SQLite) or `json_to_recordset` (PostgreSQL). One round trip and one bound
-    /// value per chunk, instead of a round trip or twelve bound values per row, is what makes
-    /// group commit fast through the driver.
+    /// Rows go in many to a statement ([`crate::bulk`]): one round trip per chunk, not one
+    /// per row, is what makes group commit fast through the driver.
     pub async fn insert_audit_batch(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
         let rows: Vec<StoredRow<'_>> = records.iter().map(StoredRow::from).collect();
         let mut tx = self.pool().begin().await?;
-        bulk::insert(&mut tx, insert_sql(self.backend()), &rows).await?;
+        BulkInsert::new(self.backend(), "audit_log", bulk_columns())
+            .run(&mut tx, &rows)
+            .await?;
         Ok(tx.commit().await?)
     }
 

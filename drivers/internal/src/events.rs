@@ -39,6 +39,7 @@ use svc_plugin_api::datafusion::datasource::listing::PartitionedFile;
 use svc_plugin_api::datafusion::datasource::MemTable;
 use svc_plugin_api::datafusion::object_store::path::Path as ObjectPath;
 use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use svc_plugin_api::datafusion::parquet::basic::Compression;
 use svc_plugin_api::{DriverError, RecordBatch, Result, TableProvider};
 
 use crate::event_scan::{SegmentScan, Spanned};
@@ -176,6 +177,21 @@ impl EventSegments {
     /// Starts the segment `name` (of [`keyed_schema`]): batches are appended to a hidden file that
     /// becomes the segment, durably and whole, on commit, or goes if it is dropped first.
     pub fn create(&self, name: &str) -> Result<SegmentWriter> {
+        let layout = Layout {
+            plain_columns: PLAIN_COLUMNS,
+            // A segment is one session file's events: a few thousand rows, so each column is
+            // one small page, and zstd's per-column contexts (the parquet writer makes a
+            // compression and a decompression context for every column it writes or reads)
+            // cost more than compressing. LZ4 needs no context.
+            compression: Compression::LZ4_RAW,
+            ..Layout::default()
+        };
+        AtomicParquet::with_layout(&self.path(name)?, keyed_schema(), layout)
+    }
+
+    /// Starts the pack `name` (see [`EventSegments::create`]): many files' events, so zstd's
+    /// contexts are paid once for many rows and its smaller files pay off in every read.
+    pub fn create_pack(&self, name: &str) -> Result<SegmentWriter> {
         let layout = Layout {
             plain_columns: PLAIN_COLUMNS,
             ..Layout::default()

@@ -54,6 +54,8 @@ pub struct Layout<'a> {
     /// Columns written without a dictionary: those whose values are mostly distinct (ids),
     /// for which the writer would hash every value into a dictionary only to drop it.
     pub plain_columns: &'a [&'a str],
+    /// The pages' compression (zstd unless said otherwise).
+    pub compression: Compression,
 }
 
 impl Default for Layout<'_> {
@@ -61,6 +63,7 @@ impl Default for Layout<'_> {
         Self {
             row_group_rows: ROW_GROUP_ROWS,
             plain_columns: &[],
+            compression: Compression::ZSTD(ZstdLevel::default()),
         }
     }
 }
@@ -119,7 +122,7 @@ impl AtomicParquet {
             bytes: 0,
         };
         let mut props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_compression(layout.compression)
             .set_max_row_group_row_count(Some(layout.row_group_rows.max(1)));
         for column in layout.plain_columns {
             props = props.set_column_dictionary_enabled(ColumnPath::from(*column), false);

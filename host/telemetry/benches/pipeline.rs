@@ -16,6 +16,7 @@
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use svc_store::testing::TempDir;
@@ -89,7 +90,7 @@ fn link_corpus(corpus: &Path, to: &Path, names: &[String]) {
 }
 
 /// A fresh store at `url` whose users own the corpus under `data`.
-async fn fresh(url: &str, data: &Path, corpus: &Path) -> Pipeline {
+async fn fresh(url: &str, data: &Path, corpus: &Path) -> Arc<Pipeline> {
     let (store, users) = store_with_users(url).await;
     link_corpus(corpus, &data.join("user_sessions"), &users);
     Pipeline::new(store, SessionFiles::new(data), EventSegments::new(data))

@@ -24,6 +24,7 @@ use svc_plugin_api::arrow::compute::{concat, interleave_record_batch, sort_to_in
 use svc_plugin_api::RecordBatch;
 use svc_store::packs::{EventPack, LooseFile};
 use svc_store::Store;
+use tokio::task::JoinSet;
 
 /// The most events one pack is built with: the build holds them in memory (about half a
 /// kilobyte each), and a larger pack would be rewritten in full for each new file.
@@ -58,6 +59,14 @@ struct Plan {
     loose: Vec<LooseFile>,
 }
 
+impl Plan {
+    /// The events the build holds.
+    fn events(&self) -> i64 {
+        let merged: i64 = self.merged.iter().map(|p| p.events).sum();
+        merged + self.loose.iter().map(|f| f.events).sum::<i64>()
+    }
+}
+
 /// Packs every loose file, and rebuilds alone each pack written before files had keys
 /// (the internal driver's `events` module): until none is left, administrators' distinct
 /// counts run over the strings.
@@ -82,15 +91,33 @@ pub async fn compact(store: &Store, segments: &EventSegments) -> Result<CompactR
     if loose.is_empty() && rekey.is_empty() {
         return Ok(report);
     }
-    for plan in plans(loose, by_day).into_iter().chain(rekey) {
-        let (name, segments_) = (new_pack_name(&plan.day), segments.clone());
-        let (built, plan) = match tokio::task::spawn_blocking(move || {
-            build(&segments_, &name, &plan).map(|b| (b, plan))
-        })
-        .await
-        .map_err(Error::internal)?
-        {
-            Ok(done) => done,
+    // Packs are built on the blocking pool, several at once while the events they hold
+    // together stay under one pack's cap (so memory is bounded as for one build), and
+    // committed one by one as they finish: plans are disjoint, so the order is free.
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut waiting = plans(loose, by_day).into_iter().chain(rekey).peekable();
+    let mut building: JoinSet<(Result<EventPack, Error>, Plan, i64)> = JoinSet::new();
+    let mut in_flight = 0;
+    loop {
+        while let Some(next) = waiting.peek() {
+            let events = next.events();
+            if building.len() >= workers
+                || (!building.is_empty() && in_flight + events > PACK_MAX_EVENTS)
+            {
+                break;
+            }
+            let plan = waiting.next().expect("peeked");
+            let (name, reader) = (new_pack_name(&plan.day), segments.clone());
+            in_flight += events;
+            building.spawn_blocking(move || (build(&reader, &name, &plan), plan, events));
+        }
+        let Some(done) = building.join_next().await else {
+            break;
+        };
+        let (built, plan, events) = done.map_err(Error::internal)?;
+        in_flight -= events;
+        let built = match built {
+            Ok(built) => built,
             // One unreadable input leaves its day loose (read from segments), not the rest.
             Err(e) => {
                 tracing::warn!(error = %e, "could not build an event pack; its files stay loose");
@@ -218,7 +245,7 @@ fn build(segments: &EventSegments, name: &str, plan: &Plan) -> Result<EventPack,
         (batch, row - starts[batch])
     };
     let inputs: Vec<&RecordBatch> = batches.iter().collect();
-    let mut file = segments.create(name).map_err(driver_error)?;
+    let mut file = segments.create_pack(name).map_err(driver_error)?;
     let mut events = 0;
     for rows in order.iter().flat_map(|o| o.values().chunks(WRITE_ROWS)) {
         let picks: Vec<(usize, usize)> = rows.iter().map(|&r| locate(r)).collect();

@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use reqwest::blocking::Client;
 
+mod stats;
+pub use stats::{cpu_ticks, spread, steal_since};
+
 /// The server binary Cargo built for this bench.
 pub const SERVER: &str = env!("CARGO_BIN_EXE_svc-server");
 
@@ -194,40 +197,6 @@ pub fn wrk(
         p99_ms,
         errors,
     })
-}
-
-/// The machine's CPU time counters (`/proc/stat`): (steal, total) in ticks.
-pub fn cpu_ticks() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    (fields.get(7).copied().unwrap_or(0), fields.iter().sum())
-}
-
-/// Steal since `since` (an earlier [`cpu_ticks`]), in percent of all CPU time.
-pub fn steal_since(since: (u64, u64)) -> f64 {
-    let now = cpu_ticks();
-    let total = now.1.saturating_sub(since.1).max(1);
-    100.0 * now.0.saturating_sub(since.0) as f64 / total as f64
-}
-
-/// Median (the mean of the middle two of an even count), min and max of samples.
-pub fn spread(samples: &[f64]) -> (f64, f64, f64) {
-    let mut s = samples.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = s.len();
-    let median = if n.is_multiple_of(2) {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    } else {
-        s[n / 2]
-    };
-    (median, s[0], s[n - 1])
 }
 
 /// A new SQLite store in `dir` with its system groups and the user `analyst@example.com`,

@@ -208,6 +208,46 @@ impl SerializeStruct for &mut Fields<'_> {
     }
 }
 
+/// The compound values neither a row nor a cell can be.
+macro_rules! refuse_compound {
+    () => {
+        fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, NotFlat> {
+            not_flat("a sequence")
+        }
+        fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, NotFlat> {
+            not_flat("a tuple")
+        }
+        fn serialize_tuple_struct(
+            self,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Self::SerializeTupleStruct, NotFlat> {
+            not_flat("a tuple")
+        }
+        fn serialize_tuple_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Self::SerializeTupleVariant, NotFlat> {
+            not_flat("an enum with data")
+        }
+        fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, NotFlat> {
+            not_flat("a map")
+        }
+        fn serialize_struct_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Self::SerializeStructVariant, NotFlat> {
+            not_flat("an enum with data")
+        }
+    };
+}
+
 /// Only `serialize_struct` is a row; everything else is refused.
 macro_rules! refuse {
     ($($method:ident($($arg:ty),*)),* $(,)?) => {
@@ -272,40 +312,7 @@ impl Serializer for &mut Fields<'_> {
     ) -> Result<(), NotFlat> {
         not_flat("an enum")
     }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, NotFlat> {
-        not_flat("a sequence")
-    }
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, NotFlat> {
-        not_flat("a tuple")
-    }
-    fn serialize_tuple_struct(
-        self,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleStruct, NotFlat> {
-        not_flat("a tuple")
-    }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant, NotFlat> {
-        not_flat("an enum")
-    }
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, NotFlat> {
-        not_flat("a map")
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant, NotFlat> {
-        not_flat("an enum")
-    }
+    refuse_compound!();
 }
 
 /// One field's value as a cell.
@@ -402,42 +409,9 @@ impl Serializer for CellOf {
     ) -> Result<Cell, NotFlat> {
         not_flat("an enum with data")
     }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, NotFlat> {
-        not_flat("a sequence")
-    }
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, NotFlat> {
-        not_flat("a tuple")
-    }
-    fn serialize_tuple_struct(
-        self,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleStruct, NotFlat> {
-        not_flat("a tuple")
-    }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant, NotFlat> {
-        not_flat("an enum with data")
-    }
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, NotFlat> {
-        not_flat("a map")
-    }
+    refuse_compound!();
     fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, NotFlat> {
         not_flat("a struct")
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant, NotFlat> {
-        not_flat("an enum with data")
     }
 }
 

@@ -25,6 +25,9 @@ use svc_telemetry::corpus::{self, Rng};
 use svc_telemetry::files::SessionFiles;
 use svc_telemetry::{EventSegments, Pipeline, Trigger};
 
+#[path = "../../benches/common/stats.rs"]
+mod stats;
+
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -148,32 +151,13 @@ async fn incremental(label: &str, pipeline: &Pipeline, data: &Path) {
     );
 }
 
-/// CPU ticks stolen by the hypervisor so far, and all ticks (from `/proc/stat`).
-fn steal_ticks() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    (ticks.get(7).copied().unwrap_or(0), ticks.iter().sum())
-}
-
 /// `median (min–max)` of some figures.
-fn spread(mut v: Vec<f64>) -> String {
+fn shown(v: &[f64]) -> String {
     if v.is_empty() {
         return "—".into();
     }
-    v.sort_by(f64::total_cmp);
-    let median = if v.len() % 2 == 1 {
-        v[v.len() / 2]
-    } else {
-        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-    };
-    format!("{median:.1} ({:.1}–{:.1})", v[0], v[v.len() - 1])
+    let (median, min, max) = stats::spread(v);
+    format!("{median:.1} ({min:.1}–{max:.1})")
 }
 
 fn main() {
@@ -197,7 +181,7 @@ fn main() {
     let projects = claude_projects(&corpus_dir);
     let (mut svc, mut cc, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let mut last = None;
-    let steal_before = steal_ticks();
+    let steal_before = stats::cpu_ticks();
     for round in 1..=rounds {
         let data = tmp.0.join(format!("data-{round}"));
         let url = svc_store::default_sqlite_url(&data);
@@ -214,15 +198,13 @@ fn main() {
         }
         last = Some((pipeline, data));
     }
-    let steal_after = steal_ticks();
-    let steal = 100.0 * steal_after.0.saturating_sub(steal_before.0) as f64
-        / steal_after.1.saturating_sub(steal_before.1).max(1) as f64;
+    let steal = stats::steal_since(steal_before);
     println!("peak RSS after processing: {:.0} MiB", peak_rss_mib());
     println!(
         "svc, {rounds} cold runs (SQLite): {} MB/s; ccusage: {} MB/s; svc ÷ ccusage per round: {} (target ≥ 5); steal {steal:.1}%",
-        spread(svc),
-        spread(cc),
-        spread(ratios)
+        shown(&svc),
+        shown(&cc),
+        shown(&ratios)
     );
     if let Some((pipeline, data)) = last {
         rt.block_on(incremental("sqlite", &pipeline, &data));

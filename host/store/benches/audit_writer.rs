@@ -1,14 +1,18 @@
 //! Audit writer throughput: group commit (the real writer) against one insert per row, both
 //! into SQLite in the same run, the store configured exactly as `svc-server` configures it.
 //!
-//! `cargo bench -p svc-host --bench audit_writer` prints rows/s for each path and the ratio.
-//! Set `SVC_TEST_DATABASE_URL` to also measure PostgreSQL.
+//! `cargo bench -p svc-store --bench audit_writer` prints rows/s for each path and the ratio.
+//! Set `SVC_TEST_DATABASE_URL` to also measure PostgreSQL. It uses the server's allocator
+//! (mimalloc), so its figures are the server's.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use svc_store::audit::{Actor, AuditWriter, ClientKind, Event};
 use svc_store::Store;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const NAIVE_ROWS: usize = 3_000;
 const BATCHED_ROWS: usize = 200_000;

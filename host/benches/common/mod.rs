@@ -9,6 +9,8 @@ use std::time::Duration;
 use reqwest::blocking::Client;
 
 mod stats;
+// Each bench uses some of the helpers (as with `dead_code` above).
+#[allow(unused_imports)]
 pub use stats::{cpu_ticks, spread, steal_since};
 
 /// The server binary Cargo built for this bench.

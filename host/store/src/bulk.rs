@@ -315,6 +315,15 @@ impl Serializer for &mut Fields<'_> {
     refuse_compound!();
 }
 
+/// Integers that always fit a 64-bit column, as integer cells.
+macro_rules! widen_to_int {
+    ($($method:ident($ty:ty)),* $(,)?) => {
+        $(fn $method(self, v: $ty) -> Result<Cell, NotFlat> {
+            Ok(Cell::Int(v.into()))
+        })*
+    };
+}
+
 /// One field's value as a cell.
 struct CellOf;
 
@@ -332,27 +341,15 @@ impl Serializer for CellOf {
     fn serialize_bool(self, v: bool) -> Result<Cell, NotFlat> {
         Ok(Cell::Bool(v))
     }
-    fn serialize_i8(self, v: i8) -> Result<Cell, NotFlat> {
-        Ok(Cell::Int(v.into()))
-    }
-    fn serialize_i16(self, v: i16) -> Result<Cell, NotFlat> {
-        Ok(Cell::Int(v.into()))
-    }
-    fn serialize_i32(self, v: i32) -> Result<Cell, NotFlat> {
-        Ok(Cell::Int(v.into()))
-    }
-    fn serialize_i64(self, v: i64) -> Result<Cell, NotFlat> {
-        Ok(Cell::Int(v))
-    }
-    fn serialize_u8(self, v: u8) -> Result<Cell, NotFlat> {
-        Ok(Cell::Int(v.into()))
-    }
-    fn serialize_u16(self, v: u16) -> Result<Cell, NotFlat> {
-        Ok(Cell::Int(v.into()))
-    }
-    fn serialize_u32(self, v: u32) -> Result<Cell, NotFlat> {
-        Ok(Cell::Int(v.into()))
-    }
+    widen_to_int!(
+        serialize_i8(i8),
+        serialize_i16(i16),
+        serialize_i32(i32),
+        serialize_i64(i64),
+        serialize_u8(u8),
+        serialize_u16(u16),
+        serialize_u32(u32),
+    );
     fn serialize_u64(self, v: u64) -> Result<Cell, NotFlat> {
         i64::try_from(v)
             .map(Cell::Int)

@@ -1,5 +1,5 @@
 //! The in-process scheduler: periodic sync, due scripts, warehouse metadata refresh, the
-//! telemetry pipeline and its daily prune.
+//! telemetry pipeline and its daily prune, audit retention and the audit rollups.
 //!
 //! Jobs run the same code the operational endpoints run (never HTTP to ourselves) under the
 //! scheduler's identity, so every run is audited with `client_kind = scheduler`. With
@@ -39,6 +39,8 @@ pub enum Job {
     UsageProcessor,
     /// Dropping audit rows past `SVC_AUDIT_RETENTION_DAYS` (not scheduled when unset).
     AuditRetention,
+    /// Counting closed hours of the audit log into the activity rollups.
+    AuditRollup,
     /// Fetching every curated marketplace and re-reading its plugins.
     MarketplaceSync,
 }
@@ -53,6 +55,7 @@ impl Job {
             Self::TelemetryPrune => "telemetry_prune",
             Self::UsageProcessor => "usage_processor",
             Self::AuditRetention => "audit_retention",
+            Self::AuditRollup => "audit_rollup",
             Self::MarketplaceSync => "marketplace_sync",
         }
     }
@@ -68,17 +71,19 @@ impl Job {
             Self::TelemetryPrune => ("SCHEDULER_TELEMETRY_PRUNE_INTERVAL", 86_400),
             Self::UsageProcessor => ("SCHEDULER_USAGE_PROCESSOR_INTERVAL", 600),
             Self::AuditRetention => ("SCHEDULER_AUDIT_RETENTION_INTERVAL", 3_600),
+            Self::AuditRollup => ("SCHEDULER_AUDIT_ROLLUP_INTERVAL", 60),
             Self::MarketplaceSync => ("SCHEDULER_MARKETPLACE_SYNC_INTERVAL", 86_400),
         }
     }
 
-    const ALL: [Self; 7] = [
+    const ALL: [Self; 8] = [
         Self::Sync,
         Self::Scripts,
         Self::WarehouseMetadataRefresh,
         Self::TelemetryPrune,
         Self::UsageProcessor,
         Self::AuditRetention,
+        Self::AuditRollup,
         Self::MarketplaceSync,
     ];
 }
@@ -381,6 +386,15 @@ async fn run_job(state: &Arc<AppState>, job: Job) -> Result<String, String> {
                 .map(|n| format!("pruned {n} audit rows older than {days} days"))
                 .map_err(|e| e.to_string())
         }
+        Job::AuditRollup => state
+            .store
+            .roll_up_audit(chrono::Utc::now())
+            .await
+            .map(|run| {
+                let rest = if run.complete { "" } else { "; more next run" };
+                format!("{} audit hours rolled up{rest}", run.hours)
+            })
+            .map_err(|e| e.to_string()),
         Job::MarketplaceSync => {
             let reports = state
                 .marketplace

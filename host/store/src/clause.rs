@@ -2,7 +2,7 @@
 
 /// A WHERE clause (starting ` WHERE 1 = 1`, so every condition is an `AND`) and the values
 /// to bind to its placeholders, in order.
-#[derive(Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Where {
     /// The clause.
     pub sql: String,

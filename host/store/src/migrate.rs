@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 57;
+pub const CURRENT_SCHEMA_VERSION: i64 = 58;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -98,6 +98,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 57,
         name: "corporate memory: bundle candidates by confidence, then change time",
+    },
+    Step {
+        version: 58,
+        name: "audit log: hourly and daily rollups for the activity cards and facets",
     },
 ];
 
@@ -260,6 +264,15 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
         57 => {
             ensure_indices(tx, schema::KNOWLEDGE_V57_INDICES).await?;
             exec(tx, "DROP INDEX IF EXISTS idx_knowledge_bundle_recent").await?;
+        }
+        58 => {
+            for t in [
+                &schema::AUDIT_ROLLUP,
+                &schema::AUDIT_ROLLUP_MS,
+                &schema::AUDIT_ROLLUP_STATE,
+            ] {
+                ensure_table(tx, b, t).await?;
+            }
         }
         other => anyhow::bail!("no migration step {other}"),
     }

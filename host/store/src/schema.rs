@@ -1123,3 +1123,45 @@ pub(super) const USAGE_V50_INDICES: &[Index] = &[
         ],
     },
 ];
+
+/// The audit log's counts per hour and per day, one row per dimension value (v58;
+/// `audit::rollup`). `grain` is `h` or `d`; `start` is the period's first store timestamp.
+pub(super) const AUDIT_ROLLUP: Table = Table {
+    name: "audit_rollup",
+    columns: &[
+        req("grain", Text),
+        req("dim", Int),
+        req("start", Text),
+        req("value", Text),
+        req("n", Int),
+    ],
+    primary_key: &["grain", "dim", "start", "value"],
+    unique: &[],
+};
+
+/// The audit log's durations per hour and per day: how many rows took each whole
+/// millisecond count (v58), from which the cards' percentiles stay exact.
+pub(super) const AUDIT_ROLLUP_MS: Table = Table {
+    name: "audit_rollup_ms",
+    columns: &[
+        req("grain", Text),
+        req("start", Text),
+        req("ms", Int),
+        req("n", Int),
+    ],
+    primary_key: &["grain", "start", "ms"],
+    unique: &[],
+};
+
+/// Which hours the rollups cover (v58): one row, id 1.
+pub(super) const AUDIT_ROLLUP_STATE: Table = Table {
+    name: "audit_rollup_state",
+    columns: &[
+        req("id", Int),
+        req("floor", Text),
+        req("covered_from", Text),
+        req("covered_until", Text),
+    ],
+    primary_key: &["id"],
+    unique: &[],
+};

@@ -114,6 +114,113 @@ fn timeline_ids(s: &Server, token: &str, query: &str) -> Vec<String> {
     }
 }
 
+/// Asserts that the timeline lists exactly `expected` under `query`, and that the KPIs and
+/// facets count exactly them (checked against tallies computed here).
+fn assert_summaries(
+    s: &Server,
+    admin: &str,
+    ana_id: &str,
+    query: &str,
+    filter: &str,
+    expected: &[&Row],
+) {
+    // The timeline lists exactly these rows.
+    let listed: BTreeSet<String> = timeline_ids(s, admin, query).into_iter().collect();
+    let wanted: BTreeSet<String> = expected.iter().map(|r| r.id.clone()).collect();
+    assert_eq!(listed, wanted, "{filter}");
+
+    // The KPIs count them.
+    let (status, k) = s.get_json(&format!("/api/admin/observability/kpis?{query}"), admin);
+    assert_eq!(status, 200, "{filter}: {k}");
+    let errors = expected.iter().filter(|r| r.result != "success").count();
+    let users: BTreeSet<_> = expected.iter().filter_map(|r| r.user).collect();
+    let durations: Vec<i64> = expected.iter().filter_map(|r| r.ms).collect();
+    assert_eq!(k["events_total"], expected.len(), "{filter}: {k}");
+    assert_eq!(k["errors"], errors, "{filter}: {k}");
+    assert_eq!(k["active_users"], users.len(), "{filter}: {k}");
+    assert_eq!(k["timed"], durations.len(), "{filter}: {k}");
+    let rate = if expected.is_empty() {
+        0.0
+    } else {
+        (errors as f64 / expected.len() as f64 * 10_000.0).round() / 10_000.0
+    };
+    assert_eq!(k["error_rate"].as_f64(), Some(rate), "{filter}: {k}");
+    for (key, p) in [
+        ("p50_duration_ms", 0.50),
+        ("p95_duration_ms", 0.95),
+        ("p99_duration_ms", 0.99),
+    ] {
+        assert_eq!(
+            k[key].as_i64(),
+            nearest_rank(&durations, p),
+            "{filter} {key}: {k}"
+        );
+    }
+    assert!(k["window_minutes"].is_null(), "an absolute window: {k}");
+
+    // The facets add up to them.
+    let (status, f) = s.get_json(&format!("/api/admin/observability/facets?{query}"), admin);
+    assert_eq!(status, 200, "{filter}: {f}");
+    let counts = |facet: &str, key: &str| -> BTreeMap<String, i64> {
+        f[facet]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                (
+                    v[key].as_str().unwrap().to_owned(),
+                    v["count"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let tally = |value: &dyn Fn(&Row) -> Option<String>| -> BTreeMap<String, i64> {
+        let mut m = BTreeMap::new();
+        for r in &expected {
+            if let Some(v) = value(r) {
+                *m.entry(v).or_insert(0) += 1;
+            }
+        }
+        m
+    };
+    assert_eq!(
+        counts("actions", "value"),
+        tally(&|r: &Row| Some(r.action.to_owned()))
+    );
+    assert_eq!(
+        counts("results", "value"),
+        tally(&|r: &Row| Some(r.result.clone()))
+    );
+    assert_eq!(
+        counts("resources", "value"),
+        tally(&|r: &Row| r.resource.clone())
+    );
+    assert_eq!(
+        counts("sources", "value"),
+        tally(&|r: &Row| Some(r.kind.unwrap_or("system").to_owned()))
+    );
+    assert_eq!(
+        counts("users", "id"),
+        tally(&|r: &Row| r.user.map(str::to_owned))
+    );
+    // Labels: the e-mail, or the id of a gone user; most rows first.
+    for u in f["users"].as_array().unwrap() {
+        let label = if u["id"] == ana_id {
+            "ana@example.com"
+        } else {
+            "gone-user"
+        };
+        assert_eq!(u["label"], label, "{u}");
+    }
+    let actions: Vec<i64> = f["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["count"].as_i64().unwrap())
+        .collect();
+    assert!(actions.windows(2).all(|w| w[0] >= w[1]), "{f}");
+}
+
 #[test]
 fn facets_and_kpis_count_the_rows_the_timeline_lists() {
     for backend in backends() {
@@ -158,102 +265,7 @@ fn facets_and_kpis_count_the_rows_the_timeline_lists() {
             let query = format!("{window}{filter}");
             let expected: Vec<&Row> = rows.iter().filter(|r| keep(r)).collect();
 
-            // The timeline lists exactly these rows.
-            let listed: BTreeSet<String> = timeline_ids(&s, &admin, &query).into_iter().collect();
-            let wanted: BTreeSet<String> = expected.iter().map(|r| r.id.clone()).collect();
-            assert_eq!(listed, wanted, "{filter}");
-
-            // The KPIs count them.
-            let (status, k) = s.get_json(&format!("/api/admin/observability/kpis?{query}"), &admin);
-            assert_eq!(status, 200, "{filter}: {k}");
-            let errors = expected.iter().filter(|r| r.result != "success").count();
-            let users: BTreeSet<_> = expected.iter().filter_map(|r| r.user).collect();
-            let durations: Vec<i64> = expected.iter().filter_map(|r| r.ms).collect();
-            assert_eq!(k["events_total"], expected.len(), "{filter}: {k}");
-            assert_eq!(k["errors"], errors, "{filter}: {k}");
-            assert_eq!(k["active_users"], users.len(), "{filter}: {k}");
-            assert_eq!(k["timed"], durations.len(), "{filter}: {k}");
-            let rate = if expected.is_empty() {
-                0.0
-            } else {
-                (errors as f64 / expected.len() as f64 * 10_000.0).round() / 10_000.0
-            };
-            assert_eq!(k["error_rate"].as_f64(), Some(rate), "{filter}: {k}");
-            for (key, p) in [
-                ("p50_duration_ms", 0.50),
-                ("p95_duration_ms", 0.95),
-                ("p99_duration_ms", 0.99),
-            ] {
-                assert_eq!(
-                    k[key].as_i64(),
-                    nearest_rank(&durations, p),
-                    "{filter} {key}: {k}"
-                );
-            }
-            assert!(k["window_minutes"].is_null(), "an absolute window: {k}");
-
-            // The facets add up to them.
-            let (status, f) =
-                s.get_json(&format!("/api/admin/observability/facets?{query}"), &admin);
-            assert_eq!(status, 200, "{filter}: {f}");
-            let counts = |facet: &str, key: &str| -> BTreeMap<String, i64> {
-                f[facet]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| {
-                        (
-                            v[key].as_str().unwrap().to_owned(),
-                            v["count"].as_i64().unwrap(),
-                        )
-                    })
-                    .collect()
-            };
-            let tally = |value: &dyn Fn(&Row) -> Option<String>| -> BTreeMap<String, i64> {
-                let mut m = BTreeMap::new();
-                for r in &expected {
-                    if let Some(v) = value(r) {
-                        *m.entry(v).or_insert(0) += 1;
-                    }
-                }
-                m
-            };
-            assert_eq!(
-                counts("actions", "value"),
-                tally(&|r: &Row| Some(r.action.to_owned()))
-            );
-            assert_eq!(
-                counts("results", "value"),
-                tally(&|r: &Row| Some(r.result.clone()))
-            );
-            assert_eq!(
-                counts("resources", "value"),
-                tally(&|r: &Row| r.resource.clone())
-            );
-            assert_eq!(
-                counts("sources", "value"),
-                tally(&|r: &Row| Some(r.kind.unwrap_or("system").to_owned()))
-            );
-            assert_eq!(
-                counts("users", "id"),
-                tally(&|r: &Row| r.user.map(str::to_owned))
-            );
-            // Labels: the e-mail, or the id of a gone user; most rows first.
-            for u in f["users"].as_array().unwrap() {
-                let label = if u["id"] == ana_id {
-                    "ana@example.com"
-                } else {
-                    "gone-user"
-                };
-                assert_eq!(u["label"], label, "{u}");
-            }
-            let actions: Vec<i64> = f["actions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v["count"].as_i64().unwrap())
-                .collect();
-            assert!(actions.windows(2).all(|w| w[0] >= w[1]), "{f}");
+            assert_summaries(&s, &admin, ana_id, &query, filter, &expected);
         }
 
         // A relative window is echoed; the default is a day.
@@ -342,6 +354,92 @@ fn sync_row(id: &str, minutes_ago: i64, table: &str, ok: bool, user: Option<&'st
             "error.502".into()
         },
         ms: Some(40),
+    }
+}
+
+/// 240 rows spread over the two days before the last 40 minutes, every dimension varied.
+fn wide_fixture(ana: &'static str) -> Vec<Row> {
+    (1..=240)
+        .map(|i: i64| Row {
+            id: format!("w-{i:03}"),
+            minutes_ago: 40 + i * 12,
+            user: match i % 4 {
+                0 | 3 => Some(ana),
+                1 => Some("gone-user"),
+                _ => None,
+            },
+            action: ["catalog.sample", "query.local", "scan"][(i % 3) as usize],
+            resource: (i % 5 != 0).then(|| format!("table:t{}", i % 4)),
+            kind: [None, Some("cli"), Some("web")][(i % 3) as usize],
+            result: match i % 9 {
+                0 => "error.500".into(),
+                4 => "error.403".into(),
+                _ => "success".into(),
+            },
+            ms: (i % 11 != 0).then_some((i * 37) % 700),
+        })
+        .collect()
+}
+
+#[test]
+fn rolled_up_cards_and_facets_still_count_exactly_the_rows() {
+    for backend in backends() {
+        let s = Server::start_with(backend, &[]);
+        let admin = s.admin_token();
+        let _ = s.user_token("ana@example.com", false);
+        let ana_id: &'static str = Box::leak(
+            s.query("SELECT id FROM users WHERE email = 'ana@example.com'")[0]["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+                .into_boxed_str(),
+        );
+        let rows = wide_fixture(ana_id);
+        insert(&s, &rows);
+        // A second server on the same store runs the rollup job over them.
+        let job = Server::start_beside(
+            &s,
+            &[
+                ("SCHEDULER_ENABLED", "true"),
+                ("SCHEDULER_STARTUP_GRACE_SECONDS", "0"),
+                ("SCHEDULER_TICK_SECONDS", "1"),
+                ("SCHEDULER_AUDIT_ROLLUP_INTERVAL", "1"),
+            ],
+        );
+        let oldest = s.query("SELECT MIN(timestamp) AS t FROM audit_log")[0]["t"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        wait_for(60, "the rollup job to reach the oldest row", || {
+            let covered = s.query("SELECT covered_from FROM audit_rollup_state WHERE id = 1");
+            let from = covered.first()?["covered_from"].as_str()?.to_owned();
+            (from <= oldest).then_some(())
+        });
+        let day_rows = s.query("SELECT COUNT(*) AS n FROM audit_rollup WHERE grain = 'd'");
+        assert!(day_rows[0]["n"].as_i64().unwrap() > 0, "{day_rows:?}");
+        drop(job);
+
+        // Windows with whole days, whole hours and ragged ends, through both servers' store.
+        for (since, until) in [(2_900, 45), (1_500, 700), (125, 50)] {
+            let query = format!(
+                "since={}&until={}",
+                urlencode(&ts(since)),
+                urlencode(&ts(until))
+            );
+            let expected: Vec<&Row> = rows
+                .iter()
+                .filter(|r| r.minutes_ago <= since && r.minutes_ago > until)
+                .collect();
+            assert!(!expected.is_empty());
+            assert_summaries(
+                &s,
+                &admin,
+                ana_id,
+                &query,
+                &format!("{since}..{until}"),
+                &expected,
+            );
+        }
     }
 }
 

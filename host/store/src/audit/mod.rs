@@ -27,12 +27,14 @@ use crate::Store;
 
 mod actions;
 mod retention;
+mod rollup;
 mod rows;
 mod stats;
 mod timeline;
 mod timings;
 pub use actions::{ActionInfo, ACTIONS};
 pub use retention::PRUNE_BATCH;
+pub use rollup::{RollupRun, GRACE as ROLLUP_GRACE};
 pub use rows::AuditRecord;
 pub use stats::{AuditFacets, AuditKpis, FacetCount, UserCount, FACET_LIMIT};
 pub use timeline::{AuditCursor, AuditFilter, AuditPage, AuditRow, ResultFilter, SYSTEM_SOURCE};

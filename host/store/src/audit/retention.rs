@@ -13,7 +13,9 @@ const PAUSE: Duration = Duration::from_millis(5);
 impl Store {
     /// Deletes audit rows older than `before` (a store timestamp), oldest first, a batch per
     /// statement, and returns how many went. Rows written meanwhile are newer and untouched.
+    /// The rollups stop covering the hours it reaches into first.
     pub async fn prune_audit(&self, before: &str) -> Result<u64, StoreError> {
+        self.raise_rollup_floor(before).await?;
         let mut deleted = 0;
         loop {
             let n = sqlx::query(

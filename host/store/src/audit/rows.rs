@@ -100,9 +100,22 @@ impl Store {
     ///
     /// Rows go in many to a statement ([`crate::bulk`]): one round trip per chunk, not one
     /// per row, is what makes group commit fast through the driver.
+    ///
+    /// A row stamped before [`super::ROLLUP_GRACE`] may belong to an hour the rollups already
+    /// cover; such rows are added to them in the same transaction, under the rollups' lock
+    /// (taken before the insert, so the job cannot count their hour in between). Rows the
+    /// writer stamps are seconds old when stored, so a normal batch takes no lock.
     pub async fn insert_audit_batch(&self, records: &[AuditRecord]) -> Result<(), StoreError> {
         let rows: Vec<StoredRow<'_>> = records.iter().map(StoredRow::from).collect();
+        let late_before = super::rollup::late_before(chrono::Utc::now());
+        let late: Vec<&AuditRecord> = records
+            .iter()
+            .filter(|r| r.timestamp < late_before)
+            .collect();
         let mut tx = self.pool().begin().await?;
+        if !late.is_empty() {
+            super::rollup::fold_late_rows(&mut tx, &late).await?;
+        }
         BulkInsert::new(self.backend(), "audit_log", bulk_columns())
             .run(&mut tx, &rows)
             .await?;

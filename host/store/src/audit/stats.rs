@@ -1,12 +1,14 @@
 //! What the audit log adds up to under a filter: the observability page's cards (KPIs) and
 //! facets, over exactly the rows the timeline shows for the same filter, so the numbers
-//! above the table agree with the table.
+//! above the table agree with the table. Over a plain time window most of the counting is
+//! already done ([`super::rollup`]).
 
 use sqlx::Row;
 use tokio::try_join;
 
-use super::timeline::{where_of, AuditFilter, SYSTEM_SOURCE};
-use crate::clause::Where;
+use super::rollup::{Dim, Split};
+use super::timeline::AuditFilter;
+use crate::clause::{bound, Where};
 use crate::{Store, StoreError};
 
 /// Values each facet lists at most (sources are few and always all listed).
@@ -87,72 +89,39 @@ fn percentile(histogram: &[(i64, i64)], total: i64, p: f64) -> Option<i64> {
 }
 
 impl Store {
-    /// Runs `SELECT {select} FROM audit_log a {where} {tail}` with the filter's binds.
-    async fn audit_rows(
-        &self,
-        select: &str,
-        filter: &Where,
-        tail: &str,
-    ) -> Result<Vec<sqlx::any::AnyRow>, StoreError> {
-        let sql = format!("SELECT {select} FROM audit_log a{} {tail}", filter.sql);
-        let mut query = sqlx::query(&sql);
-        for b in &filter.binds {
-            query = query.bind(b);
-        }
-        Ok(query.fetch_all(self.pool()).await?)
-    }
-
-    /// The top values of one expression under the filter, most rows first (ties by value).
-    ///
-    /// Group by an expression, never a bare indexed column: without statistics SQLite
-    /// would walk the whole `(action, timestamp)` or `(user_id, timestamp)` index to group
-    /// in index order (every row of the log) instead of the window's rows by timestamp.
-    async fn facet(
-        &self,
-        filter: &AuditFilter,
-        expr: &str,
-        not_null: bool,
-        limit: Option<u32>,
-    ) -> Result<Vec<FacetCount>, StoreError> {
-        let mut w = where_of(filter);
-        if not_null {
-            w.push_fixed(&format!("{expr} IS NOT NULL"));
-        }
+    /// Runs `SELECT value, n` over `counts` (`(value, n)` rows) added up per value, most
+    /// rows first (ties by value).
+    async fn top(&self, counts: Where, limit: Option<u32>) -> Result<Vec<FacetCount>, StoreError> {
         let limit = limit.map_or(String::new(), |n| format!(" LIMIT {n}"));
-        let rows = self
-            .audit_rows(
-                &format!("{expr} AS value, COUNT(*) AS n"),
-                &w,
-                &format!("GROUP BY {expr} ORDER BY n DESC, value{limit}"),
-            )
-            .await?;
-        rows.iter()
+        let sql = format!(
+            "SELECT value, CAST(SUM(n) AS BIGINT) AS n FROM ({}) r GROUP BY value \
+             ORDER BY n DESC, value{limit}",
+            counts.sql
+        );
+        bound(&sql, &counts.binds)
+            .fetch_all(self.pool())
+            .await?
+            .iter()
             .map(|r| {
                 Ok(FacetCount {
-                    value: r.try_get::<Option<String>, _>("value")?.unwrap_or_default(),
+                    value: r.try_get("value")?,
                     count: r.try_get("n")?,
                 })
             })
             .collect()
     }
 
-    /// The acting users under the filter, most rows first, labelled by e-mail.
-    async fn user_facet(&self, filter: &AuditFilter) -> Result<Vec<UserCount>, StoreError> {
-        let mut w = where_of(filter);
-        w.push_fixed("a.user_id IS NOT NULL");
-        // Group first (by an expression: see `facet`), then label the fifty: the join runs
-        // on 50 rows, not on the window.
+    /// The acting users under the split, most rows first, labelled by e-mail.
+    async fn user_facet(&self, split: &Split) -> Result<Vec<UserCount>, StoreError> {
+        let counts = split.counts(Dim::User);
+        // Add up first, then label the fifty: the join runs on 50 rows, not on the window.
         let sql = format!(
-            "SELECT g.user_id, g.n, u.email FROM (SELECT a.user_id || '' AS user_id, COUNT(*) AS n \
-             FROM audit_log a{} GROUP BY a.user_id || '' ORDER BY n DESC, 1 LIMIT {FACET_LIMIT}) g \
-             LEFT JOIN users u ON u.id = g.user_id ORDER BY g.n DESC, g.user_id",
-            w.sql
+            "SELECT g.value AS user_id, g.n, u.email FROM (SELECT value, CAST(SUM(n) AS BIGINT) AS n \
+             FROM ({}) r GROUP BY value ORDER BY n DESC, value LIMIT {FACET_LIMIT}) g \
+             LEFT JOIN users u ON u.id = g.value ORDER BY g.n DESC, g.value",
+            counts.sql
         );
-        let mut query = sqlx::query(&sql);
-        for b in &w.binds {
-            query = query.bind(b);
-        }
-        query
+        bound(&sql, &counts.binds)
             .fetch_all(self.pool())
             .await?
             .iter()
@@ -168,15 +137,26 @@ impl Store {
             .collect()
     }
 
-    /// The facets of the rows under `filter` (the timeline's filter).
+    /// The facets of the rows under `filter` (the timeline's filter). Resources are too
+    /// many to roll up, so they are always counted over the log.
     pub async fn audit_facets(&self, filter: &AuditFilter) -> Result<AuditFacets, StoreError> {
-        let source = format!("COALESCE(a.client_kind, '{SYSTEM_SOURCE}')");
+        self.facets_of(filter, &self.split(filter).await?).await
+    }
+
+    /// The facets of `filter`'s rows, counted as `split` says.
+    pub(super) async fn facets_of(
+        &self,
+        filter: &AuditFilter,
+        split: &Split,
+    ) -> Result<AuditFacets, StoreError> {
+        let resources =
+            Split::raw(filter).log_counts("a.resource || ''", Some("a.resource IS NOT NULL"));
         let (users, actions, results, resources, sources) = try_join!(
-            self.user_facet(filter),
-            self.facet(filter, "a.action || ''", false, Some(FACET_LIMIT)),
-            self.facet(filter, "a.result || ''", false, Some(FACET_LIMIT)),
-            self.facet(filter, "a.resource || ''", true, Some(FACET_LIMIT)),
-            self.facet(filter, &source, false, None),
+            self.user_facet(split),
+            self.top(split.counts(Dim::Action), Some(FACET_LIMIT)),
+            self.top(split.counts(Dim::Result), Some(FACET_LIMIT)),
+            self.top(resources, Some(FACET_LIMIT)),
+            self.top(split.counts(Dim::Source), None),
         )?;
         Ok(AuditFacets {
             users,
@@ -191,25 +171,35 @@ impl Store {
     /// (nearest rank) over the rows that recorded a duration: durations are whole
     /// milliseconds, so their histogram is small even when the rows are millions.
     pub async fn audit_kpis(&self, filter: &AuditFilter) -> Result<AuditKpis, StoreError> {
-        let all = where_of(filter);
-        let mut timed = where_of(filter);
-        timed.push_fixed("a.duration_ms IS NOT NULL");
-        let (counts, histogram) = try_join!(
-            self.audit_rows(
-                "COUNT(*) AS events, COUNT(DISTINCT a.user_id) AS users, \
-                 COALESCE(SUM(CASE WHEN a.result LIKE 'error.%' THEN 1 ELSE 0 END), 0) AS errors",
-                &all,
-                "",
-            ),
-            self.audit_rows(
-                "a.duration_ms AS ms, COUNT(*) AS n",
-                &timed,
-                "GROUP BY a.duration_ms ORDER BY a.duration_ms",
-            ),
+        self.kpis_of(&self.split(filter).await?).await
+    }
+
+    /// The KPIs of the rows `split` counts.
+    pub(super) async fn kpis_of(&self, split: &Split) -> Result<AuditKpis, StoreError> {
+        let results = split.counts(Dim::Result);
+        let users = split.counts(Dim::User);
+        let durations = split.durations();
+        let counts_sql = format!(
+            "SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) AS events, \
+             CAST(COALESCE(SUM(CASE WHEN value LIKE 'error.%' THEN n ELSE 0 END), 0) AS BIGINT) AS errors \
+             FROM ({}) r",
+            results.sql
+        );
+        let users_sql = format!(
+            "SELECT COUNT(DISTINCT value) AS users FROM ({}) r",
+            users.sql
+        );
+        let histogram_sql = format!(
+            "SELECT ms, CAST(SUM(n) AS BIGINT) AS n FROM ({}) r GROUP BY ms ORDER BY ms",
+            durations.sql
+        );
+        let (counts, users, histogram) = try_join!(
+            bound(&counts_sql, &results.binds).fetch_one(self.pool()),
+            bound(&users_sql, &users.binds).fetch_one(self.pool()),
+            bound(&histogram_sql, &durations.binds).fetch_all(self.pool()),
         )?;
-        let row = counts.first().ok_or(sqlx::Error::RowNotFound)?;
-        let events_total: i64 = row.try_get("events")?;
-        let errors: i64 = row.try_get("errors")?;
+        let events_total: i64 = counts.try_get("events")?;
+        let errors: i64 = counts.try_get("errors")?;
         let histogram: Vec<(i64, i64)> = histogram
             .iter()
             .map(|r| Ok((r.try_get("ms")?, r.try_get("n")?)))
@@ -222,7 +212,7 @@ impl Store {
         };
         Ok(AuditKpis {
             events_total,
-            active_users: row.try_get("users")?,
+            active_users: users.try_get("users")?,
             errors,
             error_rate,
             timed,

@@ -95,6 +95,22 @@ pub struct AuditFilter {
     pub q: Option<String>,
 }
 
+impl AuditFilter {
+    /// Whether it narrows nothing but the time window (`since`, `until`).
+    pub fn window_only(&self) -> bool {
+        let unset = |v: &Option<String>| v.as_deref().is_none_or(str::is_empty);
+        self.user_id.is_none()
+            && unset(&self.action_prefix)
+            && self.action_in.is_empty()
+            && self.resource.is_none()
+            && self.result.is_none()
+            && self.client_kind.is_none()
+            && self.source.is_none()
+            && self.correlation_id.is_none()
+            && unset(&self.q)
+    }
+}
+
 /// An audit row with its user's e-mail and name. Both fall back to the user id when the
 /// user is gone, and are null only for rows without a user.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -1,0 +1,862 @@
+//! The audit log counted by hour and by day, so the activity cards and facets over a day or
+//! a month read a few thousand counts instead of every row of the window.
+//!
+//! For each hour, and each whole UTC day, the rollups hold per [`Dim`] how many rows had each
+//! value, and how many rows took each whole number of milliseconds (so the percentiles stay
+//! exact). A read over a window ([`Split`]) takes the periods the rollups cover from them
+//! and everything else (the window's ragged ends, hours not rolled up yet) from the log, so
+//! every row is counted exactly once and the figures equal a count of the rows.
+//!
+//! Coverage is one range of whole hours, `[covered_from, covered_until)`, in
+//! `audit_rollup_state`; every whole UTC day inside it has day rows too. The scheduled job
+//! ([`Store::roll_up_audit`]) extends it forward to [`GRACE`] before now and backward to
+//! the oldest row, an hour per transaction so the audit writer never waits long. Rows that
+//! arrive later for an hour already covered (a skewed clock, an import) are added to the
+//! rollups in the transaction that stores them ([`fold_late_rows`]). Retention raises the
+//! `floor` below which nothing is rolled up before it deletes, so no hour is counted while
+//! its rows are being pruned. Every change to coverage happens under the state row's lock.
+
+use std::collections::BTreeMap;
+use std::time::{Duration as StdDuration, Instant};
+
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use sqlx::Row;
+use svc_core::clock::{format_ts, parse_ts};
+
+use super::timeline::{where_of, AuditFilter, SYSTEM_SOURCE};
+use super::AuditRecord;
+use crate::clause::Where;
+use crate::{Store, StoreError};
+
+/// How long after an hour ends it is rolled up: rows stamped by the writer reach the store
+/// within seconds, so an hour this old takes no more rows in normal operation.
+pub const GRACE: Duration = Duration::minutes(10);
+/// How long one call of the job works before it returns (the rest waits for the next call).
+const RUN_BUDGET: StdDuration = StdDuration::from_secs(20);
+
+/// A dimension the rollups count rows by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dim {
+    /// The acting user (rows without one are not counted).
+    User = 1,
+    /// The action.
+    Action = 2,
+    /// `success`, `error.<status>`, or empty.
+    Result = 3,
+    /// The client kind, or `system`.
+    Source = 4,
+}
+
+impl Dim {
+    const ALL: [Self; 4] = [Self::User, Self::Action, Self::Result, Self::Source];
+
+    /// Its value in a log row `a`: an expression, never a bare indexed column, so SQLite
+    /// groups the window's rows instead of walking a whole `(column, timestamp)` index.
+    pub(super) fn expr(self) -> String {
+        match self {
+            Self::User => "a.user_id || ''".into(),
+            Self::Action => "a.action || ''".into(),
+            Self::Result => "COALESCE(a.result, '')".into(),
+            Self::Source => format!("COALESCE(a.client_kind, '{SYSTEM_SOURCE}')"),
+        }
+    }
+
+    /// The condition a counted row meets, if any.
+    pub(super) fn condition(self) -> Option<&'static str> {
+        (self == Self::User).then_some("a.user_id IS NOT NULL")
+    }
+}
+
+/// A half-open range of store timestamps; None is unbounded.
+type Range = (Option<String>, Option<String>);
+
+/// `column` within any of `ranges` (none: no row).
+fn ranges_sql(column: &str, ranges: &[Range], binds: &mut Vec<String>) -> String {
+    let mut any = Vec::new();
+    for (from, to) in ranges {
+        let mut both = Vec::new();
+        for (op, bound) in [(">=", from), ("<", to)] {
+            if let Some(b) = bound {
+                binds.push(b.clone());
+                both.push(format!("{column} {op} ${}", binds.len()));
+            }
+        }
+        any.push(if both.is_empty() {
+            "1 = 1".to_owned()
+        } else {
+            both.join(" AND ")
+        });
+    }
+    if any.is_empty() {
+        "1 = 0".into()
+    } else {
+        format!("({})", any.join(" OR "))
+    }
+}
+
+fn hour_floor(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(Duration::hours(1)).unwrap_or(t)
+}
+
+fn hour_ceil(t: DateTime<Utc>) -> DateTime<Utc> {
+    let f = hour_floor(t);
+    if f == t {
+        t
+    } else {
+        f + Duration::hours(1)
+    }
+}
+
+fn day_floor(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(Duration::days(1)).unwrap_or(t)
+}
+
+fn day_ceil(t: DateTime<Utc>) -> DateTime<Utc> {
+    let f = day_floor(t);
+    if f == t {
+        t
+    } else {
+        f + Duration::days(1)
+    }
+}
+
+/// Whether `ts` is a timestamp in the store's own format (only those are placed in an hour
+/// by parsing; others are placed by text order, which only a count over the log does).
+fn canonical(ts: &str) -> Option<DateTime<Utc>> {
+    parse_ts(ts).filter(|t| format_ts(*t) == ts)
+}
+
+/// The hours the rollups cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Coverage {
+    /// Nothing before this is rolled up (retention's cutoff, raised before it deletes).
+    floor: DateTime<Utc>,
+    /// The first covered hour.
+    from: DateTime<Utc>,
+    /// The end of the last covered hour.
+    until: DateTime<Utc>,
+}
+
+impl Coverage {
+    /// Whether the whole day starting at `day` has day rows.
+    fn has_day(&self, day: DateTime<Utc>) -> bool {
+        day >= self.from && day + Duration::days(1) <= self.until
+    }
+}
+
+const STATE_COLUMNS: &str = "floor, covered_from, covered_until";
+
+fn coverage_of(row: &sqlx::any::AnyRow) -> Result<Option<Coverage>, StoreError> {
+    let get = |c: &str| -> Result<Option<DateTime<Utc>>, StoreError> {
+        Ok(parse_ts(&row.try_get::<String, _>(c)?))
+    };
+    Ok(
+        match (get("floor")?, get("covered_from")?, get("covered_until")?) {
+            (Some(floor), Some(from), Some(until)) => Some(Coverage { floor, from, until }),
+            _ => None,
+        },
+    )
+}
+
+/// Takes the state row's lock for the rest of `tx` (a no-op write: the row lock on
+/// PostgreSQL, the database's write lock on SQLite) and reads it; creates it, covering
+/// nothing, when missing.
+async fn lock_coverage(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    empty_at: DateTime<Utc>,
+) -> Result<Coverage, StoreError> {
+    let lock = "UPDATE audit_rollup_state SET id = id WHERE id = 1";
+    if sqlx::query(lock).execute(&mut **tx).await?.rows_affected() == 0 {
+        // Two first callers may both get here; one row is made, and both then lock it.
+        let at = format_ts(hour_floor(empty_at));
+        sqlx::query(&format!(
+            "INSERT INTO audit_rollup_state (id, {STATE_COLUMNS}) VALUES (1, $1, $2, $3) \
+             ON CONFLICT (id) DO NOTHING"
+        ))
+        .bind(format_ts(DateTime::<Utc>::UNIX_EPOCH))
+        .bind(&at)
+        .bind(&at)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query(lock).execute(&mut **tx).await?;
+    }
+    let row = sqlx::query(&format!(
+        "SELECT {STATE_COLUMNS} FROM audit_rollup_state WHERE id = 1"
+    ))
+    .fetch_one(&mut **tx)
+    .await?;
+    match coverage_of(&row)? {
+        Some(c) => Ok(c),
+        // A state row this code did not write: start over, covering nothing.
+        None => {
+            let c = Coverage {
+                floor: DateTime::<Utc>::UNIX_EPOCH,
+                from: hour_floor(empty_at),
+                until: hour_floor(empty_at),
+            };
+            forget(tx, c).await?;
+            Ok(c)
+        }
+    }
+}
+
+async fn save(tx: &mut sqlx::Transaction<'_, sqlx::Any>, c: Coverage) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE audit_rollup_state SET floor = $1, covered_from = $2, covered_until = $3 WHERE id = 1",
+    )
+    .bind(format_ts(c.floor))
+    .bind(format_ts(c.from))
+    .bind(format_ts(c.until))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Drops every rollup row and saves `c` (which should cover nothing).
+async fn forget(tx: &mut sqlx::Transaction<'_, sqlx::Any>, c: Coverage) -> Result<(), StoreError> {
+    for t in ["audit_rollup", "audit_rollup_ms"] {
+        sqlx::query(&format!("DELETE FROM {t}"))
+            .execute(&mut **tx)
+            .await?;
+    }
+    save(tx, c).await
+}
+
+/// Counts the log's rows of the hour starting at `hour` into hour rows.
+async fn build_hour(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    hour: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let range = "a.timestamp >= $1 AND a.timestamp < $2";
+    let parts: Vec<String> = Dim::ALL
+        .iter()
+        .map(|&d| {
+            let expr = d.expr();
+            let cond = d.condition().map_or(String::new(), |c| format!(" AND {c}"));
+            format!(
+                "SELECT 'h', {}, CAST($1 AS TEXT), {expr}, COUNT(*) FROM audit_log a \
+                 WHERE {range}{cond} GROUP BY {expr}",
+                d as i64
+            )
+        })
+        .collect();
+    let from = format_ts(hour);
+    let to = format_ts(hour + Duration::hours(1));
+    for sql in [
+        format!(
+            "INSERT INTO audit_rollup (grain, dim, start, value, n) {}",
+            parts.join(" UNION ALL ")
+        ),
+        format!(
+            "INSERT INTO audit_rollup_ms (grain, start, ms, n) SELECT 'h', CAST($1 AS TEXT), \
+             a.duration_ms, COUNT(*) FROM audit_log a WHERE {range} AND a.duration_ms IS NOT NULL \
+             GROUP BY a.duration_ms"
+        ),
+    ] {
+        sqlx::query(&sql)
+            .bind(&from)
+            .bind(&to)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Adds up the hour rows of the day starting at `day` into day rows.
+async fn build_day(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    day: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let from = format_ts(day);
+    let to = format_ts(day + Duration::days(1));
+    for sql in [
+        "INSERT INTO audit_rollup (grain, dim, start, value, n) SELECT 'd', dim, CAST($1 AS TEXT), \
+         value, CAST(SUM(n) AS BIGINT) FROM audit_rollup WHERE grain = 'h' AND dim IN (1, 2, 3, 4) \
+         AND start >= $1 AND start < $2 GROUP BY dim, value",
+        "INSERT INTO audit_rollup_ms (grain, start, ms, n) SELECT 'd', CAST($1 AS TEXT), ms, \
+         CAST(SUM(n) AS BIGINT) FROM audit_rollup_ms WHERE grain = 'h' AND start >= $1 \
+         AND start < $2 GROUP BY ms",
+    ] {
+        sqlx::query(sql)
+            .bind(&from)
+            .bind(&to)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+/// What one call of the rollup job did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RollupRun {
+    /// Hours counted (each with its day, when it completed one).
+    pub hours: u64,
+    /// Whether coverage reached both the oldest row and [`GRACE`] before now.
+    pub complete: bool,
+}
+
+/// Adds `records`, which are being stored in `tx`, to the rollups of the hours already
+/// covered. Only rows older than [`GRACE`] can fall in one; the writer calls this only when
+/// a batch has such a row, so the common batch pays nothing.
+pub(super) async fn fold_late_rows(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    records: &[&AuditRecord],
+) -> Result<(), StoreError> {
+    let cov = lock_coverage(tx, Utc::now()).await?;
+    let (from, until) = (format_ts(cov.from), format_ts(cov.until));
+    let mut counts: BTreeMap<(&str, i64, String, String), i64> = BTreeMap::new();
+    let mut ms: BTreeMap<(&str, String, i64), i64> = BTreeMap::new();
+    for r in records {
+        if r.timestamp < from || r.timestamp >= until {
+            continue;
+        }
+        let Some(t) = canonical(&r.timestamp) else {
+            // Its hour by text order is not worth deriving for a row no writer of ours
+            // stamps: count everything from the log again.
+            let empty = Coverage {
+                from: cov.until,
+                ..cov
+            };
+            return forget(tx, empty).await;
+        };
+        let hour = format_ts(hour_floor(t));
+        let day = day_floor(t);
+        let day = cov.has_day(day).then(|| format_ts(day));
+        let values = [
+            (Dim::User, r.user_id.clone()),
+            (Dim::Action, Some(r.action.clone())),
+            (Dim::Result, Some(r.result.clone())),
+            (
+                Dim::Source,
+                Some(
+                    r.client_kind
+                        .clone()
+                        .unwrap_or_else(|| SYSTEM_SOURCE.to_owned()),
+                ),
+            ),
+        ];
+        for (dim, value) in values {
+            let Some(value) = value else { continue };
+            *counts
+                .entry(("h", dim as i64, hour.clone(), value.clone()))
+                .or_default() += 1;
+            if let Some(day) = &day {
+                *counts
+                    .entry(("d", dim as i64, day.clone(), value))
+                    .or_default() += 1;
+            }
+        }
+        if let Some(d) = r.duration_ms {
+            *ms.entry(("h", hour.clone(), d)).or_default() += 1;
+            if let Some(day) = &day {
+                *ms.entry(("d", day.clone(), d)).or_default() += 1;
+            }
+        }
+    }
+    for ((grain, dim, start, value), n) in counts {
+        sqlx::query(
+            "INSERT INTO audit_rollup (grain, dim, start, value, n) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (grain, dim, start, value) DO UPDATE SET n = audit_rollup.n + excluded.n",
+        )
+        .bind(grain)
+        .bind(dim)
+        .bind(start)
+        .bind(value)
+        .bind(n)
+        .execute(&mut **tx)
+        .await?;
+    }
+    for ((grain, start, d), n) in ms {
+        sqlx::query(
+            "INSERT INTO audit_rollup_ms (grain, start, ms, n) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (grain, start, ms) DO UPDATE SET n = audit_rollup_ms.n + excluded.n",
+        )
+        .bind(grain)
+        .bind(start)
+        .bind(d)
+        .bind(n)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Where rows older than [`GRACE`] begin: a batch with a row before this folds it in.
+pub(super) fn late_before(now: DateTime<Utc>) -> String {
+    format_ts(now - GRACE)
+}
+
+/// How a read over a filter splits between the rollups and the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Split {
+    /// The whole days read from day rows.
+    days: Option<Range>,
+    /// The hours read from hour rows.
+    hours: Vec<Range>,
+    /// The log rows under the filter that the rollups do not cover.
+    pub raw: Where,
+}
+
+impl Split {
+    /// Everything from the log.
+    pub(super) fn raw(filter: &AuditFilter) -> Self {
+        Self {
+            days: None,
+            hours: Vec::new(),
+            raw: where_of(filter),
+        }
+    }
+
+    /// The split of `filter` under `cov`: only a filter that narrows nothing but the time
+    /// window can be answered from per-dimension counts.
+    pub(super) fn of(filter: &AuditFilter, cov: Option<Coverage>) -> Self {
+        let Some(cov) = cov.filter(|_| filter.window_only()) else {
+            return Self::raw(filter);
+        };
+        let since = filter.since.as_deref();
+        let until = filter.until.as_deref();
+        let parsed = |b: Option<&str>| b.map(parse_ts);
+        let lo = match parsed(since) {
+            None => cov.from,
+            Some(None) => return Self::raw(filter),
+            Some(Some(t)) => hour_ceil(t).max(cov.from),
+        };
+        let hi = match parsed(until) {
+            None => cov.until,
+            Some(None) => return Self::raw(filter),
+            Some(Some(t)) => hour_floor(t).min(cov.until),
+        };
+        let (lo_ts, hi_ts) = (format_ts(lo), format_ts(hi));
+        // Text order decides which rows a bound takes; the covered part must lie inside it.
+        if lo >= hi
+            || since.is_some_and(|s| lo_ts.as_str() < s)
+            || until.is_some_and(|u| hi_ts.as_str() > u)
+        {
+            return Self::raw(filter);
+        }
+        let (d0, d1) = (day_ceil(lo), day_floor(hi));
+        let (days, hours) = if d0 < d1 {
+            let mut hours = Vec::new();
+            if lo < d0 {
+                hours.push((Some(lo_ts.clone()), Some(format_ts(d0))));
+            }
+            if d1 < hi {
+                hours.push((Some(format_ts(d1)), Some(hi_ts.clone())));
+            }
+            (Some((Some(format_ts(d0)), Some(format_ts(d1)))), hours)
+        } else {
+            (None, vec![(Some(lo_ts.clone()), Some(hi_ts.clone()))])
+        };
+        let mut raw = where_of(&AuditFilter::default());
+        let ends = [
+            (since.map(str::to_owned), Some(lo_ts)),
+            (Some(hi_ts), until.map(str::to_owned)),
+        ];
+        let sql = ranges_sql("a.timestamp", &ends, &mut raw.binds);
+        raw.push_fixed(&sql);
+        Self { days, hours, raw }
+    }
+
+    /// The rollup reads (`SELECT value, n …` per grain) for `dim`, binding into `binds`.
+    fn rolled(
+        &self,
+        table: &str,
+        select: &str,
+        dim: Option<Dim>,
+        binds: &mut Vec<String>,
+    ) -> Vec<String> {
+        let dim = dim.map_or(String::new(), |d| format!(" AND dim = {}", d as i64));
+        let mut parts = Vec::new();
+        for (grain, ranges) in [
+            ("d", self.days.iter().cloned().collect::<Vec<_>>()),
+            ("h", self.hours.clone()),
+        ] {
+            if ranges.is_empty() {
+                continue;
+            }
+            let within = ranges_sql("start", &ranges, binds);
+            parts.push(format!(
+                "SELECT {select} FROM {table} WHERE grain = '{grain}'{dim} AND {within}"
+            ));
+        }
+        parts
+    }
+
+    /// `(value, n)` rows for `dim`: one per period and value from the rollups, one per value
+    /// from the log; binds in the result.
+    pub(super) fn counts(&self, dim: Dim) -> Where {
+        let mut w = self.log_counts(&dim.expr(), dim.condition());
+        let rolled = self.rolled("audit_rollup", "value, n", Some(dim), &mut w.binds);
+        for part in rolled {
+            w.sql.push_str(" UNION ALL ");
+            w.sql.push_str(&part);
+        }
+        w
+    }
+
+    /// `(value, n)` rows of `expr` from the log's rows alone (for a dimension the rollups
+    /// lack, on [`Split::raw`]).
+    pub(super) fn log_counts(&self, expr: &str, condition: Option<&str>) -> Where {
+        let mut w = self.raw.clone();
+        if let Some(c) = condition {
+            w.push_fixed(c);
+        }
+        Where {
+            sql: format!(
+                "SELECT {expr} AS value, COUNT(*) AS n FROM audit_log a{} GROUP BY {expr}",
+                w.sql
+            ),
+            binds: w.binds,
+        }
+    }
+
+    /// `(ms, n)` rows: how many rows took each duration.
+    pub(super) fn durations(&self) -> Where {
+        let mut w = self.raw.clone();
+        w.push_fixed("a.duration_ms IS NOT NULL");
+        let mut parts = vec![format!(
+            "SELECT a.duration_ms AS ms, COUNT(*) AS n FROM audit_log a{} GROUP BY a.duration_ms",
+            w.sql
+        )];
+        parts.extend(self.rolled("audit_rollup_ms", "ms, n", None, &mut w.binds));
+        Where {
+            sql: parts.join(" UNION ALL "),
+            binds: w.binds,
+        }
+    }
+}
+
+impl Store {
+    /// The rollups' coverage, if the job has run.
+    pub(super) async fn rollup_coverage(&self) -> Result<Option<Coverage>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {STATE_COLUMNS} FROM audit_rollup_state WHERE id = 1"
+        ))
+        .fetch_optional(self.pool())
+        .await?;
+        match row {
+            Some(row) => coverage_of(&row),
+            None => Ok(None),
+        }
+    }
+
+    /// How a read under `filter` splits between the rollups and the log.
+    pub(super) async fn split(&self, filter: &AuditFilter) -> Result<Split, StoreError> {
+        Ok(Split::of(filter, self.rollup_coverage().await?))
+    }
+
+    /// Extends the rollups: forward to [`GRACE`] before `now`, then backward to the oldest
+    /// row (never below retention's floor), an hour per transaction, for up to 20 s. The
+    /// scheduled job calls it; a call that did not finish says so and the next continues.
+    pub async fn roll_up_audit(&self, now: DateTime<Utc>) -> Result<RollupRun, StoreError> {
+        let started = Instant::now();
+        let target = hour_floor(now - GRACE);
+        let mut run = RollupRun::default();
+        while started.elapsed() < RUN_BUDGET {
+            let mut tx = self.pool().begin().await?;
+            let mut cov = lock_coverage(&mut tx, target).await?;
+            if cov.until < target {
+                let hour = cov.until;
+                build_hour(&mut tx, hour).await?;
+                cov.until = hour + Duration::hours(1);
+                let day = cov.until - Duration::days(1);
+                if cov.until == day_floor(cov.until) && cov.has_day(day) {
+                    build_day(&mut tx, day).await?;
+                }
+            } else {
+                let oldest: Option<String> =
+                    sqlx::query_scalar("SELECT MIN(timestamp) FROM audit_log WHERE timestamp < $1")
+                        .bind(format_ts(cov.from))
+                        .fetch_one(&mut *tx)
+                        .await?;
+                let lowest = oldest
+                    .as_deref()
+                    .and_then(parse_ts)
+                    .map(|t| hour_floor(t).max(hour_ceil(cov.floor)));
+                match lowest {
+                    Some(lowest) if lowest < cov.from => {
+                        let hour = cov.from - Duration::hours(1);
+                        build_hour(&mut tx, hour).await?;
+                        cov.from = hour;
+                        if hour == day_floor(hour) && cov.has_day(hour) {
+                            build_day(&mut tx, hour).await?;
+                        }
+                    }
+                    _ => {
+                        tx.rollback().await?;
+                        run.complete = true;
+                        return Ok(run);
+                    }
+                }
+            }
+            save(&mut tx, cov).await?;
+            tx.commit().await?;
+            run.hours += 1;
+        }
+        Ok(run)
+    }
+
+    /// Before retention deletes rows older than `before`: nothing below it is rolled up
+    /// from now on, and the rollups of the hours it reaches into are dropped.
+    pub(super) async fn raise_rollup_floor(&self, before: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let mut cov = lock_coverage(&mut tx, Utc::now()).await?;
+        let Some(cut) = parse_ts(before) else {
+            let empty = Coverage {
+                from: cov.until,
+                ..cov
+            };
+            forget(&mut tx, empty).await?;
+            return Ok(tx.commit().await?);
+        };
+        cov.floor = cov.floor.max(hour_ceil(cut));
+        if cov.from < cov.floor {
+            cov.from = cov.floor;
+            cov.until = cov.until.max(cov.from);
+            let from = format_ts(cov.from);
+            for t in ["audit_rollup", "audit_rollup_ms"] {
+                sqlx::query(&format!("DELETE FROM {t} WHERE start < $1"))
+                    .bind(&from)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        save(&mut tx, cov).await?;
+        Ok(tx.commit().await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        parse_ts(s).unwrap()
+    }
+
+    fn cov(from: &str, until: &str) -> Option<Coverage> {
+        Some(Coverage {
+            floor: DateTime::<Utc>::UNIX_EPOCH,
+            from: at(from),
+            until: at(until),
+        })
+    }
+
+    fn window(since: &str, until: Option<&str>) -> AuditFilter {
+        AuditFilter {
+            since: Some(since.to_owned()),
+            until: until.map(str::to_owned),
+            ..AuditFilter::default()
+        }
+    }
+
+    #[test]
+    fn a_window_splits_into_days_hours_and_ragged_ends() {
+        let c = cov("2026-11-01T05:00:00.000000Z", "2026-11-04T07:00:00.000000Z");
+        let s = Split::of(&window("2026-11-01T03:30:00.000000Z", None), c);
+        assert_eq!(
+            s.days,
+            Some((
+                Some("2026-11-02T00:00:00.000000Z".into()),
+                Some("2026-11-04T00:00:00.000000Z".into())
+            ))
+        );
+        assert_eq!(
+            s.hours,
+            vec![
+                (
+                    Some("2026-11-01T05:00:00.000000Z".into()),
+                    Some("2026-11-02T00:00:00.000000Z".into())
+                ),
+                (
+                    Some("2026-11-04T00:00:00.000000Z".into()),
+                    Some("2026-11-04T07:00:00.000000Z".into())
+                ),
+            ]
+        );
+        // The log gives the rest: from the window's start to the first covered hour, and
+        // from the end of coverage on.
+        assert_eq!(
+            s.raw.binds,
+            vec![
+                "2026-11-01T03:30:00.000000Z".to_owned(),
+                "2026-11-01T05:00:00.000000Z".to_owned(),
+                "2026-11-04T07:00:00.000000Z".to_owned(),
+            ]
+        );
+        // Within one day: hours only, the partial hours at both ends from the log.
+        let s = Split::of(
+            &window(
+                "2026-11-02T10:15:00.000000Z",
+                Some("2026-11-02T12:45:00.000000Z"),
+            ),
+            c,
+        );
+        assert_eq!(s.days, None);
+        assert_eq!(
+            s.hours,
+            vec![(
+                Some("2026-11-02T11:00:00.000000Z".into()),
+                Some("2026-11-02T12:00:00.000000Z".into())
+            )]
+        );
+        assert_eq!(s.raw.binds.len(), 4);
+    }
+
+    #[test]
+    fn anything_but_a_window_reads_the_log() {
+        let c = cov("2026-11-01T00:00:00.000000Z", "2026-11-04T00:00:00.000000Z");
+        let mut f = window("2026-11-01T00:00:00.000000Z", None);
+        f.user_id = Some("u1".into());
+        assert_eq!(Split::of(&f, c), Split::raw(&f));
+        // No coverage, a window outside it, or a bound that is not a timestamp.
+        let f = window("2026-11-01T00:00:00.000000Z", None);
+        assert_eq!(Split::of(&f, None), Split::raw(&f));
+        let late = window("2026-11-05T00:00:00.000000Z", None);
+        assert_eq!(Split::of(&late, c), Split::raw(&late));
+        let odd = window("yesterday", None);
+        assert_eq!(Split::of(&odd, c), Split::raw(&odd));
+    }
+
+    /// `n` rows spread over the `hours` before `end`, every dimension varied (rows without
+    /// a user, a client kind or a duration included).
+    fn rows(n: usize, end: DateTime<Utc>, hours: i64, tag: &str) -> Vec<AuditRecord> {
+        (0..n)
+            .map(|i| {
+                let mut r = crate::audit::record_for_bench(
+                    &crate::audit::Actor::scheduler(),
+                    crate::audit::Event::new(["catalog.sample", "query.local", "scan"][i % 3]),
+                );
+                r.id = format!("{tag}-{i}");
+                let back = Duration::seconds((i as i64 * 7_919) % (hours * 3_600));
+                r.timestamp = format_ts(end - back);
+                r.user_id = (i % 5 != 0).then(|| format!("user-{}", i % 7));
+                r.client_kind = [None, Some("cli"), Some("web")][i % 3].map(str::to_owned);
+                r.result = ["success", "success", "error.500", "error.403"][i % 4].to_owned();
+                r.duration_ms = (i % 6 != 0).then_some((i as i64 * 37) % 400);
+                r
+            })
+            .collect()
+    }
+
+    /// The windows compared: ragged, day-long, several days, open-ended, and one the
+    /// rollups do not reach.
+    fn windows(now: DateTime<Utc>) -> Vec<AuditFilter> {
+        let ts = |t: DateTime<Utc>| format_ts(t);
+        vec![
+            window(&ts(now - Duration::minutes(60)), None),
+            window(&ts(now - Duration::minutes(1_440)), None),
+            window(&ts(now - Duration::minutes(4 * 1_440)), None),
+            window(
+                &ts(now - Duration::minutes(3_011)),
+                Some(&ts(now - Duration::minutes(1_207))),
+            ),
+            window(
+                &ts(now - Duration::days(30)),
+                Some(&ts(now - Duration::days(20))),
+            ),
+        ]
+    }
+
+    /// The cards and facets of every window, counted over the log alone and as the store
+    /// counts them now; they must agree exactly.
+    async fn assert_counts_agree(store: &Store, now: DateTime<Utc>, when: &str) {
+        let cov = store.rollup_coverage().await.unwrap();
+        for f in windows(now) {
+            let rolled = Split::of(&f, cov);
+            let log = Split::raw(&f);
+            assert_eq!(
+                store.kpis_of(&rolled).await.unwrap(),
+                store.kpis_of(&log).await.unwrap(),
+                "{when}: cards of {:?}..{:?}",
+                f.since,
+                f.until
+            );
+            assert_eq!(
+                store.facets_of(&f, &rolled).await.unwrap(),
+                store.facets_of(&f, &log).await.unwrap(),
+                "{when}: facets of {:?}..{:?}",
+                f.since,
+                f.until
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn rolled_up_counts_equal_counts_of_the_log_through_late_rows_and_pruning() {
+        for (store, _dir) in crate::testing::all_backends().await {
+            let now = Utc::now();
+            store
+                .insert_audit_batch(&rows(3_000, now, 100, "a"))
+                .await
+                .unwrap();
+            // Nothing rolled up yet: every read is a count of the log.
+            assert_eq!(
+                store
+                    .rollup_coverage()
+                    .await
+                    .unwrap()
+                    .map(|c| c.from < c.until),
+                Some(false)
+            );
+
+            let mut run = store.roll_up_audit(now).await.unwrap();
+            while !run.complete {
+                run = store.roll_up_audit(now).await.unwrap();
+            }
+            let cov = store.rollup_coverage().await.unwrap().unwrap();
+            assert_eq!(cov.until, hour_floor(now - GRACE));
+            assert!(cov.from <= now - Duration::hours(99), "{cov:?}");
+            let day_rows: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM audit_rollup WHERE grain = 'd'")
+                    .fetch_one(store.pool())
+                    .await
+                    .unwrap();
+            assert!(day_rows > 0, "whole days inside coverage have day rows");
+            // The rolled-up path is taken: a day-long window reads day or hour rows.
+            assert!(Split::of(&windows(now)[2], Some(cov)).days.is_some());
+            assert_counts_agree(&store, now, "after the first runs").await;
+
+            // Rows for covered hours and days arrive late (a skewed clock, an import).
+            store
+                .insert_audit_batch(&rows(400, now - Duration::hours(30), 50, "late"))
+                .await
+                .unwrap();
+            assert_counts_agree(&store, now, "after late rows").await;
+
+            // Retention cuts into the middle of an hour.
+            let cutoff = format_ts(now - Duration::minutes(80 * 60 + 17));
+            assert!(store.prune_audit(&cutoff).await.unwrap() > 0);
+            assert_counts_agree(&store, now, "after pruning").await;
+            let cov = store.rollup_coverage().await.unwrap().unwrap();
+            assert!(format_ts(cov.from) >= cutoff, "{cov:?}");
+            // The job never rolls up below retention's cut again.
+            while !store.roll_up_audit(now).await.unwrap().complete {}
+            assert_eq!(
+                store.rollup_coverage().await.unwrap().unwrap().from,
+                cov.from
+            );
+            assert_counts_agree(&store, now, "after rolling up again").await;
+
+            // A late row stamped in another format drops the rollups; the counts stay right
+            // and the job counts everything again.
+            let mut odd = rows(1, now - Duration::hours(20), 1, "odd");
+            odd[0].timestamp = (now - Duration::hours(20))
+                .format("%Y-%m-%dT%H:%M:%SZ")
+                .to_string();
+            store.insert_audit_batch(&odd).await.unwrap();
+            let cov = store.rollup_coverage().await.unwrap().unwrap();
+            assert_eq!(cov.from, cov.until, "nothing covered after an odd late row");
+            assert_counts_agree(&store, now, "after an odd late row").await;
+            while !store.roll_up_audit(now).await.unwrap().complete {}
+            assert_counts_agree(&store, now, "after counting again").await;
+        }
+    }
+
+    #[test]
+    fn only_the_stores_own_format_is_placed_by_parsing() {
+        assert!(canonical("2026-11-01T05:00:00.000000Z").is_some());
+        assert!(canonical("2026-11-01T05:00:00Z").is_none());
+        assert!(canonical("2026-11-01 05:00:00").is_none());
+    }
+}

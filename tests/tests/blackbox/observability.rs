@@ -176,7 +176,7 @@ fn assert_summaries(
     };
     let tally = |value: &dyn Fn(&Row) -> Option<String>| -> BTreeMap<String, i64> {
         let mut m = BTreeMap::new();
-        for r in &expected {
+        for r in expected {
             if let Some(v) = value(r) {
                 *m.entry(v).or_insert(0) += 1;
             }
@@ -221,19 +221,25 @@ fn assert_summaries(
     assert!(actions.windows(2).all(|w| w[0] >= w[1]), "{f}");
 }
 
+/// A server with an administrator and the user ana: the admin's token, ana's token and id.
+fn server_with_ana(backend: Backend) -> (Server, String, String, &'static str) {
+    let s = Server::start_with(backend, &[]);
+    let admin = s.admin_token();
+    let ana = s.user_token("ana@example.com", false);
+    let ana_id: &'static str = Box::leak(
+        s.query("SELECT id FROM users WHERE email = 'ana@example.com'")[0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+            .into_boxed_str(),
+    );
+    (s, admin, ana, ana_id)
+}
+
 #[test]
 fn facets_and_kpis_count_the_rows_the_timeline_lists() {
     for backend in backends() {
-        let s = Server::start_with(backend, &[]);
-        let admin = s.admin_token();
-        let ana = s.user_token("ana@example.com", false);
-        let ana_id: &'static str = Box::leak(
-            s.query("SELECT id FROM users WHERE email = 'ana@example.com'")[0]["id"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-                .into_boxed_str(),
-        );
+        let (s, admin, ana, ana_id) = server_with_ana(backend);
         let rows = fixture(ana_id);
         insert(&s, &rows);
         // A window that holds the fixture and nothing the server writes meanwhile.
@@ -384,16 +390,7 @@ fn wide_fixture(ana: &'static str) -> Vec<Row> {
 #[test]
 fn rolled_up_cards_and_facets_still_count_exactly_the_rows() {
     for backend in backends() {
-        let s = Server::start_with(backend, &[]);
-        let admin = s.admin_token();
-        let _ = s.user_token("ana@example.com", false);
-        let ana_id: &'static str = Box::leak(
-            s.query("SELECT id FROM users WHERE email = 'ana@example.com'")[0]["id"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-                .into_boxed_str(),
-        );
+        let (s, admin, _, ana_id) = server_with_ana(backend);
         let rows = wide_fixture(ana_id);
         insert(&s, &rows);
         // A second server on the same store runs the rollup job over them.

@@ -200,9 +200,10 @@ impl Server {
         Self::start_on(database_url, env, prepare)
     }
 
-    /// A second replica: its own data directory, the same store as `other`.
+    /// A second replica: its own data directory, the same store as `other` (on SQLite, the
+    /// file in `other`'s data directory).
     pub fn start_beside(other: &Server, env: &[(&str, &str)]) -> Self {
-        Self::start_on(other.database_url.clone(), env, |_| {})
+        Self::start_on(Some(other.store_url()), env, |_| {})
     }
 
     fn start_on(

@@ -12,6 +12,9 @@
 //! up in the store, so a table registered elsewhere is never reported missing.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,13 +55,71 @@ impl RegistrySnapshot {
     }
 }
 
+/// A cache of views read from the store that a flush empties for good.
+///
+/// A plain cache has a hole: a read that started before a change (and so saw the old
+/// rows) can insert its answer after the change's flush, and that stale answer would then
+/// be served until it expires — a revoked grant honoured for minutes. Each flush bumps a
+/// generation before it empties the cache; a reader inserts its answer and then drops it
+/// again if the generation moved meanwhile. Either the reader sees the bump, or the bump
+/// (and the emptying after it) came after the insert.
+#[derive(Clone)]
+struct Flushed<K, V> {
+    cache: Cache<K, V>,
+    generation: Arc<AtomicU64>,
+}
+
+impl<K, V> Flushed<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    fn new(capacity: u64, ttl: Duration) -> Self {
+        Self {
+            cache: Cache::builder()
+                .max_capacity(capacity)
+                .time_to_live(ttl)
+                .build(),
+            generation: Arc::default(),
+        }
+    }
+
+    /// The cached value of `key`, or `read`'s answer (kept unless a flush came meanwhile).
+    async fn get_or_read<F>(&self, key: K, metric: svc_metrics::Cache, read: F) -> Result<V>
+    where
+        F: Future<Output = Result<V>>,
+    {
+        let hit = self.cache.get(&key);
+        metric.lookup(hit.is_some());
+        if let Some(hit) = hit {
+            return Ok(hit);
+        }
+        let generation = self.generation.load(Ordering::SeqCst);
+        let value = read.await?;
+        self.cache.insert(key.clone(), value.clone());
+        if self.generation.load(Ordering::SeqCst) != generation {
+            self.cache.invalidate(&key);
+        }
+        Ok(value)
+    }
+
+    fn flush(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.cache.invalidate_all();
+    }
+
+    fn entry_count(&self) -> u64 {
+        self.cache.entry_count()
+    }
+}
+
 /// The one access check, over the store and the in-memory views it reads.
 #[derive(Clone)]
 pub struct Access {
     store: Store,
-    registry: Cache<(), Arc<RegistrySnapshot>>,
-    grants: Cache<String, Arc<HashSet<String>>>,
-    groups: Cache<String, Arc<Vec<Group>>>,
+    registry: Flushed<(), Arc<RegistrySnapshot>>,
+    grants: Flushed<String, Arc<HashSet<String>>>,
+    groups: Flushed<String, Arc<Vec<Group>>>,
 }
 
 impl std::fmt::Debug for Access {
@@ -74,55 +135,42 @@ impl Access {
     pub fn new(store: Store) -> Self {
         Self {
             store,
-            registry: Cache::builder()
-                .max_capacity(1)
-                .time_to_live(Duration::from_secs(300))
-                .build(),
-            grants: Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(IDENTITY_TTL)
-                .build(),
-            groups: Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(IDENTITY_TTL)
-                .build(),
+            registry: Flushed::new(1, Duration::from_secs(300)),
+            grants: Flushed::new(100_000, IDENTITY_TTL),
+            groups: Flushed::new(100_000, IDENTITY_TTL),
         }
     }
 
     /// Drops the registry snapshot (a registry change).
     pub fn forget_registry(&self) {
-        self.registry.invalidate_all();
+        self.registry.flush();
     }
 
     /// Drops every caller's grant set and group list (a grant, group or membership change).
     pub fn forget_grants(&self) {
-        self.grants.invalidate_all();
-        self.groups.invalidate_all();
+        self.grants.flush();
+        self.groups.flush();
     }
 
     /// The groups the caller belongs to, system groups first; cached like grant sets.
     pub async fn groups_of(&self, caller: &Caller) -> Result<Arc<Vec<Group>>> {
         let user_id = &caller.user.id;
-        let hit = self.groups.get(user_id);
-        svc_metrics::Cache::Groups.lookup(hit.is_some());
-        if let Some(hit) = hit {
-            return Ok(hit);
-        }
-        let groups = Arc::new(self.store.groups_of_user(user_id).await?);
-        self.groups.insert(user_id.clone(), groups.clone());
-        Ok(groups)
+        self.groups
+            .get_or_read(user_id.clone(), svc_metrics::Cache::Groups, async {
+                Ok(Arc::new(self.store.groups_of_user(user_id).await?))
+            })
+            .await
     }
 
     /// The registry snapshot: cached, or read from the store.
     pub async fn registry(&self) -> Result<Arc<RegistrySnapshot>> {
-        let hit = self.registry.get(&());
-        svc_metrics::Cache::Registry.lookup(hit.is_some());
-        if let Some(hit) = hit {
-            return Ok(hit);
-        }
-        let snapshot = Arc::new(RegistrySnapshot::new(self.store.list_tables().await?));
-        self.registry.insert((), snapshot.clone());
-        Ok(snapshot)
+        self.registry
+            .get_or_read((), svc_metrics::Cache::Registry, async {
+                Ok(Arc::new(RegistrySnapshot::new(
+                    self.store.list_tables().await?,
+                )))
+            })
+            .await
     }
 
     /// The registered table the caller asked for: 404 when it is not registered, 403 when the
@@ -170,20 +218,17 @@ impl Access {
 
     async fn granted_ids(&self, caller: &Caller) -> Result<Arc<HashSet<String>>> {
         let user_id = &caller.user.id;
-        let hit = self.grants.get(user_id);
-        svc_metrics::Cache::Grants.lookup(hit.is_some());
-        if let Some(hit) = hit {
-            return Ok(hit);
-        }
-        let ids: Arc<HashSet<String>> = Arc::new(
-            self.store
-                .granted_table_ids(user_id)
-                .await?
-                .into_iter()
-                .collect(),
-        );
-        self.grants.insert(user_id.clone(), ids.clone());
-        Ok(ids)
+        self.grants
+            .get_or_read(user_id.clone(), svc_metrics::Cache::Grants, async {
+                Ok(Arc::new(
+                    self.store
+                        .granted_table_ids(user_id)
+                        .await?
+                        .into_iter()
+                        .collect(),
+                ))
+            })
+            .await
     }
 }
 
@@ -191,4 +236,43 @@ impl Access {
 /// answer of [`Access::readable_ids`]): internal tables always, others when readable.
 pub fn is_visible(row: &RegistryRow, readable: Option<&HashSet<String>>) -> bool {
     row.query_mode.is_internal() || readable.is_none_or(|ids| ids.contains(&row.id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_read_that_straddles_a_flush_is_not_kept() {
+        let cache: Flushed<&str, u32> = Flushed::new(10, Duration::from_secs(60));
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let read = cache.get_or_read("ana", svc_metrics::Cache::Grants, async {
+            // The store answered with the old rows; the change and its flush land before
+            // the answer is inserted.
+            wait.await.unwrap();
+            Ok(1)
+        });
+        let flush = async {
+            tokio::task::yield_now().await;
+            cache.flush();
+            go.send(()).unwrap();
+        };
+        let (answer, ()) = tokio::join!(read, flush);
+        assert_eq!(
+            answer.unwrap(),
+            1,
+            "the straddling request gets its own answer"
+        );
+        let fresh = cache
+            .get_or_read("ana", svc_metrics::Cache::Grants, async { Ok(2) })
+            .await
+            .unwrap();
+        assert_eq!(fresh, 2, "the next request reads the store again");
+        // Without a flush in between, an answer is kept.
+        let kept = cache
+            .get_or_read("ana", svc_metrics::Cache::Grants, async { Ok(3) })
+            .await
+            .unwrap();
+        assert_eq!(kept, 2);
+    }
 }

@@ -466,20 +466,16 @@ impl Split {
         binds: &mut Vec<String>,
     ) -> Vec<String> {
         let dim = dim.map_or(String::new(), |d| format!(" AND dim = {}", d as i64));
-        let mut parts = Vec::new();
-        for (grain, ranges) in [
-            ("d", self.days.iter().cloned().collect::<Vec<_>>()),
-            ("h", self.hours.clone()),
-        ] {
-            if ranges.is_empty() {
-                continue;
-            }
-            let within = ranges_sql("start", &ranges, binds);
-            parts.push(format!(
-                "SELECT {select} FROM {table} WHERE grain = '{grain}'{dim} AND {within}"
-            ));
-        }
-        parts
+        let days = self.days.iter().map(|r| ("d", r));
+        let hours = self.hours.iter().map(|r| ("h", r));
+        // One branch per range: SQLite walks the key `(grain, dim, start, …)` as a range only
+        // for a single range; an OR of two would scan every period of the dimension.
+        days.chain(hours)
+            .map(|(grain, range)| {
+                let within = ranges_sql("start", std::slice::from_ref(range), binds);
+                format!("SELECT {select} FROM {table} WHERE grain = '{grain}'{dim} AND {within}")
+            })
+            .collect()
     }
 
     /// `(value, n)` rows for `dim`: one per period and value from the rollups, one per value

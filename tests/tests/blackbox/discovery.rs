@@ -302,6 +302,14 @@ fn cached_catalogs_follow_grants_and_registry_changes_under_load() {
     let sees_orders = |token: &str| catalog(token).iter().any(|(id, _)| id == "orders");
 
     let stop = std::sync::atomic::AtomicBool::new(false);
+    /// Stops the load threads when the rounds end, and also when one of them panics: the
+    /// scope waits for its threads, so without this a failed assertion would hang the test.
+    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     std::thread::scope(|scope| {
         let load: Vec<_> = [ana.as_str(), bob.as_str(), admin.as_str()]
             .into_iter()
@@ -320,6 +328,7 @@ fn cached_catalogs_follow_grants_and_registry_changes_under_load() {
                 })
             })
             .collect();
+        let stopper = StopOnDrop(&stop);
         for round in 0..8 {
             let (status, g) = s.post_json(
                 "/api/admin/grants",
@@ -346,7 +355,7 @@ fn cached_catalogs_follow_grants_and_registry_changes_under_load() {
                 "round {round}: old description served"
             );
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(stopper);
         for l in load {
             assert!(l.join().unwrap() > 0);
         }

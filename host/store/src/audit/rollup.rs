@@ -94,29 +94,21 @@ fn ranges_sql(column: &str, ranges: &[Range], binds: &mut Vec<String>) -> String
     }
 }
 
-fn hour_floor(t: DateTime<Utc>) -> DateTime<Utc> {
-    t.duration_trunc(Duration::hours(1)).unwrap_or(t)
+const HOUR: Duration = Duration::hours(1);
+const DAY: Duration = Duration::days(1);
+
+/// The start of the hour or day (`unit`) that holds `t`.
+fn floor(t: DateTime<Utc>, unit: Duration) -> DateTime<Utc> {
+    t.duration_trunc(unit).unwrap_or(t)
 }
 
-fn hour_ceil(t: DateTime<Utc>) -> DateTime<Utc> {
-    let f = hour_floor(t);
+/// The first hour or day (`unit`) boundary at or after `t`.
+fn ceil(t: DateTime<Utc>, unit: Duration) -> DateTime<Utc> {
+    let f = floor(t, unit);
     if f == t {
         t
     } else {
-        f + Duration::hours(1)
-    }
-}
-
-fn day_floor(t: DateTime<Utc>) -> DateTime<Utc> {
-    t.duration_trunc(Duration::days(1)).unwrap_or(t)
-}
-
-fn day_ceil(t: DateTime<Utc>) -> DateTime<Utc> {
-    let f = day_floor(t);
-    if f == t {
-        t
-    } else {
-        f + Duration::days(1)
+        f + unit
     }
 }
 
@@ -140,7 +132,7 @@ pub(super) struct Coverage {
 impl Coverage {
     /// Whether the whole day starting at `day` has day rows.
     fn has_day(&self, day: DateTime<Utc>) -> bool {
-        day >= self.from && day + Duration::days(1) <= self.until
+        day >= self.from && day + DAY <= self.until
     }
 }
 
@@ -168,7 +160,7 @@ async fn lock_coverage(
     let lock = "UPDATE audit_rollup_state SET id = id WHERE id = 1";
     if sqlx::query(lock).execute(&mut **tx).await?.rows_affected() == 0 {
         // Two first callers may both get here; one row is made, and both then lock it.
-        let at = format_ts(hour_floor(empty_at));
+        let at = format_ts(floor(empty_at, HOUR));
         sqlx::query(&format!(
             "INSERT INTO audit_rollup_state (id, {STATE_COLUMNS}) VALUES (1, $1, $2, $3) \
              ON CONFLICT (id) DO NOTHING"
@@ -191,8 +183,8 @@ async fn lock_coverage(
         None => {
             let c = Coverage {
                 floor: DateTime::<Utc>::UNIX_EPOCH,
-                from: hour_floor(empty_at),
-                until: hour_floor(empty_at),
+                from: floor(empty_at, HOUR),
+                until: floor(empty_at, HOUR),
             };
             forget(tx, c).await?;
             Ok(c)
@@ -241,7 +233,7 @@ async fn build_hour(
         })
         .collect();
     let from = format_ts(hour);
-    let to = format_ts(hour + Duration::hours(1));
+    let to = format_ts(hour + HOUR);
     for sql in [
         format!(
             "INSERT INTO audit_rollup (grain, dim, start, value, n) {}",
@@ -268,7 +260,7 @@ async fn build_day(
     day: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     let from = format_ts(day);
-    let to = format_ts(day + Duration::days(1));
+    let to = format_ts(day + DAY);
     for sql in [
         "INSERT INTO audit_rollup (grain, dim, start, value, n) SELECT 'd', dim, CAST($1 AS TEXT), \
          value, CAST(SUM(n) AS BIGINT) FROM audit_rollup WHERE grain = 'h' AND dim IN (1, 2, 3, 4) \
@@ -319,8 +311,8 @@ pub(super) async fn fold_late_rows(
             };
             return forget(tx, empty).await;
         };
-        let hour = format_ts(hour_floor(t));
-        let day = day_floor(t);
+        let hour = format_ts(floor(t, HOUR));
+        let day = floor(t, DAY);
         let day = cov.has_day(day).then(|| format_ts(day));
         let values = [
             (Dim::User, r.user_id.clone()),
@@ -419,12 +411,12 @@ impl Split {
         let lo = match parsed(since) {
             None => cov.from,
             Some(None) => return Self::raw(filter),
-            Some(Some(t)) => hour_ceil(t).max(cov.from),
+            Some(Some(t)) => ceil(t, HOUR).max(cov.from),
         };
         let hi = match parsed(until) {
             None => cov.until,
             Some(None) => return Self::raw(filter),
-            Some(Some(t)) => hour_floor(t).min(cov.until),
+            Some(Some(t)) => floor(t, HOUR).min(cov.until),
         };
         let (lo_ts, hi_ts) = (format_ts(lo), format_ts(hi));
         // Text order decides which rows a bound takes; the covered part must lie inside it.
@@ -434,7 +426,7 @@ impl Split {
         {
             return Self::raw(filter);
         }
-        let (d0, d1) = (day_ceil(lo), day_floor(hi));
+        let (d0, d1) = (ceil(lo, DAY), floor(hi, DAY));
         let (days, hours) = if d0 < d1 {
             let mut hours = Vec::new();
             if lo < d0 {
@@ -546,7 +538,7 @@ impl Store {
     /// scheduled job calls it; a call that did not finish says so and the next continues.
     pub async fn roll_up_audit(&self, now: DateTime<Utc>) -> Result<RollupRun, StoreError> {
         let started = Instant::now();
-        let target = hour_floor(now - GRACE);
+        let target = floor(now - GRACE, HOUR);
         let mut run = RollupRun::default();
         while started.elapsed() < RUN_BUDGET {
             let mut tx = self.pool().begin().await?;
@@ -554,9 +546,9 @@ impl Store {
             if cov.until < target {
                 let hour = cov.until;
                 build_hour(&mut tx, hour).await?;
-                cov.until = hour + Duration::hours(1);
-                let day = cov.until - Duration::days(1);
-                if cov.until == day_floor(cov.until) && cov.has_day(day) {
+                cov.until = hour + HOUR;
+                let day = cov.until - DAY;
+                if cov.until == floor(cov.until, DAY) && cov.has_day(day) {
                     build_day(&mut tx, day).await?;
                 }
             } else {
@@ -568,13 +560,13 @@ impl Store {
                 let lowest = oldest
                     .as_deref()
                     .and_then(parse_ts)
-                    .map(|t| hour_floor(t).max(hour_ceil(cov.floor)));
+                    .map(|t| floor(t, HOUR).max(ceil(cov.floor, HOUR)));
                 match lowest {
                     Some(lowest) if lowest < cov.from => {
-                        let hour = cov.from - Duration::hours(1);
+                        let hour = cov.from - HOUR;
                         build_hour(&mut tx, hour).await?;
                         cov.from = hour;
-                        if hour == day_floor(hour) && cov.has_day(hour) {
+                        if hour == floor(hour, DAY) && cov.has_day(hour) {
                             build_day(&mut tx, hour).await?;
                         }
                     }
@@ -605,7 +597,7 @@ impl Store {
             forget(&mut tx, empty).await?;
             return Ok(tx.commit().await?);
         };
-        cov.floor = cov.floor.max(hour_ceil(cut));
+        cov.floor = cov.floor.max(ceil(cut, HOUR));
         if cov.from < cov.floor {
             cov.from = cov.floor;
             cov.until = cov.until.max(cov.from);
@@ -801,7 +793,7 @@ mod tests {
                 run = store.roll_up_audit(now).await.unwrap();
             }
             let cov = store.rollup_coverage().await.unwrap().unwrap();
-            assert_eq!(cov.until, hour_floor(now - GRACE));
+            assert_eq!(cov.until, floor(now - GRACE, HOUR));
             assert!(cov.from <= now - Duration::hours(99), "{cov:?}");
             let day_rows: i64 =
                 sqlx::query_scalar("SELECT COUNT(*) FROM audit_rollup WHERE grain = 'd'")

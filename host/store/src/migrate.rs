@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 58;
+pub const CURRENT_SCHEMA_VERSION: i64 = 59;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -102,6 +102,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 58,
         name: "audit log: hourly and daily rollups for the activity cards and facets",
+    },
+    Step {
+        version: 59,
+        name: "audit log rollups: resources, and an errors-only slice",
     },
 ];
 
@@ -273,6 +277,14 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
             ] {
                 ensure_table(tx, b, t).await?;
             }
+        }
+        59 => {
+            // The rollups are derived: rebuilt in the new shape, counted again by the job.
+            for t in [&schema::AUDIT_ROLLUP, &schema::AUDIT_ROLLUP_MS] {
+                exec(tx, &format!("DROP TABLE IF EXISTS {}", t.name)).await?;
+                ensure_table(tx, b, t).await?;
+            }
+            exec(tx, "DELETE FROM audit_rollup_state").await?;
         }
         other => anyhow::bail!("no migration step {other}"),
     }

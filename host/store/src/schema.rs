@@ -1124,32 +1124,35 @@ pub(super) const USAGE_V50_INDICES: &[Index] = &[
     },
 ];
 
-/// The audit log's counts per hour and per day, one row per dimension value (v58;
-/// `audit::rollup`). `grain` is `h` or `d`; `start` is the period's first store timestamp.
+/// The audit log's counts per hour and per day, one row per dimension value (v58, with
+/// slices and resources since v59; `audit::rollup`). `grain` is `h` or `d`; `slice` is ``
+/// for every row or `error` for failures only; `start` is the period's first store timestamp.
 pub(super) const AUDIT_ROLLUP: Table = Table {
     name: "audit_rollup",
     columns: &[
         req("grain", Text),
+        req("slice", Text),
         req("dim", Int),
         req("start", Text),
         req("value", Text),
         req("n", Int),
     ],
-    primary_key: &["grain", "dim", "start", "value"],
+    primary_key: &["grain", "slice", "dim", "start", "value"],
     unique: &[],
 };
 
 /// The audit log's durations per hour and per day: how many rows took each whole
-/// millisecond count (v58), from which the cards' percentiles stay exact.
+/// millisecond count (v58, sliced since v59), from which the cards' percentiles stay exact.
 pub(super) const AUDIT_ROLLUP_MS: Table = Table {
     name: "audit_rollup_ms",
     columns: &[
         req("grain", Text),
+        req("slice", Text),
         req("start", Text),
         req("ms", Int),
         req("n", Int),
     ],
-    primary_key: &["grain", "start", "ms"],
+    primary_key: &["grain", "slice", "start", "ms"],
     unique: &[],
 };
 

@@ -438,6 +438,21 @@ fn rolled_up_cards_and_facets_still_count_exactly_the_rows() {
                 &format!("{since}..{until}"),
                 &expected,
             );
+            // The errors-only view reads the rollups' error slice.
+            let failed: Vec<&Row> = expected
+                .iter()
+                .copied()
+                .filter(|r| r.result.starts_with("error."))
+                .collect();
+            assert!(!failed.is_empty());
+            assert_summaries(
+                &s,
+                &admin,
+                ana_id,
+                &format!("{query}&result=error"),
+                &format!("{since}..{until}, errors only"),
+                &failed,
+            );
         }
     }
 }

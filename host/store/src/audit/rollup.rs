@@ -3,9 +3,11 @@
 //!
 //! For each hour, and each whole UTC day, the rollups hold per [`Dim`] how many rows had each
 //! value, and how many rows took each whole number of milliseconds (so the percentiles stay
-//! exact). A read over a window ([`Split`]) takes the periods the rollups cover from them
-//! and everything else (the window's ragged ends, hours not rolled up yet) from the log, so
-//! every row is counted exactly once and the figures equal a count of the rows.
+//! exact), once over every row and once over the failures alone ([`Slice`]: the page's
+//! errors-only view is its commonest narrowing). A read over a window, or over a window's
+//! failures ([`Split`]), takes the periods the rollups cover from them and everything else
+//! (the window's ragged ends, hours not rolled up yet) from the log, so every row is counted
+//! exactly once and the figures equal a count of the rows.
 //!
 //! Coverage is one range of whole hours, `[covered_from, covered_until)`, in
 //! `audit_rollup_state`; every whole UTC day inside it has day rows too. The scheduled job
@@ -23,7 +25,7 @@ use chrono::{DateTime, Duration, DurationRound, Utc};
 use sqlx::Row;
 use svc_core::clock::{format_ts, parse_ts};
 
-use super::timeline::{where_of, AuditFilter, SYSTEM_SOURCE};
+use super::timeline::{where_of, AuditFilter, ResultFilter, ERROR_ROWS, SYSTEM_SOURCE};
 use super::AuditRecord;
 use crate::clause::Where;
 use crate::{Store, StoreError};
@@ -45,10 +47,18 @@ pub(super) enum Dim {
     Result = 3,
     /// The client kind, or `system`.
     Source = 4,
+    /// The resource (rows without one are not counted).
+    Resource = 5,
 }
 
 impl Dim {
-    const ALL: [Self; 4] = [Self::User, Self::Action, Self::Result, Self::Source];
+    const ALL: [Self; 5] = [
+        Self::User,
+        Self::Action,
+        Self::Result,
+        Self::Source,
+        Self::Resource,
+    ];
 
     /// Its value in a log row `a`: an expression, never a bare indexed column, so SQLite
     /// groups the window's rows instead of walking a whole `(column, timestamp)` index.
@@ -58,12 +68,80 @@ impl Dim {
             Self::Action => "a.action || ''".into(),
             Self::Result => "COALESCE(a.result, '')".into(),
             Self::Source => format!("COALESCE(a.client_kind, '{SYSTEM_SOURCE}')"),
+            Self::Resource => "a.resource || ''".into(),
         }
     }
 
     /// The condition a counted row meets, if any.
     pub(super) fn condition(self) -> Option<&'static str> {
-        (self == Self::User).then_some("a.user_id IS NOT NULL")
+        match self {
+            Self::User => Some("a.user_id IS NOT NULL"),
+            Self::Resource => Some("a.resource IS NOT NULL"),
+            _ => None,
+        }
+    }
+
+    /// Its value in a record, if it has one.
+    fn of(self, r: &AuditRecord) -> Option<String> {
+        match self {
+            Self::User => r.user_id.clone(),
+            Self::Action => Some(r.action.clone()),
+            Self::Result => Some(r.result.clone()),
+            Self::Source => Some(
+                r.client_kind
+                    .clone()
+                    .unwrap_or_else(|| SYSTEM_SOURCE.to_owned()),
+            ),
+            Self::Resource => r.resource.clone(),
+        }
+    }
+}
+
+/// Which rows a rollup row counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Slice {
+    /// Every row.
+    All,
+    /// Failed rows only ([`ERROR_ROWS`]).
+    Errors,
+}
+
+impl Slice {
+    const ALL: [Self; 2] = [Self::All, Self::Errors];
+
+    /// Its `slice` column value.
+    fn key(self) -> &'static str {
+        match self {
+            Self::All => "",
+            Self::Errors => "error",
+        }
+    }
+
+    /// The condition its rows meet in the log, if any.
+    fn condition(self) -> Option<&'static str> {
+        (self == Self::Errors).then_some(ERROR_ROWS)
+    }
+
+    /// The slice that holds exactly `filter`'s rows within its window, if any.
+    fn of(filter: &AuditFilter) -> Option<Self> {
+        if filter.window_only() {
+            return Some(Self::All);
+        }
+        let rest = AuditFilter {
+            result: None,
+            ..filter.clone()
+        };
+        (filter.result == Some(ResultFilter::Error) && rest.window_only()).then_some(Self::Errors)
+    }
+
+    /// The slices a row with `result` falls in, or None when its result is one whose
+    /// match of [`ERROR_ROWS`] differs between backends (SQLite's `LIKE` ignores case).
+    fn of_result(result: &str) -> Option<&'static [Self]> {
+        let failed = result.starts_with("error.");
+        if !failed && result.to_ascii_lowercase().starts_with("error.") {
+            return None;
+        }
+        Some(if failed { &Self::ALL } else { &Self::ALL[..1] })
     }
 }
 
@@ -220,29 +298,35 @@ async fn build_hour(
     hour: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     let range = "a.timestamp >= $1 AND a.timestamp < $2";
-    let parts: Vec<String> = Dim::ALL
-        .iter()
-        .map(|&d| {
+    let and = |c: Option<&str>| c.map_or(String::new(), |c| format!(" AND {c}"));
+    let mut counts = Vec::new();
+    let mut durations = Vec::new();
+    for slice in Slice::ALL {
+        let (key, within) = (slice.key(), and(slice.condition()));
+        for d in Dim::ALL {
             let expr = d.expr();
-            let cond = d.condition().map_or(String::new(), |c| format!(" AND {c}"));
-            format!(
-                "SELECT 'h', {}, CAST($1 AS TEXT), {expr}, COUNT(*) FROM audit_log a \
-                 WHERE {range}{cond} GROUP BY {expr}",
-                d as i64
-            )
-        })
-        .collect();
+            counts.push(format!(
+                "SELECT 'h', '{key}', {}, CAST($1 AS TEXT), {expr}, COUNT(*) FROM audit_log a \
+                 WHERE {range}{within}{} GROUP BY {expr}",
+                d as i64,
+                and(d.condition()),
+            ));
+        }
+        durations.push(format!(
+            "SELECT 'h', '{key}', CAST($1 AS TEXT), a.duration_ms, COUNT(*) FROM audit_log a \
+             WHERE {range}{within} AND a.duration_ms IS NOT NULL GROUP BY a.duration_ms"
+        ));
+    }
     let from = format_ts(hour);
     let to = format_ts(hour + HOUR);
     for sql in [
         format!(
-            "INSERT INTO audit_rollup (grain, dim, start, value, n) {}",
-            parts.join(" UNION ALL ")
+            "INSERT INTO audit_rollup (grain, slice, dim, start, value, n) {}",
+            counts.join(" UNION ALL ")
         ),
         format!(
-            "INSERT INTO audit_rollup_ms (grain, start, ms, n) SELECT 'h', CAST($1 AS TEXT), \
-             a.duration_ms, COUNT(*) FROM audit_log a WHERE {range} AND a.duration_ms IS NOT NULL \
-             GROUP BY a.duration_ms"
+            "INSERT INTO audit_rollup_ms (grain, slice, start, ms, n) {}",
+            durations.join(" UNION ALL ")
         ),
     ] {
         sqlx::query(&sql)
@@ -261,15 +345,23 @@ async fn build_day(
 ) -> Result<(), StoreError> {
     let from = format_ts(day);
     let to = format_ts(day + DAY);
+    // The key's leading columns listed, so both backends read the day's hours as ranges.
+    let slices = Slice::ALL.map(|s| format!("'{}'", s.key())).join(", ");
+    let dims = Dim::ALL.map(|d| (d as i64).to_string()).join(", ");
     for sql in [
-        "INSERT INTO audit_rollup (grain, dim, start, value, n) SELECT 'd', dim, CAST($1 AS TEXT), \
-         value, CAST(SUM(n) AS BIGINT) FROM audit_rollup WHERE grain = 'h' AND dim IN (1, 2, 3, 4) \
-         AND start >= $1 AND start < $2 GROUP BY dim, value",
-        "INSERT INTO audit_rollup_ms (grain, start, ms, n) SELECT 'd', CAST($1 AS TEXT), ms, \
-         CAST(SUM(n) AS BIGINT) FROM audit_rollup_ms WHERE grain = 'h' AND start >= $1 \
-         AND start < $2 GROUP BY ms",
+        format!(
+            "INSERT INTO audit_rollup (grain, slice, dim, start, value, n) SELECT 'd', slice, dim, \
+             CAST($1 AS TEXT), value, CAST(SUM(n) AS BIGINT) FROM audit_rollup WHERE grain = 'h' \
+             AND slice IN ({slices}) AND dim IN ({dims}) AND start >= $1 AND start < $2 \
+             GROUP BY slice, dim, value"
+        ),
+        format!(
+            "INSERT INTO audit_rollup_ms (grain, slice, start, ms, n) SELECT 'd', slice, \
+             CAST($1 AS TEXT), ms, CAST(SUM(n) AS BIGINT) FROM audit_rollup_ms WHERE grain = 'h' \
+             AND slice IN ({slices}) AND start >= $1 AND start < $2 GROUP BY slice, ms"
+        ),
     ] {
-        sqlx::query(sql)
+        sqlx::query(&sql)
             .bind(&from)
             .bind(&to)
             .execute(&mut **tx)
@@ -296,61 +388,50 @@ pub(super) async fn fold_late_rows(
 ) -> Result<(), StoreError> {
     let cov = lock_coverage(tx, Utc::now()).await?;
     let (from, until) = (format_ts(cov.from), format_ts(cov.until));
-    let mut counts: BTreeMap<(&str, i64, String, String), i64> = BTreeMap::new();
-    let mut ms: BTreeMap<(&str, String, i64), i64> = BTreeMap::new();
+    // Keyed (grain, slice, start, dim, value) and (grain, slice, start, ms).
+    type Key<T> = (&'static str, &'static str, String, T);
+    let mut counts: BTreeMap<Key<(i64, String)>, i64> = BTreeMap::new();
+    let mut ms: BTreeMap<Key<i64>, i64> = BTreeMap::new();
     for r in records {
         if r.timestamp < from || r.timestamp >= until {
             continue;
         }
-        let Some(t) = canonical(&r.timestamp) else {
-            // Its hour by text order is not worth deriving for a row no writer of ours
-            // stamps: count everything from the log again.
+        let (Some(t), Some(slices)) = (canonical(&r.timestamp), Slice::of_result(&r.result)) else {
+            // Its hour by text order, or its slice by each backend's `LIKE`, is not worth
+            // deriving for a row no writer of ours stamps: count everything from the log again.
             let empty = Coverage {
                 from: cov.until,
                 ..cov
             };
             return forget(tx, empty).await;
         };
-        let hour = format_ts(floor(t, HOUR));
         let day = floor(t, DAY);
-        let day = cov.has_day(day).then(|| format_ts(day));
-        let values = [
-            (Dim::User, r.user_id.clone()),
-            (Dim::Action, Some(r.action.clone())),
-            (Dim::Result, Some(r.result.clone())),
-            (
-                Dim::Source,
-                Some(
-                    r.client_kind
-                        .clone()
-                        .unwrap_or_else(|| SYSTEM_SOURCE.to_owned()),
-                ),
-            ),
-        ];
-        for (dim, value) in values {
-            let Some(value) = value else { continue };
-            *counts
-                .entry(("h", dim as i64, hour.clone(), value.clone()))
-                .or_default() += 1;
-            if let Some(day) = &day {
-                *counts
-                    .entry(("d", dim as i64, day.clone(), value))
-                    .or_default() += 1;
-            }
+        let mut periods = vec![("h", format_ts(floor(t, HOUR)))];
+        if cov.has_day(day) {
+            periods.push(("d", format_ts(day)));
         }
-        if let Some(d) = r.duration_ms {
-            *ms.entry(("h", hour.clone(), d)).or_default() += 1;
-            if let Some(day) = &day {
-                *ms.entry(("d", day.clone(), d)).or_default() += 1;
+        for (grain, start) in &periods {
+            for slice in slices.iter().map(|s| s.key()) {
+                for dim in Dim::ALL {
+                    if let Some(value) = dim.of(r) {
+                        let key = (*grain, slice, start.clone(), (dim as i64, value));
+                        *counts.entry(key).or_default() += 1;
+                    }
+                }
+                if let Some(d) = r.duration_ms {
+                    *ms.entry((*grain, slice, start.clone(), d)).or_default() += 1;
+                }
             }
         }
     }
-    for ((grain, dim, start, value), n) in counts {
+    for ((grain, slice, start, (dim, value)), n) in counts {
         sqlx::query(
-            "INSERT INTO audit_rollup (grain, dim, start, value, n) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (grain, dim, start, value) DO UPDATE SET n = audit_rollup.n + excluded.n",
+            "INSERT INTO audit_rollup (grain, slice, dim, start, value, n) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (grain, slice, dim, start, value) \
+             DO UPDATE SET n = audit_rollup.n + excluded.n",
         )
         .bind(grain)
+        .bind(slice)
         .bind(dim)
         .bind(start)
         .bind(value)
@@ -358,12 +439,13 @@ pub(super) async fn fold_late_rows(
         .execute(&mut **tx)
         .await?;
     }
-    for ((grain, start, d), n) in ms {
+    for ((grain, slice, start, d), n) in ms {
         sqlx::query(
-            "INSERT INTO audit_rollup_ms (grain, start, ms, n) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (grain, start, ms) DO UPDATE SET n = audit_rollup_ms.n + excluded.n",
+            "INSERT INTO audit_rollup_ms (grain, slice, start, ms, n) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (grain, slice, start, ms) DO UPDATE SET n = audit_rollup_ms.n + excluded.n",
         )
         .bind(grain)
+        .bind(slice)
         .bind(start)
         .bind(d)
         .bind(n)
@@ -381,6 +463,8 @@ pub(super) fn late_before(now: DateTime<Utc>) -> String {
 /// How a read over a filter splits between the rollups and the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Split {
+    /// The rows the rollup reads count.
+    slice: Slice,
     /// The whole days read from day rows.
     days: Option<Range>,
     /// The hours read from hour rows.
@@ -393,16 +477,17 @@ impl Split {
     /// Everything from the log.
     pub(super) fn raw(filter: &AuditFilter) -> Self {
         Self {
+            slice: Slice::All,
             days: None,
             hours: Vec::new(),
             raw: where_of(filter),
         }
     }
 
-    /// The split of `filter` under `cov`: only a filter that narrows nothing but the time
-    /// window can be answered from per-dimension counts.
+    /// The split of `filter` under `cov`: only a filter whose rows within its window are
+    /// one [`Slice`] can be answered from per-dimension counts.
     pub(super) fn of(filter: &AuditFilter, cov: Option<Coverage>) -> Self {
-        let Some(cov) = cov.filter(|_| filter.window_only()) else {
+        let (Some(cov), Some(slice)) = (cov, Slice::of(filter)) else {
             return Self::raw(filter);
         };
         let since = filter.since.as_deref();
@@ -439,14 +524,22 @@ impl Split {
         } else {
             (None, vec![(Some(lo_ts.clone()), Some(hi_ts.clone()))])
         };
-        let mut raw = where_of(&AuditFilter::default());
+        let mut raw = where_of(&AuditFilter {
+            result: filter.result,
+            ..AuditFilter::default()
+        });
         let ends = [
             (since.map(str::to_owned), Some(lo_ts)),
             (Some(hi_ts), until.map(str::to_owned)),
         ];
         let sql = ranges_sql("a.timestamp", &ends, &mut raw.binds);
         raw.push_fixed(&sql);
-        Self { days, hours, raw }
+        Self {
+            slice,
+            days,
+            hours,
+            raw,
+        }
     }
 
     /// The rollup reads (`SELECT value, n …` per grain) for `dim`, binding into `binds`.
@@ -457,6 +550,7 @@ impl Split {
         dim: Option<Dim>,
         binds: &mut Vec<String>,
     ) -> Vec<String> {
+        let slice = self.slice.key();
         let dim = dim.map_or(String::new(), |d| format!(" AND dim = {}", d as i64));
         let days = self.days.iter().map(|r| ("d", r));
         let hours = self.hours.iter().map(|r| ("h", r));
@@ -465,7 +559,10 @@ impl Split {
         days.chain(hours)
             .map(|(grain, range)| {
                 let within = ranges_sql("start", std::slice::from_ref(range), binds);
-                format!("SELECT {select} FROM {table} WHERE grain = '{grain}'{dim} AND {within}")
+                format!(
+                    "SELECT {select} FROM {table} WHERE grain = '{grain}' AND slice = '{slice}'\
+                     {dim} AND {within}"
+                )
             })
             .collect()
     }
@@ -473,29 +570,21 @@ impl Split {
     /// `(value, n)` rows for `dim`: one per period and value from the rollups, one per value
     /// from the log; binds in the result.
     pub(super) fn counts(&self, dim: Dim) -> Where {
-        let mut w = self.log_counts(&dim.expr(), dim.condition());
+        let mut w = self.raw.clone();
+        if let Some(c) = dim.condition() {
+            w.push_fixed(c);
+        }
+        let expr = dim.expr();
+        w.sql = format!(
+            "SELECT {expr} AS value, COUNT(*) AS n FROM audit_log a{} GROUP BY {expr}",
+            w.sql
+        );
         let rolled = self.rolled("audit_rollup", "value, n", Some(dim), &mut w.binds);
         for part in rolled {
             w.sql.push_str(" UNION ALL ");
             w.sql.push_str(&part);
         }
         w
-    }
-
-    /// `(value, n)` rows of `expr` from the log's rows alone (for a dimension the rollups
-    /// lack, on [`Split::raw`]).
-    pub(super) fn log_counts(&self, expr: &str, condition: Option<&str>) -> Where {
-        let mut w = self.raw.clone();
-        if let Some(c) = condition {
-            w.push_fixed(c);
-        }
-        Where {
-            sql: format!(
-                "SELECT {expr} AS value, COUNT(*) AS n FROM audit_log a{} GROUP BY {expr}",
-                w.sql
-            ),
-            binds: w.binds,
-        }
     }
 
     /// `(ms, n)` rows: how many rows took each duration.
@@ -704,6 +793,34 @@ mod tests {
         assert_eq!(Split::of(&late, c), Split::raw(&late));
         let odd = window("yesterday", None);
         assert_eq!(Split::of(&odd, c), Split::raw(&odd));
+        // Failures alone have a slice; successes, one status, or failures narrowed further
+        // do not.
+        let errors = errors_only(window("2026-11-01T00:00:00.000000Z", None));
+        assert_eq!(Split::of(&errors, c).slice, Slice::Errors);
+        assert_ne!(Split::of(&errors, c), Split::raw(&errors));
+        for result in [ResultFilter::Success, ResultFilter::Status(500)] {
+            let mut f = errors.clone();
+            f.result = Some(result);
+            assert_eq!(Split::of(&f, c), Split::raw(&f));
+        }
+        let mut f = errors;
+        f.source = Some("cli".into());
+        assert_eq!(Split::of(&f, c), Split::raw(&f));
+    }
+
+    #[test]
+    fn a_result_whose_match_differs_by_backend_has_no_slice() {
+        assert_eq!(Slice::of_result("success"), Some(&Slice::ALL[..1]));
+        assert_eq!(Slice::of_result("error.500"), Some(&Slice::ALL[..]));
+        // SQLite's LIKE would call it a failure, PostgreSQL's would not.
+        assert_eq!(Slice::of_result("Error.500"), None);
+    }
+
+    fn errors_only(f: AuditFilter) -> AuditFilter {
+        AuditFilter {
+            result: Some(ResultFilter::Error),
+            ..f
+        }
     }
 
     /// `n` rows spread over the `hours` before `end`, every dimension varied (rows without
@@ -721,6 +838,7 @@ mod tests {
                 r.user_id = (i % 5 != 0).then(|| format!("user-{}", i % 7));
                 r.client_kind = [None, Some("cli"), Some("web")][i % 3].map(str::to_owned);
                 r.result = ["success", "success", "error.500", "error.403"][i % 4].to_owned();
+                r.resource = (i % 9 != 0).then(|| format!("table:t{}", i % 11));
                 r.duration_ms = (i % 6 != 0).then_some((i as i64 * 37) % 400);
                 r
             })
@@ -746,11 +864,13 @@ mod tests {
         ]
     }
 
-    /// The cards and facets of every window, counted over the log alone and as the store
-    /// counts them now; they must agree exactly.
+    /// The cards and facets of every window and of its failures, counted over the log alone
+    /// and as the store counts them now; they must agree exactly.
     async fn assert_counts_agree(store: &Store, now: DateTime<Utc>, when: &str) {
         let cov = store.rollup_coverage().await.unwrap();
-        for f in windows(now) {
+        let windows = windows(now);
+        let failures = windows.iter().cloned().map(errors_only).collect::<Vec<_>>();
+        for f in windows.into_iter().chain(failures) {
             let rolled = Split::of(&f, cov);
             let log = Split::raw(&f);
             assert_eq!(
@@ -761,8 +881,8 @@ mod tests {
                 f.until
             );
             assert_eq!(
-                store.facets_of(&f, &rolled).await.unwrap(),
-                store.facets_of(&f, &log).await.unwrap(),
+                store.facets_of(&rolled).await.unwrap(),
+                store.facets_of(&log).await.unwrap(),
                 "{when}: facets of {:?}..{:?}",
                 f.since,
                 f.until
@@ -803,6 +923,8 @@ mod tests {
             assert!(day_rows > 0, "whole days inside coverage have day rows");
             // The rolled-up path is taken: a day-long window reads day or hour rows.
             assert!(Split::of(&windows(now)[2], Some(cov)).days.is_some());
+            let failures = Split::of(&errors_only(windows(now)[2].clone()), Some(cov));
+            assert!(failures.slice == Slice::Errors && failures.days.is_some());
             assert_counts_agree(&store, now, "after the first runs").await;
 
             // Rows for covered hours and days arrive late (a skewed clock, an import).
@@ -838,6 +960,19 @@ mod tests {
             assert_counts_agree(&store, now, "after an odd late row").await;
             while !store.roll_up_audit(now).await.unwrap().complete {}
             assert_counts_agree(&store, now, "after counting again").await;
+
+            // So does a late failure whose result's case the backends' LIKE reads apart.
+            let mut shouting = rows(1, now - Duration::hours(20), 1, "case");
+            shouting[0].result = "Error.500".into();
+            store.insert_audit_batch(&shouting).await.unwrap();
+            let cov = store.rollup_coverage().await.unwrap().unwrap();
+            assert_eq!(
+                cov.from, cov.until,
+                "nothing covered after a late odd result"
+            );
+            assert_counts_agree(&store, now, "after a late odd result").await;
+            while !store.roll_up_audit(now).await.unwrap().complete {}
+            assert_counts_agree(&store, now, "after counting again, twice").await;
         }
     }
 

@@ -137,25 +137,18 @@ impl Store {
             .collect()
     }
 
-    /// The facets of the rows under `filter` (the timeline's filter). Resources are too
-    /// many to roll up, so they are always counted over the log.
+    /// The facets of the rows under `filter` (the timeline's filter).
     pub async fn audit_facets(&self, filter: &AuditFilter) -> Result<AuditFacets, StoreError> {
-        self.facets_of(filter, &self.split(filter).await?).await
+        self.facets_of(&self.split(filter).await?).await
     }
 
-    /// The facets of `filter`'s rows, counted as `split` says.
-    pub(super) async fn facets_of(
-        &self,
-        filter: &AuditFilter,
-        split: &Split,
-    ) -> Result<AuditFacets, StoreError> {
-        let resources =
-            Split::raw(filter).log_counts("a.resource || ''", Some("a.resource IS NOT NULL"));
+    /// The facets of the rows `split` counts.
+    pub(super) async fn facets_of(&self, split: &Split) -> Result<AuditFacets, StoreError> {
         let (users, actions, results, resources, sources) = try_join!(
             self.user_facet(split),
             self.top(split.counts(Dim::Action), Some(FACET_LIMIT)),
             self.top(split.counts(Dim::Result), Some(FACET_LIMIT)),
-            self.top(resources, Some(FACET_LIMIT)),
+            self.top(split.counts(Dim::Resource), Some(FACET_LIMIT)),
             self.top(split.counts(Dim::Source), None),
         )?;
         Ok(AuditFacets {

@@ -68,6 +68,9 @@ impl ResultFilter {
 /// caused (startup, migrations, background jobs without an identity).
 pub const SYSTEM_SOURCE: &str = "system";
 
+/// The condition a failed row meets: the errors-only filter's, and the rollups' error slice.
+pub(super) const ERROR_ROWS: &str = "a.result LIKE 'error.%'";
+
 /// Which audit rows a page holds; every field narrows it (AND).
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {
@@ -152,7 +155,7 @@ pub(super) fn where_of(f: &AuditFilter) -> Where {
     }
     match f.result {
         Some(ResultFilter::Success) => w.push_fixed("a.result = 'success'"),
-        Some(ResultFilter::Error) => w.push_fixed("a.result LIKE 'error.%'"),
+        Some(ResultFilter::Error) => w.push_fixed(ERROR_ROWS),
         Some(ResultFilter::Status(s)) => w.push("a.result = $?", format!("error.{s}")),
         None => {}
     }

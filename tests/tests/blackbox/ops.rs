@@ -220,7 +220,9 @@ impl Receiver {
     }
 
     /// The spans of one trace, once `min` of them have arrived (or 20 s have passed).
-    fn trace(&self, trace_id: &str, min: usize) -> Vec<Span> {
+    /// The spans of `trace_id` once `ready` holds for them (or after 20 s): spans close and
+    /// are exported in batches, so a count alone can be met before the ones a test needs.
+    fn trace(&self, trace_id: &str, ready: impl Fn(&[Span]) -> bool) -> Vec<Span> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let found: Vec<Span> = self
@@ -231,7 +233,7 @@ impl Receiver {
                 .filter(|s| s.trace_id == trace_id)
                 .cloned()
                 .collect();
-            if found.len() >= min || Instant::now() > deadline {
+            if ready(&found) || Instant::now() > deadline {
                 return found;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -319,7 +321,7 @@ fn a_request_is_one_trace_whose_id_is_the_audit_correlation_id() {
     let _ = r.bytes().unwrap();
 
     // The root span is named as the conventions say: method and route template.
-    let spans = receiver.trace(trace_id, 7);
+    let spans = receiver.trace(trace_id, |s| s.len() >= 7);
     let root = spans
         .iter()
         .find(|s| s.parent_span_id == caller_span)
@@ -333,7 +335,7 @@ fn a_request_is_one_trace_whose_id_is_the_audit_correlation_id() {
         "engine.execute",
         "audit.write",
     ];
-    let spans = receiver.trace(trace_id, expected.len());
+    let spans = receiver.trace(trace_id, |s| s.len() >= expected.len());
     let names: BTreeSet<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     for name in expected {
         assert!(names.contains(name), "{name} missing from {names:?}");
@@ -358,13 +360,9 @@ fn a_request_is_one_trace_whose_id_is_the_audit_correlation_id() {
         .unwrap();
     let own = r.headers()["x-request-id"].to_str().unwrap().to_owned();
     assert_eq!(own.len(), 32);
-    let spans = receiver.trace(&own, 2);
-    assert!(
-        spans
-            .iter()
-            .any(|s| s.name == "GET /api/v2/schema/{table_id}" && s.parent_span_id.is_empty()),
-        "{spans:?}"
-    );
+    let root = |s: &Span| s.name == "GET /api/v2/schema/{table_id}" && s.parent_span_id.is_empty();
+    let spans = receiver.trace(&own, |s| s.iter().any(root));
+    assert!(spans.iter().any(root), "{spans:?}");
 
     // An MCP call's `_meta.traceparent` is honoured like the header.
     let mcp_trace = "0af7651916cd43dd8448eb211c80319c";
@@ -376,12 +374,14 @@ fn a_request_is_one_trace_whose_id_is_the_audit_correlation_id() {
         Some(json!({"traceparent": format!("00-{mcp_trace}-b7ad6b7169203331-01")})),
     );
     assert_eq!(answer["result"]["isError"], false, "{answer}");
-    let spans = receiver.trace(mcp_trace, 3);
+    let both = |spans: &[Span]| {
+        ["POST /mcp", "engine.plan"]
+            .iter()
+            .all(|n| spans.iter().any(|s| s.name == *n))
+    };
+    let spans = receiver.trace(mcp_trace, both);
     let names: BTreeSet<&str> = spans.iter().map(|s| s.name.as_str()).collect();
-    assert!(
-        names.contains("POST /mcp") && names.contains("engine.plan"),
-        "{names:?}"
-    );
+    assert!(both(&spans), "{names:?}");
 }
 
 /// A trace setting svc cannot use stops start-up, naming the variable; a sampler that

@@ -230,11 +230,14 @@ fn coverage_of(row: &sqlx::any::AnyRow) -> Result<Option<Coverage>, StoreError> 
 
 /// Takes the state row's lock for the rest of `tx` (a no-op write: the row lock on
 /// PostgreSQL, the database's write lock on SQLite) and reads it; creates it, covering
-/// nothing, when missing.
+/// nothing, when missing. An empty coverage sits at the last hour that ended [`GRACE`]
+/// before `now`: placed at the current hour, the job's backward pass would count an hour
+/// whose rows may still arrive, and the writer does not fold those in.
 async fn lock_coverage(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    empty_at: DateTime<Utc>,
+    now: DateTime<Utc>,
 ) -> Result<Coverage, StoreError> {
+    let empty_at = now - GRACE;
     let lock = "UPDATE audit_rollup_state SET id = id WHERE id = 1";
     if sqlx::query(lock).execute(&mut **tx).await?.rows_affected() == 0 {
         // Two first callers may both get here; one row is made, and both then lock it.
@@ -631,7 +634,7 @@ impl Store {
         let mut run = RollupRun::default();
         while started.elapsed() < RUN_BUDGET {
             let mut tx = self.pool().begin().await?;
-            let mut cov = lock_coverage(&mut tx, target).await?;
+            let mut cov = lock_coverage(&mut tx, now).await?;
             if cov.until < target {
                 let hour = cov.until;
                 build_hour(&mut tx, hour).await?;

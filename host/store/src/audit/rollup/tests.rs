@@ -186,6 +186,23 @@ async fn assert_counts_agree(store: &Store, now: DateTime<Utc>, when: &str) {
 }
 
 #[tokio::test]
+async fn coverage_starts_at_the_last_hour_that_ended_a_grace_ago() {
+    // Ten minutes into an hour its predecessor may still get rows, so neither the job
+    // nor the writer (which creates the state on a late row) may start coverage there.
+    for (store, _dir) in crate::testing::all_backends().await {
+        let mut tx = store.pool().begin().await.unwrap();
+        let cov = lock_coverage(&mut tx, at("2026-11-29T02:05:00.000000Z"))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(
+            (cov.from, cov.until),
+            (at("2026-11-29T01:00:00.000000Z"), cov.from)
+        );
+    }
+}
+
+#[tokio::test]
 async fn rolled_up_counts_equal_counts_of_the_log_through_late_rows_and_pruning() {
     for (store, _dir) in crate::testing::all_backends().await {
         let now = Utc::now();

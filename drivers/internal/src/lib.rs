@@ -17,7 +17,7 @@ mod provider;
 mod provider_tests;
 mod rows;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sqlx::{AnyPool, Row};
@@ -158,6 +158,20 @@ impl InternalDriver {
     /// predates them ([`events`]).
     pub async fn keyed_event_provider(&self) -> Result<Option<Arc<dyn TableProvider>>> {
         self.segments.keyed_provider(&self.event_files(None).await?)
+    }
+
+    /// Every event file an administrator reads (as [`keyed_event_provider`]
+    /// (Self::keyed_event_provider) lists them), with its path: for readers that keep
+    /// what they decode of a file, which is never rewritten under its name.
+    pub async fn admin_event_files(&self) -> Result<Vec<(events::EventFile, PathBuf)>> {
+        self.event_files(None)
+            .await?
+            .into_iter()
+            .map(|f| {
+                let path = self.segments.path(&f.name)?;
+                Ok((f, path))
+            })
+            .collect()
     }
 
     async fn event_files(&self, owner: Option<&str>) -> Result<Vec<events::EventFile>> {

@@ -22,11 +22,16 @@ use svc_plugin_api::arrow::json::writer::{JsonArray, WriterBuilder};
 use svc_plugin_api::datafusion::execution::TaskContext;
 use svc_plugin_api::datafusion::functions::expr_fn::substring;
 use svc_plugin_api::datafusion::functions_aggregate::expr_fn::{count, count_distinct, sum};
-use svc_plugin_api::datafusion::logical_expr::{cast, GroupingSet, Like, SortExpr};
+use svc_plugin_api::datafusion::logical_expr::{
+    binary_expr, cast, GroupingSet, Like, Operator, SortExpr,
+};
 use svc_plugin_api::datafusion::physical_plan::ExecutionPlan;
 use svc_plugin_api::datafusion::prelude::{col, lit, DataFrame, Expr, SessionContext};
 use svc_plugin_api::RecordBatch;
 use svc_store::{Backend, Store};
+
+use crate::event_index::{micros, text, EventIndex, Snapshot};
+use crate::tally::{self, Counts, Selector};
 
 /// The longest window (365 days), in minutes.
 pub const MAX_WINDOW_MINUTES: u32 = 525_600;
@@ -157,6 +162,26 @@ pub struct Page {
     pub next_offset: Option<usize>,
 }
 
+impl Page {
+    fn of(
+        group_by: Option<GroupBy>,
+        rows: Vec<Value>,
+        total: usize,
+        limit: usize,
+        offset: usize,
+    ) -> Self {
+        let next = offset + limit;
+        Self {
+            group_by,
+            rows,
+            total: total as i64,
+            limit,
+            offset,
+            next_offset: (next < total).then_some(next),
+        }
+    }
+}
+
 /// The summary's window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Window {
@@ -229,6 +254,8 @@ pub struct Browser {
     store: Store,
     events: InternalDriver,
     context: SessionContext,
+    /// None only in tests that hold the index's answers to the scans'.
+    index: Option<EventIndex>,
 }
 
 impl std::fmt::Debug for Browser {
@@ -282,24 +309,35 @@ impl Filters {
         Ok(())
     }
 
+    /// The window's start, when it is `since_minutes` (not an absolute range).
+    fn since(&self) -> Option<String> {
+        self.range
+            .is_none()
+            .then(|| format_ts(Utc::now() - Duration::minutes(i64::from(self.since_minutes))))
+    }
+
+    /// Whether the event index holds every field these filters test.
+    fn indexable(&self) -> bool {
+        self.range.is_none() && self.user_id.is_none()
+    }
+
     fn predicate(&self) -> Expr {
-        let mut p = match &self.range {
-            None => {
-                let since =
-                    format_ts(Utc::now() - Duration::minutes(i64::from(self.since_minutes)));
-                col("occurred_at").gt_eq(lit(since))
+        self.predicate_since(self.since().as_deref())
+    }
+
+    /// The predicate, with the rolling window's start (`since()`) computed by the caller,
+    /// so that two reads of one request agree on it.
+    fn predicate_since(&self, since: Option<&str>) -> Expr {
+        let mut p = lit(true);
+        let range = self.range.clone().unwrap_or_default();
+        for (op, bound) in [
+            (Operator::GtEq, since.map(str::to_owned).or(range.since)),
+            (Operator::Lt, range.until),
+        ] {
+            if let Some(bound) = bound {
+                p = p.and(binary_expr(col("occurred_at"), op, lit(bound)));
             }
-            Some(range) => {
-                let mut p = lit(true);
-                if let Some(since) = &range.since {
-                    p = p.and(col("occurred_at").gt_eq(lit(since.clone())));
-                }
-                if let Some(until) = &range.until {
-                    p = p.and(col("occurred_at").lt(lit(until.clone())));
-                }
-                p
-            }
-        };
+        }
         for (column, value) in [
             ("user_id", &self.user_id),
             ("username", &self.username),
@@ -364,7 +402,34 @@ impl Browser {
             store,
             events,
             context: SessionContext::new(),
+            index: Some(EventIndex::default()),
         }
+    }
+
+    /// The same browser answering every read by a scan.
+    #[cfg(test)]
+    pub(crate) fn scanning(mut self) -> Self {
+        self.index = None;
+        self
+    }
+
+    /// `count` over the event index's snapshot of the current listing, on a blocking
+    /// thread; None when the index cannot answer (the caller scans instead).
+    async fn tally<T: Send + 'static>(
+        &self,
+        count: impl FnOnce(&Snapshot) -> T + Send + 'static,
+    ) -> Result<Option<T>, Error> {
+        let Some(index) = self.index.clone() else {
+            return Ok(None);
+        };
+        let listed = self
+            .events
+            .admin_event_files()
+            .await
+            .map_err(|e| Error::internal(e.message))?;
+        tokio::task::spawn_blocking(move || Ok(index.snapshot(&listed)?.map(|s| count(&s))))
+            .await
+            .map_err(Error::internal)?
     }
 
     async fn frame(&self) -> Result<DataFrame, Error> {
@@ -420,11 +485,29 @@ impl Browser {
             ..Filters::default()
         };
         window.validate()?;
+        let since = window.since();
+        if let Some(start) = since.as_deref().and_then(micros) {
+            let tops = FACETS.map(|(_, top)| top);
+            let counted = self
+                .tally(move |snap| {
+                    Counts::of(snap, &Selector::window(snap, start)).facets(snap, tops)
+                })
+                .await?;
+            if let Some([users, tools, sources, event_types]) = counted {
+                return Ok(Facets {
+                    window_minutes: since_minutes,
+                    users,
+                    tools,
+                    sources,
+                    event_types,
+                });
+            }
+        }
         let sets = FACETS.iter().map(|(c, _)| vec![col(*c)]).collect();
         let df = self
             .frame()
             .await?
-            .filter(window.predicate())
+            .filter(window.predicate_since(since.as_deref()))
             .and_then(|d| {
                 d.aggregate(
                     vec![Expr::GroupingSet(GroupingSet::GroupingSets(sets))],
@@ -464,9 +547,30 @@ impl Browser {
     /// Headline numbers under the filters (reference §5.3).
     pub async fn kpis(&self, filters: &Filters) -> Result<Kpis, Error> {
         filters.validate()?;
+        let since = filters.since();
+        if let Some(start) = since
+            .as_deref()
+            .and_then(micros)
+            .filter(|_| filters.indexable())
+        {
+            let f = filters.clone();
+            let counted = self
+                .tally(move |snap| Counts::of(snap, &Selector::new(snap, &f, start)).kpis(snap))
+                .await?;
+            if let Some((events, distinct_users, distinct_tools, errors)) = counted {
+                return Ok(Kpis {
+                    window_minutes: filters.since_minutes,
+                    events_total: events,
+                    distinct_users,
+                    distinct_tools,
+                    errors,
+                    error_rate: rate(errors, events),
+                });
+            }
+        }
         let Counted { events, users, .. } = self.counted().await?;
         let df = events
-            .filter(filters.predicate())
+            .filter(filters.predicate_since(since.as_deref()))
             .and_then(|d| {
                 d.aggregate(
                     vec![],
@@ -512,12 +616,63 @@ impl Browser {
             Some((c, dir)) => (c, dir == "asc"),
             None => (sort.unwrap_or(""), false),
         };
+        let since = filters.since();
+        // From the index: a grouped page whole; for raw rows, their number and a bound on
+        // the time that lets the scan read only the files holding the page.
+        let mut raw_total = None;
+        let mut predicate = filters.predicate_since(since.as_deref());
+        if let Some(start) = since
+            .as_deref()
+            .and_then(micros)
+            .filter(|_| filters.indexable())
+        {
+            let f = filters.clone();
+            match group_by {
+                Some(g) => {
+                    let order = (column.to_owned(), ascending);
+                    let counted = self
+                        .tally(move |snap| {
+                            let sel = Selector::new(snap, &f, start);
+                            tally::grouped(snap, &sel, g, (&order.0, order.1), offset, limit)
+                        })
+                        .await?;
+                    if let Some((rows, total)) = counted {
+                        return Ok(Page::of(group_by, rows, total, limit, offset));
+                    }
+                }
+                None => {
+                    let through = offset + limit;
+                    let counted = self
+                        .tally(move |snap| {
+                            tally::raw_bound(
+                                snap,
+                                &Selector::new(snap, &f, start),
+                                through,
+                                !ascending,
+                            )
+                        })
+                        .await?;
+                    if let Some((total, bound)) = counted {
+                        raw_total = Some(total);
+                        if let Some(bound) = bound.map(text) {
+                            let op = if ascending {
+                                Operator::LtEq
+                            } else {
+                                Operator::GtEq
+                            };
+                            predicate =
+                                predicate.and(binary_expr(col("occurred_at"), op, lit(bound)));
+                        }
+                    }
+                }
+            }
+        }
         let Counted {
             events,
             users,
             sessions,
         } = self.counted().await?;
-        let base = events.filter(filters.predicate()).map_err(df_error)?;
+        let base = events.filter(predicate).map_err(df_error)?;
         let (df, total, order) = match group_by {
             Some(g) => {
                 let grouped = base
@@ -535,6 +690,10 @@ impl Browser {
                 // and paged in memory instead of aggregating every event twice.
                 let buckets = grouped.collect().await.map_err(df_error)?;
                 let total = buckets.iter().map(RecordBatch::num_rows).sum::<usize>();
+                if total == 0 {
+                    // No batches, so no schema to sort by.
+                    return Ok(Page::of(group_by, Vec::new(), 0, limit, offset));
+                }
                 let grouped = self.context.read_batches(buckets).map_err(df_error)?;
                 let by = match column {
                     "bucket" | "invocations" | "distinct_users" | "distinct_sessions"
@@ -565,7 +724,10 @@ impl Browser {
                         "model",
                     ])
                     .map_err(df_error)?;
-                let total = raw.clone().count().await.map_err(df_error)?;
+                let total = match raw_total {
+                    Some(total) => total,
+                    None => raw.clone().count().await.map_err(df_error)?,
+                };
                 // The only sortable column is the time; ties broken by id.
                 let order = vec![
                     col("occurred_at").sort(ascending, false),
@@ -579,16 +741,7 @@ impl Browser {
             .and_then(|d| d.limit(offset, Some(limit)))
             .map_err(df_error)?;
         let rows = self.rows(page).await?;
-        let total = total as i64;
-        let next = offset + limit;
-        Ok(Page {
-            group_by,
-            rows,
-            total,
-            limit,
-            offset,
-            next_offset: ((next as i64) < total).then_some(next),
-        })
+        Ok(Page::of(group_by, rows, total, limit, offset))
     }
 
     /// The plan of an export: every column of the events the filters select. Rows come

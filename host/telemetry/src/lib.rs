@@ -22,6 +22,7 @@ pub mod browse;
 pub mod compact;
 pub mod corpus;
 pub mod errors;
+pub mod event_index;
 pub mod events;
 pub mod extract;
 pub mod files;
@@ -30,6 +31,7 @@ pub mod names;
 pub mod reader;
 pub mod runner;
 pub mod sessions;
+pub mod tally;
 pub mod transcript;
 pub mod transcript_view;
 

@@ -4,7 +4,10 @@
 //! its arrival at a reader of the page's event stream). Prints figures against the targets
 //! (TTFB p95 ≤ 50 ms, ≤ 150 KB a page, SSE p95 ≤ 250 ms); asserts nothing about speed.
 //! The activity pages are measured twice: before the audit rollup job has run (every card
-//! and facet counted over the log) and after it has counted the seeded backlog.
+//! and facet counted over the log) and after it has counted the seeded backlog. The
+//! telemetry pages are measured twice too: with the event index (the default) and on a second
+//! server with it off (every read a scan of the event files). "first load" is the warm-up
+//! load, not counted in the percentiles: for the telemetry pages it builds the index.
 //!
 //!   cargo bench -p svc-host --bench pages
 //!
@@ -194,9 +197,10 @@ fn main() {
         "/profile".into(),
         "/profile/sessions".into(),
     ];
-    let measure = |page: &str| {
+    let measure_at = |base: &str, page: &str| {
         let mut ttfb = Vec::with_capacity(runs);
         let mut html = 0;
+        let mut first_load = 0.0;
         for i in 0..=runs {
             let t = Instant::now();
             let resp = http
@@ -210,20 +214,23 @@ fn main() {
             assert!(status.is_success(), "{page}: {status}");
             if i > 0 {
                 ttfb.push(first);
+            } else {
+                first_load = t.elapsed().as_secs_f64() * 1e3;
             }
         }
         ttfb.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let p95 = percentile(&ttfb, 0.95);
         let kb = (html + assets) as f64 / 1024.0;
         println!(
-            "{page:<52} {:>7.1} ms {:>7.1} ms ({})   {kb:>6.1} KB ({})",
+            "{page:<52} {:>7.1} ms {:>7.1} ms ({})   {kb:>6.1} KB ({})   {first_load:>8.1} ms",
             percentile(&ttfb, 0.5),
             p95,
             if p95 <= 50.0 { "met" } else { "MISSED" },
             if kb <= 150.0 { "met" } else { "MISSED" },
         );
     };
-    let header = "page                                                  TTFB p50   TTFB p95   weight (HTML+CSS+JS)";
+    let measure = |page: &str| measure_at(&base, page);
+    let header = "page                                                  TTFB p50   TTFB p95   weight (HTML+CSS+JS)   first load";
     println!("\nBefore the audit rollups (every count over the log)\n{header}");
     for page in &pages {
         measure(page);
@@ -252,6 +259,31 @@ fn main() {
     println!("After the audit rollups\n{header}");
     for page in pages.iter().filter(|p| p.starts_with("/admin/activity")) {
         measure(page);
+    }
+
+    // The telemetry pages once more, on a second server over the same store with the event
+    // index off: every read scans the event files, as before the index.
+    println!(
+        "\nserver RSS with the telemetry index built: {:.0} MiB",
+        server.rss_mib()
+    );
+    {
+        let scanning = Server::start_with(
+            &data,
+            &[
+                ("SVC_SKIP_CACHE_WARMUP", "1"),
+                ("SCHEDULER_ENABLED", "false"),
+                ("SVC_TELEMETRY_INDEX_MAX_EVENTS", "0"),
+            ],
+        );
+        println!("The telemetry pages with the event index off (scans)\n{header}");
+        for page in pages.iter().filter(|p| p.starts_with("/admin/telemetry")) {
+            measure_at(&scanning.base, page);
+        }
+        println!(
+            "server RSS after the scans: {:.0} MiB\n",
+            scanning.rss_mib()
+        );
     }
 
     // Warmup log delay: a reader of the page's stream, and warmups started one after another.

@@ -38,6 +38,10 @@ pub struct ServeArgs {
     /// Days of audit rows kept (pruned hourly in small batches); unset keeps every row.
     #[arg(long, env = "SVC_AUDIT_RETENTION_DAYS", value_parser = clap::value_parser!(u32).range(1..))]
     pub audit_retention_days: Option<u32>,
+    /// Most telemetry events the administrators' in-memory index holds (about 20 bytes
+    /// each); past it, and at 0, telemetry reads scan the event files instead.
+    #[arg(long, env = "SVC_TELEMETRY_INDEX_MAX_EVENTS", default_value_t = svc_telemetry::event_index::DEFAULT_MAX_EVENTS)]
+    pub telemetry_index_max_events: usize,
     /// Milliseconds of quiet after an upload before the telemetry pipeline runs.
     #[arg(long, env = "SVC_TELEMETRY_DEBOUNCE_MS", default_value_t = 2000)]
     pub telemetry_debounce_ms: u64,
@@ -136,6 +140,7 @@ pub fn console_config(data_dir: PathBuf) -> RuntimeConfig {
         session_upload_max_bytes: 0,
         marketplace_upload_max_bytes: 0,
         telemetry_retention_days: 365,
+        telemetry_index_max_events: 0,
         audit_retention_days: None,
         trust_proxy: false,
         driver_dir: None,
@@ -195,6 +200,7 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
         session_upload_max_bytes: args.session_upload_max_bytes,
         marketplace_upload_max_bytes: args.marketplace_upload_max_bytes,
         telemetry_retention_days: args.telemetry_retention_days.max(1),
+        telemetry_index_max_events: args.telemetry_index_max_events,
         audit_retention_days: args.audit_retention_days,
         trust_proxy: args.trust_proxy,
         driver_dir: args.driver_dir.clone(),

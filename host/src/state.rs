@@ -41,6 +41,8 @@ pub struct RuntimeConfig {
     pub marketplace_upload_max_bytes: u64,
     /// Days of telemetry the prune keeps.
     pub telemetry_retention_days: u32,
+    /// Most events the telemetry reads' in-memory index holds (0: none, reads scan).
+    pub telemetry_index_max_events: usize,
     /// Days of audit rows the retention job keeps; None keeps every row.
     pub audit_retention_days: Option<u32>,
     /// Whether to take the client address from `X-Forwarded-For`.
@@ -146,7 +148,8 @@ impl AppState {
             SessionFiles::new(&config.data_dir),
             EventSegments::new(&config.data_dir),
         );
-        let telemetry = Browser::new(store.clone(), &config.data_dir);
+        let telemetry = Browser::new(store.clone(), &config.data_dir)
+            .index_at_most(config.telemetry_index_max_events);
         let sessions = SessionBrowser::new(store.clone(), SessionFiles::new(&config.data_dir));
         let ask = svc_ask::Asker::new(engine.clone(), config.ask_llm.clone());
         let memory = svc_memory::Memory::new(store.clone(), audit.clone());

@@ -68,6 +68,18 @@ impl Server {
         }
     }
 
+    /// The server process's resident memory, in MiB.
+    pub fn rss_mib(&self) -> f64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            })
+            .map_or(0.0, |kb| kb / 1024.0)
+    }
+
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new(SERVER)
             .arg("--data-dir")

@@ -30,7 +30,7 @@ use svc_plugin_api::datafusion::prelude::{col, lit, DataFrame, Expr, SessionCont
 use svc_plugin_api::RecordBatch;
 use svc_store::{Backend, Store};
 
-use crate::event_index::{micros, text, EventIndex, Snapshot};
+use crate::event_index::{micros, text, EventIndex, Snapshot, DEFAULT_MAX_EVENTS};
 use crate::tally::{self, Counts, Selector};
 
 /// The longest window (365 days), in minutes.
@@ -254,7 +254,7 @@ pub struct Browser {
     store: Store,
     events: InternalDriver,
     context: SessionContext,
-    /// None only in tests that hold the index's answers to the scans'.
+    /// None when configured off: every read scans.
     index: Option<EventIndex>,
 }
 
@@ -402,14 +402,14 @@ impl Browser {
             store,
             events,
             context: SessionContext::new(),
-            index: Some(EventIndex::default()),
+            index: Some(EventIndex::new(DEFAULT_MAX_EVENTS)),
         }
     }
 
-    /// The same browser answering every read by a scan.
-    #[cfg(test)]
-    pub(crate) fn scanning(mut self) -> Self {
-        self.index = None;
+    /// The same browser with an index of at most `max_events` events (0: every read
+    /// scans the event files).
+    pub fn index_at_most(mut self, max_events: usize) -> Self {
+        self.index = (max_events > 0).then(|| EventIndex::new(max_events));
         self
     }
 

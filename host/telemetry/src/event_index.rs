@@ -15,7 +15,7 @@
 //!
 //! What it costs: 20 bytes an event (time, owner, session, kind) plus the dictionaries,
 //! about 200 MB at ten million events; decoding a file costs what a scan of it does, once.
-//! Past [`MAX_EVENTS`], and for a file whose times are not in the store's own format,
+//! Past its limit (`SVC_TELEMETRY_INDEX_MAX_EVENTS`, [`DEFAULT_MAX_EVENTS`]), and for a file whose times are not in the store's own format,
 //! reads go back to DataFusion ([`Snapshot`] is then None) with the same figures.
 //!
 //! Must not import HTTP or page code; the principal type is [`EventIndex`].
@@ -34,8 +34,9 @@ use svc_plugin_api::arrow::array::{Array, AsArray, StringArray};
 use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use svc_plugin_api::datafusion::parquet::arrow::ProjectionMask;
 
-/// The most events the index holds; beyond, reads scan the files.
-pub const MAX_EVENTS: usize = 40_000_000;
+/// The most events an index holds unless told otherwise (about 800 MB); beyond, reads
+/// scan the files.
+pub const DEFAULT_MAX_EVENTS: usize = 40_000_000;
 
 /// The columns a kind is made of, then the owner, session and time.
 const COLUMNS: [&str; 11] = [
@@ -132,8 +133,9 @@ struct Decoded {
     kinds: Interner<Kind>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
+    max_events: usize,
     /// By file name; None for a file the index cannot hold (a time in another format).
     files: HashMap<String, Option<Arc<FileCodes>>>,
     events: usize,
@@ -143,7 +145,7 @@ struct Inner {
 }
 
 /// The index, shared by every read of one browser.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct EventIndex {
     inner: Arc<Mutex<Inner>>,
 }
@@ -296,11 +298,33 @@ fn decode(path: &PathBuf) -> Result<Option<Decoded>, Error> {
 }
 
 impl EventIndex {
+    /// An empty index that holds at most `max_events` events.
+    pub fn new(max_events: usize) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Inner {
+                max_events,
+                files: HashMap::new(),
+                events: 0,
+                users: Interner::default(),
+                sessions: Interner::default(),
+                kinds: Interner::default(),
+            })),
+        }
+    }
+
     /// The codes of exactly the listed files, decoding the ones not seen before (on the
     /// calling thread: call it from a blocking task). None when one of them cannot be held.
     pub fn snapshot(&self, listed: &[(EventFile, PathBuf)]) -> Result<Option<Snapshot>, Error> {
         let missing: Vec<&(EventFile, PathBuf)> = {
-            let inner = self.lock();
+            let mut inner = self.lock();
+            // Forget the files the listing no longer names (merged into packs, pruned)
+            // once they outnumber the listed ones.
+            if inner.files.len() > 2 * listed.len() + 64 {
+                let names: std::collections::HashSet<&str> =
+                    listed.iter().map(|(f, _)| f.name.as_str()).collect();
+                inner.files.retain(|name, _| names.contains(name.as_str()));
+                inner.events = inner.files.values().flatten().map(|f| f.len()).sum();
+            }
             listed
                 .iter()
                 .filter(|(f, _)| !inner.files.contains_key(&f.name))
@@ -308,17 +332,16 @@ impl EventIndex {
         };
         // Decoded outside the lock: reads of files already held go on meanwhile.
         for (file, path) in missing {
+            // No room for another file: reads scan until a listing drops some.
+            let held = self.lock().events;
+            if held >= self.lock().max_events {
+                return Ok(None);
+            }
             let decoded = decode(path)?;
             self.lock().add(&file.name, decoded);
         }
-        let mut inner = self.lock();
-        if inner.files.len() > 2 * listed.len() + 64 {
-            let names: std::collections::HashSet<&str> =
-                listed.iter().map(|(f, _)| f.name.as_str()).collect();
-            inner.files.retain(|name, _| names.contains(name.as_str()));
-            inner.events = inner.files.values().flatten().map(|f| f.len()).sum();
-        }
-        if inner.events > MAX_EVENTS {
+        let inner = self.lock();
+        if inner.events > inner.max_events {
             return Ok(None);
         }
         let mut files = Vec::with_capacity(listed.len());

@@ -109,7 +109,9 @@ async fn the_index_counts_what_the_scans_count_on_both_backends() {
     for (store, _dir) in testing::all_backends().await {
         let (data, owners) = corpus(&store).await;
         let indexed = Browser::new(store.clone(), &data.0);
-        let scanned = Browser::new(store.clone(), &data.0).scanning();
+        let scanned = Browser::new(store.clone(), &data.0).index_at_most(0);
+        // An index too small for the corpus answers nothing and the scans answer instead.
+        let small = Browser::new(store.clone(), &data.0).index_at_most(10);
 
         for window in [60, 1_440, 43_200] {
             let (a, b) = (
@@ -124,6 +126,9 @@ async fn the_index_counts_what_the_scans_count_on_both_backends() {
         }
         let week = indexed.kpis(&filters(10_080)).await.unwrap();
         assert!(week.events_total > 500 && week.errors > 0, "{week:?}");
+        let overflowing = small.kpis(&filters(10_080)).await.unwrap();
+        assert_eq!(overflowing.events_total, week.events_total);
+        assert_eq!(overflowing.distinct_users, week.distinct_users);
 
         for f in cases(&owners) {
             let (a, b) = (

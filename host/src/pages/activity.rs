@@ -168,11 +168,29 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         Ok(c) => c,
         Err(e) => return respond::from_error(&state, &session, e),
     };
-    let page = state
-        .store
-        .audit_page(&filter, cursor.as_ref(), PAGE_ROWS)
-        .await
-        .map_err(Error::from);
+    // The rows, the cards and facets, and the saved views are read together: the page
+    // waits for the slowest, not for their sum. A "load more" fragment needs only rows.
+    let fragment = q.get("fragment") == Some("rows");
+    let (page, summary, views) = tokio::join!(
+        state.store.audit_page(&filter, cursor.as_ref(), PAGE_ROWS),
+        async {
+            match fragment {
+                true => None,
+                false => Some(summary(&state, &filter).await),
+            }
+        },
+        async {
+            match fragment {
+                true => Vec::new(),
+                false => state
+                    .store
+                    .saved_views(&session.caller.user.id)
+                    .await
+                    .unwrap_or_default(),
+            }
+        },
+    );
+    let page = page.map_err(Error::from);
     state
         .audit
         .write_read_outcome(
@@ -195,7 +213,7 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
             urlencode(c)
         )
     });
-    if q.get("fragment") == Some("rows") {
+    if fragment {
         let mut resp = match (ActivityRows { rows }).render() {
             Ok(body) => respond::html(StatusCode::OK, body),
             Err(e) => return respond::server_error(Error::internal(e)),
@@ -205,18 +223,12 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
         }
         return resp;
     }
-    match summary(&state, &filter).await {
-        Ok((kpis, facets)) => {
-            let views = state
-                .store
-                .saved_views(&session.caller.user.id)
-                .await
-                .unwrap_or_default();
-            render(
-                &state, &session, &q, &f, kpis, facets, views, rows, next_page,
-            )
-        }
-        Err(e) => respond::from_error(&state, &session, e),
+    match summary {
+        Some(Ok((kpis, facets))) => render(
+            &state, &session, &q, &f, kpis, facets, views, rows, next_page,
+        ),
+        Some(Err(e)) => respond::from_error(&state, &session, e),
+        None => respond::server_error(Error::internal("the summary of a whole page was not read")),
     }
 }
 

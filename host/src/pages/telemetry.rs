@@ -1,6 +1,6 @@
 //! `/admin/telemetry`: KPI cards, facets, the grouped table (by day by default, with a bar
-//! per bucket) or the raw events, under the filters the URL holds; the same
-//! [`svc_telemetry::browse::Browser`] reads as `/api/admin/telemetry/{kpis,facets,query}`,
+//! per bucket) or the raw events, under the filters the URL holds; the figures of
+//! `/api/admin/telemetry/{kpis,facets,query}`, read together ([`svc_telemetry::browse::Browser::overview`]),
 //! audited as `usage.read` like them. Export links hand the filter to the export endpoint;
 //! the ask box posts to `/api/admin/telemetry/ask` from the page's script.
 
@@ -150,21 +150,18 @@ pub async fn index(req: &Request, state: Data<&Arc<AppState>>) -> Response {
     );
     let group = GroupBy::parse(&v.group_by);
     let started = Instant::now();
-    let (kpis, facets, page) = tokio::join!(
-        state.telemetry.kpis(&f),
-        state.telemetry.facets(v.window),
-        state.telemetry.query(&f, group, None, PAGE_ROWS, offset),
-    );
+    let read = state
+        .telemetry
+        .overview(&f, group, None, PAGE_ROWS, offset)
+        .await;
     let event = read_event("query", &f, &[("group_by", Some(v.group_by.clone()))]);
     state
         .audit
-        .write_read_outcome(&session.caller.actor, event, started, &page)
+        .write_read_outcome(&session.caller.actor, event, started, &read)
         .await;
-    let (kpis, facets, page) = match (kpis, facets, page) {
-        (Ok(k), Ok(f), Ok(p)) => (k, f, p),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
-            return respond::from_error(&state, &session, e)
-        }
+    let (kpis, facets, page) = match read {
+        Ok(read) => read,
+        Err(e) => return respond::from_error(&state, &session, e),
     };
     let grouped = group.is_some();
     let filterable = matches!(v.group_by.as_str(), "username" | "tool_name" | "source");

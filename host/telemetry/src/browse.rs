@@ -31,7 +31,16 @@ use svc_plugin_api::RecordBatch;
 use svc_store::{Backend, Store};
 
 use crate::event_index::{micros, text, EventIndex, Snapshot, DEFAULT_MAX_EVENTS};
-use crate::tally::{self, Counts, Selector};
+use crate::tally::{self, Counts, Grouper, RawBound, Rows, Selector};
+
+/// The facets' columns and how many of each's most frequent values they list.
+const FACETS: [(&str, usize); 4] = [
+    ("username", 50),
+    ("tool_name", 50),
+    ("source", 20),
+    ("event_type", 20),
+];
+const FACET_TOPS: [usize; 4] = [FACETS[0].1, FACETS[1].1, FACETS[2].1, FACETS[3].1];
 
 /// The longest window (365 days), in minutes.
 pub const MAX_WINDOW_MINUTES: u32 = 525_600;
@@ -160,6 +169,35 @@ pub struct Page {
     pub offset: usize,
     /// The next page's offset, if there is one.
     pub next_offset: Option<usize>,
+}
+
+impl Facets {
+    fn of(window_minutes: u32, [users, tools, sources, event_types]: [Vec<Count>; 4]) -> Self {
+        Self {
+            window_minutes,
+            users,
+            tools,
+            sources,
+            event_types,
+        }
+    }
+}
+
+impl Kpis {
+    /// From (events, distinct owners, distinct tools, failed events).
+    fn of(
+        window_minutes: u32,
+        (events, distinct_users, distinct_tools, errors): (i64, i64, i64, i64),
+    ) -> Self {
+        Self {
+            window_minutes,
+            events_total: events,
+            distinct_users,
+            distinct_tools,
+            errors,
+            error_rate: rate(errors, events),
+        }
+    }
 }
 
 impl Page {
@@ -474,12 +512,6 @@ impl Browser {
     /// Facets of a window (reference §5.2): the most frequent owners, tools, sources and
     /// event types, counted in one scan (a grouping set per facet).
     pub async fn facets(&self, since_minutes: u32) -> Result<Facets, Error> {
-        const FACETS: [(&str, usize); 4] = [
-            ("username", 50),
-            ("tool_name", 50),
-            ("source", 20),
-            ("event_type", 20),
-        ];
         let window = Filters {
             since_minutes,
             ..Filters::default()
@@ -487,20 +519,13 @@ impl Browser {
         window.validate()?;
         let since = window.since();
         if let Some(start) = since.as_deref().and_then(micros) {
-            let tops = FACETS.map(|(_, top)| top);
             let counted = self
                 .tally(move |snap| {
-                    Counts::of(snap, &Selector::window(snap, start)).facets(snap, tops)
+                    Counts::of(snap, &Selector::window(snap, start)).facets(snap, FACET_TOPS)
                 })
                 .await?;
-            if let Some([users, tools, sources, event_types]) = counted {
-                return Ok(Facets {
-                    window_minutes: since_minutes,
-                    users,
-                    tools,
-                    sources,
-                    event_types,
-                });
+            if let Some(lists) = counted {
+                return Ok(Facets::of(since_minutes, lists));
             }
         }
         let sets = FACETS.iter().map(|(c, _)| vec![col(*c)]).collect();
@@ -533,39 +558,21 @@ impl Browser {
             list.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.value.cmp(&b.value)));
             list.truncate(top);
         }
-        let [users, tools, sources, event_types] =
-            <[Vec<Count>; 4]>::try_from(lists).expect("four facets");
-        Ok(Facets {
-            window_minutes: since_minutes,
-            users,
-            tools,
-            sources,
-            event_types,
-        })
+        let lists = <[Vec<Count>; 4]>::try_from(lists).expect("four facets");
+        Ok(Facets::of(since_minutes, lists))
     }
 
     /// Headline numbers under the filters (reference §5.3).
     pub async fn kpis(&self, filters: &Filters) -> Result<Kpis, Error> {
         filters.validate()?;
         let since = filters.since();
-        if let Some(start) = since
-            .as_deref()
-            .and_then(micros)
-            .filter(|_| filters.indexable())
-        {
+        if let Some(start) = self.indexed_start(filters, since.as_deref()) {
             let f = filters.clone();
             let counted = self
                 .tally(move |snap| Counts::of(snap, &Selector::new(snap, &f, start)).kpis(snap))
                 .await?;
-            if let Some((events, distinct_users, distinct_tools, errors)) = counted {
-                return Ok(Kpis {
-                    window_minutes: filters.since_minutes,
-                    events_total: events,
-                    distinct_users,
-                    distinct_tools,
-                    errors,
-                    error_rate: rate(errors, events),
-                });
+            if let Some(counts) = counted {
+                return Ok(Kpis::of(filters.since_minutes, counts));
             }
         }
         let Counted { events, users, .. } = self.counted().await?;
@@ -584,15 +591,9 @@ impl Browser {
             })
             .map_err(df_error)?;
         let row = self.rows(df).await?.pop().unwrap_or_default();
-        let (events, errors) = (int(&row, "events_total"), int(&row, "errors"));
-        Ok(Kpis {
-            window_minutes: filters.since_minutes,
-            events_total: events,
-            distinct_users: int(&row, "distinct_users"),
-            distinct_tools: int(&row, "distinct_tools"),
-            errors,
-            error_rate: rate(errors, events),
-        })
+        let counts =
+            ["events_total", "distinct_users", "distinct_tools", "errors"].map(|c| int(&row, c));
+        Ok(Kpis::of(filters.since_minutes, counts.into()))
     }
 
     /// A page of grouped buckets or raw events (reference §5.4). `sort` is
@@ -605,67 +606,137 @@ impl Browser {
         limit: usize,
         offset: usize,
     ) -> Result<Page, Error> {
-        filters.validate()?;
-        if !(1..=500).contains(&limit) {
-            return Err(Error::invalid("limit must be between 1 and 500"));
-        }
-        if offset > 50_000 {
-            return Err(Error::invalid("offset must be between 0 and 50000"));
-        }
-        let (column, ascending) = match sort.and_then(|s| s.split_once(':')) {
-            Some((c, dir)) => (c, dir == "asc"),
-            None => (sort.unwrap_or(""), false),
-        };
+        let (column, ascending) = page_order(filters, sort, limit, offset)?;
         let since = filters.since();
         // From the index: a grouped page whole; for raw rows, their number and a bound on
         // the time that lets the scan read only the files holding the page.
-        let mut raw_total = None;
-        let mut predicate = filters.predicate_since(since.as_deref());
-        if let Some(start) = since
-            .as_deref()
-            .and_then(micros)
-            .filter(|_| filters.indexable())
-        {
+        let mut raw = None;
+        if let Some(start) = self.indexed_start(filters, since.as_deref()) {
             let f = filters.clone();
-            match group_by {
-                Some(g) => {
-                    let order = (column.to_owned(), ascending);
-                    let counted = self
-                        .tally(move |snap| {
-                            let sel = Selector::new(snap, &f, start);
-                            tally::grouped(snap, &sel, g, (&order.0, order.1), offset, limit)
-                        })
-                        .await?;
-                    if let Some((rows, total)) = counted {
-                        return Ok(Page::of(group_by, rows, total, limit, offset));
+            let order = (column.to_owned(), ascending);
+            let counted = self
+                .tally(move |snap| {
+                    let sel = Selector::new(snap, &f, start);
+                    match group_by {
+                        Some(g) => Ok(tally::grouped(
+                            snap,
+                            &sel,
+                            g,
+                            (&order.0, order.1),
+                            offset,
+                            limit,
+                        )),
+                        None => Err(tally::raw_bound(snap, &sel, offset + limit, !order.1)),
                     }
+                })
+                .await?;
+            match counted {
+                Some(Ok((rows, total))) => {
+                    return Ok(Page::of(group_by, rows, total, limit, offset))
                 }
-                None => {
-                    let through = offset + limit;
-                    let counted = self
-                        .tally(move |snap| {
-                            tally::raw_bound(
-                                snap,
-                                &Selector::new(snap, &f, start),
-                                through,
-                                !ascending,
-                            )
-                        })
-                        .await?;
-                    if let Some((total, bound)) = counted {
-                        raw_total = Some(total);
-                        if let Some(bound) = bound.map(text) {
-                            let op = if ascending {
-                                Operator::LtEq
-                            } else {
-                                Operator::GtEq
-                            };
-                            predicate =
-                                predicate.and(binary_expr(col("occurred_at"), op, lit(bound)));
-                        }
-                    }
-                }
+                Some(Err(counted)) => raw = Some(counted),
+                None => {}
             }
+        }
+        let order = (column, ascending);
+        self.scan_page(
+            filters,
+            since.as_deref(),
+            group_by,
+            order,
+            (limit, offset),
+            raw,
+        )
+        .await
+    }
+
+    /// What the telemetry page shows: the KPIs under `filters`, the facets of their
+    /// window and a page of [`query`](Self::query) — counted in one walk over the event
+    /// index when it can answer (three reads walk the events three times), else by the
+    /// three reads.
+    pub async fn overview(
+        &self,
+        filters: &Filters,
+        group_by: Option<GroupBy>,
+        sort: Option<&str>,
+        limit: usize,
+        offset: usize,
+    ) -> Result<(Kpis, Facets, Page), Error> {
+        let (column, ascending) = page_order(filters, sort, limit, offset)?;
+        let since = filters.since();
+        if let Some(start) = self.indexed_start(filters, since.as_deref()) {
+            let f = filters.clone();
+            let order = (column.to_owned(), ascending);
+            let counted = self
+                .tally(move |snap| {
+                    let sel = Selector::new(snap, &f, start);
+                    let rows = match group_by {
+                        Some(g) => Rows::Grouped(Grouper::new(snap, g, start)),
+                        None => Rows::Raw(RawBound::new(offset + limit, !order.1)),
+                    };
+                    let (all, picked, rows) = tally::page(snap, &sel, rows);
+                    let rows = match rows {
+                        Rows::Grouped(g) => Ok(g.finish(snap, (&order.0, order.1), offset, limit)),
+                        Rows::Raw(r) => Err(r.finish()),
+                    };
+                    (all.facets(snap, FACET_TOPS), picked.kpis(snap), rows)
+                })
+                .await?;
+            if let Some((facets, kpis, rows)) = counted {
+                let page = match rows {
+                    Ok((rows, total)) => Page::of(group_by, rows, total, limit, offset),
+                    Err(raw) => {
+                        let order = (column, ascending);
+                        self.scan_page(
+                            filters,
+                            since.as_deref(),
+                            None,
+                            order,
+                            (limit, offset),
+                            Some(raw),
+                        )
+                        .await?
+                    }
+                };
+                let window = filters.since_minutes;
+                return Ok((Kpis::of(window, kpis), Facets::of(window, facets), page));
+            }
+        }
+        let (kpis, facets, page) = tokio::join!(
+            self.kpis(filters),
+            self.facets(filters.since_minutes),
+            self.query(filters, group_by, sort, limit, offset),
+        );
+        Ok((kpis?, facets?, page?))
+    }
+
+    /// The window's start in microseconds, when the index can answer `filters`.
+    fn indexed_start(&self, filters: &Filters, since: Option<&str>) -> Option<i64> {
+        since
+            .and_then(micros)
+            .filter(|_| self.index.is_some() && filters.indexable())
+    }
+
+    /// A page of `query` by a scan of the event files. `raw`: the index's count of the
+    /// raw rows and the bound on their time ([`tally::RawBound`]).
+    async fn scan_page(
+        &self,
+        filters: &Filters,
+        since: Option<&str>,
+        group_by: Option<GroupBy>,
+        (column, ascending): (&str, bool),
+        (limit, offset): (usize, usize),
+        raw: Option<(usize, Option<i64>)>,
+    ) -> Result<Page, Error> {
+        let mut predicate = filters.predicate_since(since);
+        let raw_total = raw.map(|(total, _)| total);
+        if let Some(bound) = raw.and_then(|(_, bound)| bound).map(text) {
+            let op = if ascending {
+                Operator::LtEq
+            } else {
+                Operator::GtEq
+            };
+            predicate = predicate.and(binary_expr(col("occurred_at"), op, lit(bound)));
         }
         let Counted {
             events,
@@ -883,6 +954,27 @@ impl Browser {
         let avg = (total as f64 / series.len() as f64 * 10.0).round() / 10.0;
         Ok((series, avg))
     }
+}
+
+/// Checks a page request; returns the sort column and whether it ascends (`sort` is
+/// `<column>:<asc|desc>`, descending when no direction is given).
+fn page_order<'a>(
+    filters: &Filters,
+    sort: Option<&'a str>,
+    limit: usize,
+    offset: usize,
+) -> Result<(&'a str, bool), Error> {
+    filters.validate()?;
+    if !(1..=500).contains(&limit) {
+        return Err(Error::invalid("limit must be between 1 and 500"));
+    }
+    if offset > 50_000 {
+        return Err(Error::invalid("offset must be between 0 and 50000"));
+    }
+    Ok(match sort.and_then(|s| s.split_once(':')) {
+        Some((c, dir)) => (c, dir == "asc"),
+        None => (sort.unwrap_or(""), false),
+    })
 }
 
 fn rate(part: i64, whole: i64) -> f64 {

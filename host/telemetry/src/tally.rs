@@ -73,6 +73,11 @@ impl Selector {
         }
     }
 
+    /// The window's start, in microseconds.
+    pub fn since(&self) -> i64 {
+        self.since
+    }
+
     #[inline]
     fn admits(&self, user: u32, kind: u32) -> bool {
         self.kinds[kind as usize]
@@ -103,16 +108,23 @@ pub struct Counts {
 }
 
 impl Counts {
-    /// Counts the events `sel` admits.
-    pub fn of(snap: &Snapshot, sel: &Selector) -> Self {
-        let mut c = Self {
+    fn empty(snap: &Snapshot) -> Self {
+        Self {
             users: vec![0; snap.users.len()],
             kinds: vec![0; snap.kinds.len()],
-        };
-        sel.each(snap, |_, u, _, k| {
-            c.users[u as usize] += 1;
-            c.kinds[k as usize] += 1;
-        });
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, u: u32, k: u32) {
+        self.users[u as usize] += 1;
+        self.kinds[k as usize] += 1;
+    }
+
+    /// Counts the events `sel` admits.
+    pub fn of(snap: &Snapshot, sel: &Selector) -> Self {
+        let mut c = Self::empty(snap);
+        sel.each(snap, |_, u, _, k| c.add(u, k));
         c
     }
 
@@ -187,183 +199,298 @@ struct Bucket {
     sessions: Bits,
 }
 
-/// Grouped rows, `{bucket, invocations, distinct_users, distinct_sessions, errors}`, sorted
-/// by `column` (`bucket` or a count; anything else means `invocations`) then by bucket,
-/// buckets without a value last; with the number of buckets in all.
+const DAY: i64 = 86_400_000_000;
+
+/// How a [`Grouper`] finds an event's bucket.
+enum Keying {
+    /// Days from the window's first, up to a thousand; later ones (a clock gone wrong)
+    /// are kept apart as (day, user, session, kind) and counted at the end.
+    Day {
+        first: i64,
+        far: Vec<(i64, u32, u32, u32)>,
+    },
+    /// The owner's code.
+    User,
+    /// A code per kind, into `texts`.
+    Kind(Vec<usize>),
+}
+
+/// Grouped rows being counted, one event at a time.
+pub struct Grouper {
+    keying: Keying,
+    /// Bucket texts by code, for kind keyings.
+    texts: Vec<Option<String>>,
+    errors: Vec<bool>,
+    buckets: Vec<Option<Bucket>>,
+}
+
+impl Grouper {
+    /// Buckets by `group_by` for a window starting at `since` (microseconds).
+    pub fn new(snap: &Snapshot, group_by: GroupBy, since: i64) -> Self {
+        let mut texts = Vec::new();
+        let keying = match group_by {
+            GroupBy::Day => Keying::Day {
+                first: since.div_euclid(DAY),
+                far: Vec::new(),
+            },
+            GroupBy::Username => Keying::User,
+            GroupBy::ToolName | GroupBy::Source | GroupBy::RefId => {
+                let value = |k: &Kind| -> Option<String> {
+                    match group_by {
+                        GroupBy::ToolName => k.tool_name.clone(),
+                        GroupBy::Source => Some(k.source.clone()),
+                        _ => k.ref_id.clone(),
+                    }
+                };
+                let mut codes: HashMap<Option<String>, usize> = HashMap::new();
+                let of_kind = snap
+                    .kinds
+                    .iter()
+                    .map(|k| {
+                        *codes.entry(value(k)).or_insert_with_key(|v| {
+                            texts.push(v.clone());
+                            texts.len() - 1
+                        })
+                    })
+                    .collect();
+                Keying::Kind(of_kind)
+            }
+        };
+        Self {
+            keying,
+            texts,
+            errors: snap.kinds.iter().map(|k| k.is_error).collect(),
+            buckets: Vec::new(),
+        }
+    }
+
+    fn count(&mut self, code: usize, u: u32, s: u32, k: u32) {
+        if code >= self.buckets.len() {
+            self.buckets.resize_with(code + 1, || None);
+        }
+        let b = self.buckets[code].get_or_insert_with(Bucket::default);
+        b.invocations += 1;
+        b.errors += i64::from(self.errors[k as usize]);
+        b.users.insert(u);
+        b.sessions.insert(s);
+    }
+
+    /// Counts one admitted event.
+    #[inline]
+    pub fn add(&mut self, t: i64, u: u32, s: u32, k: u32) {
+        let code = match &mut self.keying {
+            Keying::Day { first, far } => match usize::try_from(t.div_euclid(DAY) - *first) {
+                Ok(d) if d <= 1_000 => d,
+                _ => {
+                    far.push((t.div_euclid(DAY), u, s, k));
+                    return;
+                }
+            },
+            Keying::User => u as usize,
+            Keying::Kind(of_kind) => of_kind[k as usize],
+        };
+        self.count(code, u, s, k);
+    }
+
+    /// The page of rows, sorted by `column` (`bucket` or a count; anything else means
+    /// `invocations`) then by bucket, buckets without a value last; with the number of
+    /// buckets in all.
+    pub fn finish(
+        mut self,
+        snap: &Snapshot,
+        (column, ascending): (&str, bool),
+        offset: usize,
+        limit: usize,
+    ) -> (Vec<Value>, usize) {
+        let names: Vec<Option<String>> = match std::mem::replace(&mut self.keying, Keying::User) {
+            Keying::Day { first, far } => {
+                let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).expect("a date");
+                let text = |day: i64| (epoch + Duration::days(day)).format("%Y-%m-%d").to_string();
+                let mut texts: Vec<Option<String>> = (0..self.buckets.len())
+                    .map(|d| Some(text(first + d as i64)))
+                    .collect();
+                let mut codes: HashMap<i64, usize> = HashMap::new();
+                for (day, u, s, k) in far {
+                    let code = *codes.entry(day).or_insert_with(|| {
+                        texts.push(Some(text(day)));
+                        texts.len() - 1
+                    });
+                    self.count(code, u, s, k);
+                }
+                texts
+            }
+            Keying::User => snap.users.iter().cloned().map(Some).collect(),
+            Keying::Kind(_) => std::mem::take(&mut self.texts),
+        };
+        let buckets = self.buckets;
+        let mut rows: Vec<(Option<String>, [i64; 4])> = buckets
+            .into_iter()
+            .enumerate()
+            .filter_map(|(code, b)| {
+                let b = b?;
+                Some((
+                    names[code].clone(),
+                    [b.invocations, b.users.len(), b.sessions.len(), b.errors],
+                ))
+            })
+            .collect();
+        let total = rows.len();
+        let by = [
+            "invocations",
+            "distinct_users",
+            "distinct_sessions",
+            "errors",
+        ]
+        .iter()
+        .position(|c| *c == column);
+        // Buckets without a value sort last either way, as the scan's `nulls_first = false`.
+        let bucket_order = |a: &Option<String>, b: &Option<String>, asc: bool| match (a, b) {
+            (Some(a), Some(b)) if asc => a.cmp(b),
+            (Some(a), Some(b)) => b.cmp(a),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
+        };
+        rows.sort_by(|(ba, a), (bb, b)| match (column, by) {
+            ("bucket", _) => bucket_order(ba, bb, ascending),
+            (_, by) => {
+                let i = by.unwrap_or(0);
+                let first = if ascending {
+                    a[i].cmp(&b[i])
+                } else {
+                    b[i].cmp(&a[i])
+                };
+                first.then_with(|| bucket_order(ba, bb, true))
+            }
+        });
+        let page = rows
+            .into_iter()
+            .skip(offset)
+            .take(limit)
+            .map(|(bucket, [invocations, users, sessions, errors])| {
+                json!({
+                    "bucket": bucket,
+                    "invocations": invocations,
+                    "distinct_users": users,
+                    "distinct_sessions": sessions,
+                    "errors": errors,
+                })
+            })
+            .collect();
+        (page, total)
+    }
+}
+
+/// Grouped rows under `sel` ([`Grouper::finish`] says how they are sorted and paged).
 pub fn grouped(
     snap: &Snapshot,
     sel: &Selector,
     group_by: GroupBy,
-    (column, ascending): (&str, bool),
+    order: (&str, bool),
     offset: usize,
     limit: usize,
 ) -> (Vec<Value>, usize) {
-    // The bucket of each event as a small code, and each code's text.
-    let mut buckets: Vec<Option<Bucket>> = Vec::new();
-    let errors: Vec<bool> = snap.kinds.iter().map(|k| k.is_error).collect();
-    let add = |buckets: &mut Vec<Option<Bucket>>, code: usize, u: u32, s: u32, k: u32| {
-        if code >= buckets.len() {
-            buckets.resize_with(code + 1, || None);
-        }
-        let b = buckets[code].get_or_insert_with(Bucket::default);
-        b.invocations += 1;
-        b.errors += i64::from(errors[k as usize]);
-        b.users.insert(u);
-        b.sessions.insert(s);
-    };
-    let names: Vec<Option<String>> = match group_by {
-        GroupBy::Day => {
-            const DAY: i64 = 86_400_000_000;
-            let first = sel.since.div_euclid(DAY);
-            let mut far = Vec::new();
-            sel.each(snap, |t, u, s, k| {
-                match usize::try_from(t.div_euclid(DAY) - first) {
-                    Ok(d) if d <= 1_000 => add(&mut buckets, d, u, s, k),
-                    // A time years past the window's start (a clock gone wrong): counted by
-                    // its own day, as the scan would, with a code after the window's days.
-                    _ => far.push((t.div_euclid(DAY), u, s, k)),
-                }
-            });
-            let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).expect("a date");
-            let text = |day: i64| (epoch + Duration::days(day)).format("%Y-%m-%d").to_string();
-            let mut texts: Vec<Option<String>> = (0..buckets.len())
-                .map(|d| Some(text(first + d as i64)))
-                .collect();
-            let mut codes: HashMap<i64, usize> = HashMap::new();
-            for (day, u, s, k) in far {
-                let code = *codes.entry(day).or_insert_with(|| {
-                    texts.push(Some(text(day)));
-                    texts.len() - 1
-                });
-                add(&mut buckets, code, u, s, k);
-            }
-            texts
-        }
-        GroupBy::Username => {
-            sel.each(snap, |_, u, s, k| add(&mut buckets, u as usize, u, s, k));
-            snap.users.iter().cloned().map(Some).collect()
-        }
-        GroupBy::ToolName | GroupBy::Source | GroupBy::RefId => {
-            let value = |k: &Kind| -> Option<String> {
-                match group_by {
-                    GroupBy::ToolName => k.tool_name.clone(),
-                    GroupBy::Source => Some(k.source.clone()),
-                    _ => k.ref_id.clone(),
-                }
-            };
-            let mut codes: HashMap<Option<String>, usize> = HashMap::new();
-            let mut texts = Vec::new();
-            let of_kind: Vec<usize> = snap
-                .kinds
-                .iter()
-                .map(|k| {
-                    *codes.entry(value(k)).or_insert_with_key(|v| {
-                        texts.push(v.clone());
-                        texts.len() - 1
-                    })
-                })
-                .collect();
-            sel.each(snap, |_, u, s, k| {
-                add(&mut buckets, of_kind[k as usize], u, s, k)
-            });
-            texts
-        }
-    };
-    let mut rows: Vec<(Option<String>, [i64; 4])> = buckets
-        .into_iter()
-        .enumerate()
-        .filter_map(|(code, b)| {
-            let b = b?;
-            Some((
-                names[code].clone(),
-                [b.invocations, b.users.len(), b.sessions.len(), b.errors],
-            ))
-        })
-        .collect();
-    let total = rows.len();
-    let by = [
-        "invocations",
-        "distinct_users",
-        "distinct_sessions",
-        "errors",
-    ]
-    .iter()
-    .position(|c| *c == column);
-    // Buckets without a value sort last either way, as the scan's `nulls_first = false`.
-    let bucket_order = |a: &Option<String>, b: &Option<String>, asc: bool| match (a, b) {
-        (Some(a), Some(b)) if asc => a.cmp(b),
-        (Some(a), Some(b)) => b.cmp(a),
-        (Some(_), None) => Ordering::Less,
-        (None, Some(_)) => Ordering::Greater,
-        (None, None) => Ordering::Equal,
-    };
-    rows.sort_by(|(ba, a), (bb, b)| match (column, by) {
-        ("bucket", _) => bucket_order(ba, bb, ascending),
-        (_, by) => {
-            let i = by.unwrap_or(0);
-            let first = if ascending {
-                a[i].cmp(&b[i])
-            } else {
-                b[i].cmp(&a[i])
-            };
-            first.then_with(|| bucket_order(ba, bb, true))
-        }
-    });
-    let page = rows
-        .into_iter()
-        .skip(offset)
-        .take(limit)
-        .map(|(bucket, [invocations, users, sessions, errors])| {
-            json!({
-                "bucket": bucket,
-                "invocations": invocations,
-                "distinct_users": users,
-                "distinct_sessions": sessions,
-                "errors": errors,
-            })
-        })
-        .collect();
-    (page, total)
+    let mut g = Grouper::new(snap, group_by, sel.since);
+    sel.each(snap, |t, u, s, k| g.add(t, u, s, k));
+    g.finish(snap, order, offset, limit)
 }
 
-/// The number of admitted events, and the time a page of raw events ending at the
+/// The number of admitted events and the time a page of raw events ending at the
 /// `through`-th (newest first when `newest`) can be read from: every event of that page is
-/// at or after it (at or before it, oldest first). None when all events fit.
+/// at or after it (at or before it, oldest first); no bound when all events fit.
+pub struct RawBound {
+    through: usize,
+    newest: bool,
+    total: usize,
+    /// The `through` newest times seen, the oldest of them on top (or the reverse).
+    newest_times: BinaryHeap<Reverse<i64>>,
+    oldest_times: BinaryHeap<i64>,
+}
+
+impl RawBound {
+    /// A bound for pages ending at the `through`-th event.
+    pub fn new(through: usize, newest: bool) -> Self {
+        Self {
+            through,
+            newest,
+            total: 0,
+            newest_times: BinaryHeap::new(),
+            oldest_times: BinaryHeap::new(),
+        }
+    }
+
+    /// Counts one admitted event.
+    #[inline]
+    pub fn add(&mut self, t: i64) {
+        self.total += 1;
+        if self.newest {
+            if self.newest_times.len() < self.through {
+                self.newest_times.push(Reverse(t));
+            } else if self
+                .newest_times
+                .peek()
+                .is_some_and(|Reverse(min)| t > *min)
+            {
+                self.newest_times.pop();
+                self.newest_times.push(Reverse(t));
+            }
+        } else if self.oldest_times.len() < self.through {
+            self.oldest_times.push(t);
+        } else if self.oldest_times.peek().is_some_and(|max| t < *max) {
+            self.oldest_times.pop();
+            self.oldest_times.push(t);
+        }
+    }
+
+    /// (events, bound).
+    pub fn finish(self) -> (usize, Option<i64>) {
+        if self.total <= self.through || self.through == 0 {
+            return (self.total, None);
+        }
+        let bound = if self.newest {
+            self.newest_times.peek().map(|Reverse(t)| *t)
+        } else {
+            self.oldest_times.peek().copied()
+        };
+        (self.total, bound)
+    }
+}
+
+/// [`RawBound`] of the events `sel` admits.
 pub fn raw_bound(
     snap: &Snapshot,
     sel: &Selector,
     through: usize,
     newest: bool,
 ) -> (usize, Option<i64>) {
-    let mut total = 0;
-    // The `through` newest (or oldest) times seen, the bound on top.
-    let mut newest_times: BinaryHeap<Reverse<i64>> = BinaryHeap::new();
-    let mut oldest_times: BinaryHeap<i64> = BinaryHeap::new();
-    sel.each(snap, |t, _, _, _| {
-        total += 1;
-        if newest {
-            if newest_times.len() < through {
-                newest_times.push(Reverse(t));
-            } else if newest_times.peek().is_some_and(|Reverse(min)| t > *min) {
-                newest_times.pop();
-                newest_times.push(Reverse(t));
+    let mut bound = RawBound::new(through, newest);
+    sel.each(snap, |t, _, _, _| bound.add(t));
+    bound.finish()
+}
+
+/// The rows a page shows, being counted.
+pub enum Rows {
+    /// Grouped.
+    Grouped(Grouper),
+    /// Raw: their number and bound.
+    Raw(RawBound),
+}
+
+/// What the telemetry page reads, counted in one walk over the window: every event's
+/// counts (the facets'), the admitted events' counts (the KPIs') and their `rows`.
+pub fn page(snap: &Snapshot, sel: &Selector, mut rows: Rows) -> (Counts, Counts, Rows) {
+    let (mut all, mut picked) = (Counts::empty(snap), Counts::empty(snap));
+    snap.each(sel.since, |t, u, s, k| {
+        all.add(u, k);
+        if sel.admits(u, k) {
+            picked.add(u, k);
+            match &mut rows {
+                Rows::Grouped(g) => g.add(t, u, s, k),
+                Rows::Raw(r) => r.add(t),
             }
-        } else if oldest_times.len() < through {
-            oldest_times.push(t);
-        } else if oldest_times.peek().is_some_and(|max| t < *max) {
-            oldest_times.pop();
-            oldest_times.push(t);
         }
     });
-    if total <= through || through == 0 {
-        return (total, None);
-    }
-    let bound = if newest {
-        newest_times.peek().map(|Reverse(t)| *t)
-    } else {
-        oldest_times.peek().copied()
-    };
-    (total, bound)
+    (all, picked, rows)
 }
 
 #[cfg(test)]

@@ -175,6 +175,30 @@ async fn the_index_counts_what_the_scans_count_on_both_backends() {
                     }
                 }
             }
+            // The page's one walk: the three reads' answers.
+            for g in [Some(GroupBy::Day), Some(GroupBy::ToolName), None] {
+                let (kpis, facets, page) = indexed.overview(&f, g, None, 100, 0).await.unwrap();
+                let (k, fa, p) = (
+                    scanned.kpis(&f).await.unwrap(),
+                    scanned.facets(f.since_minutes).await.unwrap(),
+                    scanned.query(&f, g, None, 100, 0).await.unwrap(),
+                );
+                assert_eq!(
+                    (kpis.events_total, kpis.distinct_users, kpis.distinct_tools, kpis.errors),
+                    (k.events_total, k.distinct_users, k.distinct_tools, k.errors),
+                    "overview kpis of {f:?}"
+                );
+                assert_eq!(
+                    (facets.users, facets.tools, facets.sources, facets.event_types),
+                    (fa.users, fa.tools, fa.sources, fa.event_types),
+                    "overview facets of {f:?}"
+                );
+                assert_eq!(
+                    (page.rows, page.total, page.next_offset),
+                    (p.rows, p.total, p.next_offset),
+                    "overview {g:?} of {f:?}"
+                );
+            }
             for sort in [None, Some("occurred_at:asc")] {
                 for (limit, offset) in [(100, 0), (7, 40), (500, 0)] {
                     let (a, b) = (

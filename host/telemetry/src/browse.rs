@@ -670,7 +670,7 @@ impl Browser {
             let counted = self
                 .tally(move |snap| {
                     let sel = Selector::new(snap, &f, start);
-                    let rows = match group_by {
+                    let rows = || match group_by {
                         Some(g) => Rows::Grouped(Grouper::new(snap, g, start)),
                         None => Rows::Raw(RawBound::new(offset + limit, !order.1)),
                     };

@@ -436,9 +436,26 @@ impl Inner {
 }
 
 impl Snapshot {
+    /// Files listed.
+    pub fn file_count(&self) -> usize {
+        self.files.len()
+    }
+
     /// Calls `f(at, user, session, kind)` for every event at or after `since` (microseconds).
-    pub fn each(&self, since: i64, mut f: impl FnMut(i64, u32, u32, u32)) {
-        for (codes, last) in &self.files {
+    pub fn each(&self, since: i64, f: impl FnMut(i64, u32, u32, u32)) {
+        self.each_of_part(0, 1, since, f);
+    }
+
+    /// As [`each`](Self::each), over the files of one of `parts` shares (every `parts`-th
+    /// file from the `part`-th): walks on several threads see each event once.
+    pub fn each_of_part(
+        &self,
+        part: usize,
+        parts: usize,
+        since: i64,
+        mut f: impl FnMut(i64, u32, u32, u32),
+    ) {
+        for (codes, last) in self.files.iter().skip(part).step_by(parts.max(1)) {
             if last.is_some_and(|l| l < since) {
                 continue;
             }
@@ -478,6 +495,18 @@ pub struct Bits {
 }
 
 impl Bits {
+    /// Adds every member of `other`.
+    pub fn union(&mut self, other: &Bits) {
+        if other.words.len() > self.words.len() {
+            self.words.resize(other.words.len(), 0);
+        }
+        for (w, o) in self.words.iter_mut().zip(&other.words) {
+            let added = o & !*w;
+            self.count += i64::from(added.count_ones());
+            *w |= o;
+        }
+    }
+
     /// Adds `code`.
     #[inline]
     pub fn insert(&mut self, code: u32) {
@@ -581,5 +610,13 @@ mod tests {
             b.insert(c);
         }
         assert_eq!(b.len(), 4);
+        let mut other = Bits::default();
+        for c in [3, 5, 2_000] {
+            other.insert(c);
+        }
+        b.union(&other);
+        assert_eq!(b.len(), 6);
+        other.union(&b);
+        assert_eq!(other.len(), 6);
     }
 }

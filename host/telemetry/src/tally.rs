@@ -121,6 +121,15 @@ impl Counts {
         self.kinds[k as usize] += 1;
     }
 
+    fn merge(&mut self, other: &Counts) {
+        for (a, b) in self.users.iter_mut().zip(&other.users) {
+            *a += b;
+        }
+        for (a, b) in self.kinds.iter_mut().zip(&other.kinds) {
+            *a += b;
+        }
+    }
+
     /// Counts the events `sel` admits.
     pub fn of(snap: &Snapshot, sel: &Selector) -> Self {
         let mut c = Self::empty(snap);
@@ -273,6 +282,30 @@ impl Grouper {
         b.errors += i64::from(self.errors[k as usize]);
         b.users.insert(u);
         b.sessions.insert(s);
+    }
+
+    /// Adds the counts of another grouper made for the same snapshot and grouping.
+    fn merge(&mut self, other: Grouper) {
+        if let (Keying::Day { far, .. }, Keying::Day { far: theirs, .. }) =
+            (&mut self.keying, other.keying)
+        {
+            far.extend(theirs);
+        }
+        if other.buckets.len() > self.buckets.len() {
+            self.buckets.resize_with(other.buckets.len(), || None);
+        }
+        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets) {
+            let Some(theirs) = theirs else { continue };
+            match mine {
+                None => *mine = Some(theirs),
+                Some(b) => {
+                    b.invocations += theirs.invocations;
+                    b.errors += theirs.errors;
+                    b.users.union(&theirs.users);
+                    b.sessions.union(&theirs.sessions);
+                }
+            }
+        }
     }
 
     /// Counts one admitted event.
@@ -442,6 +475,18 @@ impl RawBound {
         }
     }
 
+    /// Adds what another bound for the same page has seen.
+    fn merge(&mut self, other: RawBound) {
+        let total = self.total + other.total;
+        for Reverse(t) in other.newest_times {
+            self.add(t);
+        }
+        for t in other.oldest_times {
+            self.add(t);
+        }
+        self.total = total;
+    }
+
     /// (events, bound).
     pub fn finish(self) -> (usize, Option<i64>) {
         if self.total <= self.through || self.through == 0 {
@@ -477,19 +522,47 @@ pub enum Rows {
 }
 
 /// What the telemetry page reads, counted in one walk over the window: every event's
-/// counts (the facets'), the admitted events' counts (the KPIs') and their `rows`.
-pub fn page(snap: &Snapshot, sel: &Selector, mut rows: Rows) -> (Counts, Counts, Rows) {
-    let (mut all, mut picked) = (Counts::empty(snap), Counts::empty(snap));
-    snap.each(sel.since, |t, u, s, k| {
-        all.add(u, k);
-        if sel.admits(u, k) {
-            picked.add(u, k);
-            match &mut rows {
-                Rows::Grouped(g) => g.add(t, u, s, k),
-                Rows::Raw(r) => r.add(t),
+/// counts (the facets'), the admitted events' counts (the KPIs') and their rows (`rows`
+/// makes an empty tally). The files are shared among the cores and the tallies merged.
+pub fn page(
+    snap: &Snapshot,
+    sel: &Selector,
+    rows: impl Fn() -> Rows + Sync,
+) -> (Counts, Counts, Rows) {
+    let parts = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(snap.file_count())
+        .max(1);
+    let walk = |part: usize| {
+        let (mut all, mut picked, mut rows) = (Counts::empty(snap), Counts::empty(snap), rows());
+        snap.each_of_part(part, parts, sel.since, |t, u, s, k| {
+            all.add(u, k);
+            if sel.admits(u, k) {
+                picked.add(u, k);
+                match &mut rows {
+                    Rows::Grouped(g) => g.add(t, u, s, k),
+                    Rows::Raw(r) => r.add(t),
+                }
             }
-        }
+        });
+        (all, picked, rows)
+    };
+    let mut tallies = std::thread::scope(|scope| {
+        let walks: Vec<_> = (1..parts).map(|p| scope.spawn(move || walk(p))).collect();
+        let mut tallies = vec![walk(0)];
+        tallies.extend(walks.into_iter().map(|w| w.join().expect("a walk")));
+        tallies
     });
+    let (mut all, mut picked, mut rows) = tallies.remove(0);
+    for (a, p, r) in tallies {
+        all.merge(&a);
+        picked.merge(&p);
+        match (&mut rows, r) {
+            (Rows::Grouped(g), Rows::Grouped(other)) => g.merge(other),
+            (Rows::Raw(b), Rows::Raw(other)) => b.merge(other),
+            _ => unreachable!("every walk makes its rows with the same function"),
+        }
+    }
     (all, picked, rows)
 }
 

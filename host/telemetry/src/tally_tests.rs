@@ -184,12 +184,22 @@ async fn the_index_counts_what_the_scans_count_on_both_backends() {
                     scanned.query(&f, g, None, 100, 0).await.unwrap(),
                 );
                 assert_eq!(
-                    (kpis.events_total, kpis.distinct_users, kpis.distinct_tools, kpis.errors),
+                    (
+                        kpis.events_total,
+                        kpis.distinct_users,
+                        kpis.distinct_tools,
+                        kpis.errors
+                    ),
                     (k.events_total, k.distinct_users, k.distinct_tools, k.errors),
                     "overview kpis of {f:?}"
                 );
                 assert_eq!(
-                    (facets.users, facets.tools, facets.sources, facets.event_types),
+                    (
+                        facets.users,
+                        facets.tools,
+                        facets.sources,
+                        facets.event_types
+                    ),
                     (fa.users, fa.tools, fa.sources, fa.event_types),
                     "overview facets of {f:?}"
                 );

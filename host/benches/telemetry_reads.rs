@@ -9,8 +9,10 @@
 //! `SVC_BENCH_SESSIONS` (default 100000), `SVC_BENCH_TURNS` (lines per session, default 112:
 //! about 100 events, so 10 M in all), `SVC_BENCH_USERS` (500), `SVC_BENCH_DAYS` (90) and
 //! `SVC_BENCH_ZIP_MB` (1000) size it; `SVC_BENCH_RUNS` (20) is the calls timed per read.
-//! SQLite store only: the session list and KPIs are the store's; the event reads are
-//! DataFusion over the segments either way.
+//! SQLite store only: the session list and KPIs are the store's; the event reads go
+//! through the browser's event index, as the server's do (DataFusion for the exports).
+
+mod common;
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -37,14 +39,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 /// `VmHWM` or `VmRSS` of this process, in MiB.
 fn rss_mib(field: &str) -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    common::status_mib("self", field)
 }
 
 /// Starts a new peak: the kernel resets `VmHWM` to the current RSS.

@@ -11,7 +11,7 @@ use reqwest::blocking::Client;
 mod stats;
 // Each bench uses some of the helpers (as with `dead_code` above).
 #[allow(unused_imports)]
-pub use stats::{cpu_ticks, spread, steal_since};
+pub use stats::{cpu_ticks, spread, status_mib, steal_since};
 
 /// The server binary Cargo built for this bench.
 pub const SERVER: &str = env!("CARGO_BIN_EXE_svc-server");
@@ -70,14 +70,7 @@ impl Server {
 
     /// The server process's resident memory, in MiB.
     pub fn rss_mib(&self) -> f64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-            })
-            .map_or(0.0, |kb| kb / 1024.0)
+        status_mib(&self.child.id().to_string(), "VmRSS:")
     }
 
     pub fn cli(&self, args: &[&str]) -> String {

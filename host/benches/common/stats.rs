@@ -1,6 +1,19 @@
 //! Figures about a run that need nothing but the standard library, so that benches of
 //! other crates can include this file too (`#[path]`): the machine's steal and the spread
-//! of repeated measurements.
+//! of repeated measurements, and a process's memory.
+
+/// A field of a process's `/proc/<process>/status` (`VmRSS:`, `VmHWM:`…), in MiB; 0 when
+/// unreadable. `process` is a pid or `self`.
+pub fn status_mib(process: &str, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{process}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
 
 /// The machine's CPU time counters (`/proc/stat`): (steal, total) in ticks.
 pub fn cpu_ticks() -> (u64, u64) {

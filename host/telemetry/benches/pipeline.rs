@@ -41,14 +41,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    stats::status_mib("self", "VmHWM:")
 }
 
 /// Writes the corpus under `root/u<n>/`; returns (bytes, expected events, malformed lines).

@@ -91,6 +91,20 @@ impl<T> Default for Interner<T> {
     }
 }
 
+impl Interner<String> {
+    /// The code of `value`, `last`'s when it is the same text (no lookup); `last` becomes it.
+    fn code_repeated(&mut self, last: &mut Option<(String, u32)>, value: &str) -> u32 {
+        match last {
+            Some((text, code)) if text == value => *code,
+            _ => {
+                let code = self.code(&value.to_owned());
+                *last = Some((value.to_owned(), code));
+                code
+            }
+        }
+    }
+}
+
 impl<T: Hash + Eq + Clone> Interner<T> {
     fn code(&mut self, value: &T) -> u32 {
         if let Some(&c) = self.codes.get(value) {
@@ -262,26 +276,12 @@ fn decode(path: &PathBuf) -> Result<Option<Decoded>, Error> {
                 return Ok(None);
             };
             d.at.push(t);
-            let user = users.value(i);
-            let u = match &last_user {
-                Some((name, code)) if name == user => *code,
-                _ => {
-                    let code = d.users.code(&user.to_owned());
-                    last_user = Some((user.to_owned(), code));
-                    code
-                }
-            };
-            d.user.push(u);
-            let session = sessions.value(i);
-            let s = match &last_session {
-                Some((id, code)) if id == session => *code,
-                _ => {
-                    let code = d.sessions.code(&session.to_owned());
-                    last_session = Some((session.to_owned(), code));
-                    code
-                }
-            };
-            d.session.push(s);
+            d.user
+                .push(d.users.code_repeated(&mut last_user, users.value(i)));
+            d.session.push(
+                d.sessions
+                    .code_repeated(&mut last_session, sessions.value(i)),
+            );
             let kind = Kind {
                 tool_name: opt(tool, i),
                 skill_name: opt(skill, i),

@@ -433,11 +433,12 @@ pub fn grouped(
 /// at or after it (at or before it, oldest first); no bound when all events fit.
 pub struct RawBound {
     through: usize,
-    newest: bool,
+    /// 1 when the newest come first, -1 when the oldest do: keys `sign × time`, so one
+    /// heap keeps the page's side either way.
+    sign: i64,
     total: usize,
-    /// The `through` newest times seen, the oldest of them on top (or the reverse).
-    newest_times: BinaryHeap<Reverse<i64>>,
-    oldest_times: BinaryHeap<i64>,
+    /// The `through` largest keys seen, the smallest of them on top.
+    keys: BinaryHeap<Reverse<i64>>,
 }
 
 impl RawBound {
@@ -445,10 +446,9 @@ impl RawBound {
     pub fn new(through: usize, newest: bool) -> Self {
         Self {
             through,
-            newest,
+            sign: if newest { 1 } else { -1 },
             total: 0,
-            newest_times: BinaryHeap::new(),
-            oldest_times: BinaryHeap::new(),
+            keys: BinaryHeap::new(),
         }
     }
 
@@ -456,35 +456,24 @@ impl RawBound {
     #[inline]
     pub fn add(&mut self, t: i64) {
         self.total += 1;
-        if self.newest {
-            if self.newest_times.len() < self.through {
-                self.newest_times.push(Reverse(t));
-            } else if self
-                .newest_times
-                .peek()
-                .is_some_and(|Reverse(min)| t > *min)
-            {
-                self.newest_times.pop();
-                self.newest_times.push(Reverse(t));
-            }
-        } else if self.oldest_times.len() < self.through {
-            self.oldest_times.push(t);
-        } else if self.oldest_times.peek().is_some_and(|max| t < *max) {
-            self.oldest_times.pop();
-            self.oldest_times.push(t);
+        self.keep(self.sign * t);
+    }
+
+    fn keep(&mut self, key: i64) {
+        if self.keys.len() < self.through {
+            self.keys.push(Reverse(key));
+        } else if self.keys.peek().is_some_and(|Reverse(min)| key > *min) {
+            self.keys.pop();
+            self.keys.push(Reverse(key));
         }
     }
 
     /// Adds what another bound for the same page has seen.
     fn merge(&mut self, other: RawBound) {
-        let total = self.total + other.total;
-        for Reverse(t) in other.newest_times {
-            self.add(t);
+        self.total += other.total;
+        for Reverse(key) in other.keys {
+            self.keep(key);
         }
-        for t in other.oldest_times {
-            self.add(t);
-        }
-        self.total = total;
     }
 
     /// (events, bound).
@@ -492,11 +481,7 @@ impl RawBound {
         if self.total <= self.through || self.through == 0 {
             return (self.total, None);
         }
-        let bound = if self.newest {
-            self.newest_times.peek().map(|Reverse(t)| *t)
-        } else {
-            self.oldest_times.peek().copied()
-        };
+        let bound = self.keys.peek().map(|Reverse(key)| self.sign * key);
         (self.total, bound)
     }
 }

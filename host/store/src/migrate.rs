@@ -12,7 +12,7 @@ use super::schema::{self, Index, Table};
 use super::{Backend, Store};
 
 /// The schema version this binary migrates to.
-pub const CURRENT_SCHEMA_VERSION: i64 = 59;
+pub const CURRENT_SCHEMA_VERSION: i64 = 60;
 
 type Tx<'a> = Transaction<'a, Any>;
 
@@ -106,6 +106,10 @@ const STEPS: &[Step] = &[
     Step {
         version: 59,
         name: "audit log rollups: resources, and an errors-only slice",
+    },
+    Step {
+        version: 60,
+        name: "audit log rollups: six-hour and weekly periods",
     },
 ];
 
@@ -285,6 +289,13 @@ async fn apply(store: &Store, tx: &mut Tx<'_>, version: i64) -> anyhow::Result<(
                 ensure_table(tx, b, t).await?;
             }
             exec(tx, "DELETE FROM audit_rollup_state").await?;
+        }
+        60 => {
+            // Reads now expect six-hour and week rows wherever coverage holds such a period:
+            // the derived rows are dropped and counted again by the job.
+            for t in ["audit_rollup", "audit_rollup_ms", "audit_rollup_state"] {
+                exec(tx, &format!("DELETE FROM {t}")).await?;
+            }
         }
         other => anyhow::bail!("no migration step {other}"),
     }

@@ -1124,8 +1124,9 @@ pub(super) const USAGE_V50_INDICES: &[Index] = &[
     },
 ];
 
-/// The audit log's counts per hour and per day, one row per dimension value (v58, with
-/// slices and resources since v59; `audit::rollup`). `grain` is `h` or `d`; `slice` is ``
+/// The audit log's counts per period, one row per dimension value (v58, with slices and
+/// resources since v59, six-hour and week periods since v60; `audit::rollup`). `grain` is
+/// `h`, `q` (six hours), `d` or `w`; `slice` is ``
 /// for every row or `error` for failures only; `start` is the period's first store timestamp.
 pub(super) const AUDIT_ROLLUP: Table = Table {
     name: "audit_rollup",

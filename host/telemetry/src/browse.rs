@@ -677,7 +677,7 @@ impl Browser {
                     let (all, picked, rows) = tally::page(snap, &sel, rows);
                     let rows = match rows {
                         Rows::Grouped(g) => Ok(g.finish(snap, (&order.0, order.1), offset, limit)),
-                        Rows::Raw(r) => Err(r.finish()),
+                        Rows::Raw(r) => Err(r.finish(picked.events())),
                     };
                     (all.facets(snap, FACET_TOPS), picked.kpis(snap), rows)
                 })

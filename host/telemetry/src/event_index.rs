@@ -117,7 +117,11 @@ impl<T: Hash + Eq + Clone> Interner<T> {
     }
 }
 
-/// One file's events as codes: parallel arrays, in the file's order.
+/// Microseconds in a day.
+pub const DAY: i64 = 86_400_000_000;
+
+/// One file's events as codes: parallel arrays sorted by time (a window's start is a binary
+/// search), with their counts per day.
 #[derive(Debug, Default)]
 pub struct FileCodes {
     /// Microseconds since the Unix epoch.
@@ -125,23 +129,128 @@ pub struct FileCodes {
     user: Vec<u32>,
     session: Vec<u32>,
     kind: Vec<u32>,
-    /// Whether `at` is ascending (packs are sorted by time): a window's start is then a
-    /// binary search, not a filter.
-    sorted: bool,
+    /// The events counted per (day, owner, session, kind): a window's whole days are read
+    /// from here. A session's events of one kind on one day are one row, so counting a
+    /// month visits a fraction of the rows it would event by event.
+    days: DayCounts,
+}
+
+/// Counts of events per (UTC day, owner, session, kind), ascending by day.
+#[derive(Debug, Default)]
+struct DayCounts {
+    day: Vec<i32>,
+    user: Vec<u32>,
+    session: Vec<u32>,
+    kind: Vec<u32>,
+    events: Vec<u32>,
+}
+
+impl DayCounts {
+    /// Counts events sorted by time.
+    fn of(at: &[i64], user: &[u32], session: &[u32], kind: &[u32]) -> Self {
+        let mut out = Self::default();
+        let mut keys: Vec<(u32, u32, u32)> = Vec::new();
+        let mut from = 0;
+        while from < at.len() {
+            let day = at[from].div_euclid(DAY);
+            let to = from + at[from..].partition_point(|&t| t < (day + 1) * DAY);
+            keys.clear();
+            keys.extend((from..to).map(|i| (session[i], kind[i], user[i])));
+            keys.sort_unstable();
+            for run in keys.chunk_by(|a, b| a == b) {
+                let (s, k, u) = run[0];
+                out.day.push(day as i32);
+                out.user.push(u);
+                out.session.push(s);
+                out.kind.push(k);
+                out.events.push(run.len() as u32);
+            }
+            from = to;
+        }
+        out
+    }
+
+    fn len(&self) -> usize {
+        self.day.len()
+    }
 }
 
 impl FileCodes {
+    /// A file's events in any order.
+    fn new(at: Vec<i64>, user: Vec<u32>, session: Vec<u32>, kind: Vec<u32>) -> Self {
+        let (at, user, session, kind) = if at.windows(2).all(|w| w[0] <= w[1]) {
+            (at, user, session, kind)
+        } else {
+            let mut order: Vec<usize> = (0..at.len()).collect();
+            order.sort_by_key(|&i| at[i]);
+            let pick = |v: &[u32]| order.iter().map(|&i| v[i]).collect::<Vec<u32>>();
+            (
+                order.iter().map(|&i| at[i]).collect(),
+                pick(&user),
+                pick(&session),
+                pick(&kind),
+            )
+        };
+        let days = DayCounts::of(&at, &user, &session, &kind);
+        Self {
+            at,
+            user,
+            session,
+            kind,
+            days,
+        }
+    }
+
     fn len(&self) -> usize {
         self.at.len()
     }
+
+    /// Replaces the file's own codes by the index's: `users[c]` for owner code `c`, and
+    /// so on.
+    fn recode(&mut self, users: &[u32], sessions: &[u32], kinds: &[u32]) {
+        let map = |codes: &mut Vec<u32>, to: &[u32]| {
+            for c in codes.iter_mut() {
+                *c = to[*c as usize];
+            }
+        };
+        map(&mut self.user, users);
+        map(&mut self.session, sessions);
+        map(&mut self.kind, kinds);
+        map(&mut self.days.user, users);
+        map(&mut self.days.session, sessions);
+        map(&mut self.days.kind, kinds);
+    }
+}
+
+/// Events of one owner, session and kind: one event at its time, or a day's count of them
+/// at the day's start.
+#[derive(Debug, Clone, Copy)]
+pub struct Cell {
+    /// Microseconds since the epoch.
+    pub at: i64,
+    /// The owner's code.
+    pub user: u32,
+    /// The session's code.
+    pub session: u32,
+    /// The kind's code.
+    pub kind: u32,
+    /// How many events.
+    pub events: u32,
+}
+
+/// The events of one file from a window's start on, one by one, oldest first.
+pub struct Window<'a> {
+    /// Times, ascending.
+    pub at: &'a [i64],
+    /// Owner codes.
+    pub user: &'a [u32],
+    /// Kind codes.
+    pub kind: &'a [u32],
 }
 
 /// A file decoded with its own dictionaries, before they are merged into the index's.
 struct Decoded {
-    at: Vec<i64>,
-    user: Vec<u32>,
-    session: Vec<u32>,
-    kind: Vec<u32>,
+    codes: FileCodes,
     users: Interner<String>,
     sessions: Interner<String>,
     kinds: Interner<Kind>,
@@ -235,15 +344,13 @@ fn decode(path: &PathBuf) -> Result<Option<Decoded>, Error> {
         .with_batch_size(8_192)
         .build()
         .map_err(|e| read_error(&e))?;
-    let mut d = Decoded {
-        at: Vec::new(),
-        user: Vec::new(),
-        session: Vec::new(),
-        kind: Vec::new(),
-        users: Interner::default(),
-        sessions: Interner::default(),
-        kinds: Interner::default(),
-    };
+    let (mut at_codes, mut user_codes, mut session_codes, mut kind_codes) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut owners, mut session_ids, mut kinds) = (
+        Interner::default(),
+        Interner::default(),
+        Interner::<Kind>::default(),
+    );
     for batch in reader {
         let batch = batch.map_err(|e| read_error(&e))?;
         let text = |name: &str| -> Result<&StringArray, Error> {
@@ -275,13 +382,9 @@ fn decode(path: &PathBuf) -> Result<Option<Decoded>, Error> {
             let Some(t) = at.is_valid(i).then(|| micros(at.value(i))).flatten() else {
                 return Ok(None);
             };
-            d.at.push(t);
-            d.user
-                .push(d.users.code_repeated(&mut last_user, users.value(i)));
-            d.session.push(
-                d.sessions
-                    .code_repeated(&mut last_session, sessions.value(i)),
-            );
+            at_codes.push(t);
+            user_codes.push(owners.code_repeated(&mut last_user, users.value(i)));
+            session_codes.push(session_ids.code_repeated(&mut last_session, sessions.value(i)));
             let kind = Kind {
                 tool_name: opt(tool, i),
                 skill_name: opt(skill, i),
@@ -292,10 +395,15 @@ fn decode(path: &PathBuf) -> Result<Option<Decoded>, Error> {
                 ref_id: opt(ref_id, i),
                 is_error: errors.is_valid(i) && errors.value(i),
             };
-            d.kind.push(d.kinds.code(&kind));
+            kind_codes.push(kinds.code(&kind));
         }
     }
-    Ok(Some(d))
+    Ok(Some(Decoded {
+        codes: FileCodes::new(at_codes, user_codes, session_codes, kind_codes),
+        users: owners,
+        sessions: session_ids,
+        kinds,
+    }))
 }
 
 impl EventIndex {
@@ -347,6 +455,7 @@ impl EventIndex {
         // Decoded outside the lock, a file at a time on each core: reads of files already
         // held go on meanwhile. Workers stop when the index is full (reads then scan until
         // a listing drops some files).
+        let started = std::time::Instant::now();
         let next = std::sync::atomic::AtomicUsize::new(0);
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         let failed: Mutex<Option<Error>> = Mutex::new(None);
@@ -361,7 +470,13 @@ impl EventIndex {
                         return;
                     }
                     match decode(path) {
-                        Ok(decoded) => self.lock().add(&file.name, decoded),
+                        Ok(Some(mut d)) => {
+                            // Recoded outside the lock: only the dictionaries are shared.
+                            let [users, sessions, kinds] = self.lock().intern(&d);
+                            d.codes.recode(&users, &sessions, &kinds);
+                            self.lock().keep(&file.name, Some(d.codes));
+                        }
+                        Ok(None) => self.lock().keep(&file.name, None),
                         Err(e) => {
                             *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                             return;
@@ -374,6 +489,16 @@ impl EventIndex {
             return Err(e);
         }
         let inner = self.lock();
+        if !missing.is_empty() {
+            let held = inner.files.values().flatten();
+            tracing::info!(
+                files = missing.len(),
+                events = inner.events,
+                day_rows = held.map(|f| f.days.len()).sum::<usize>(),
+                seconds = started.elapsed().as_secs_f64(),
+                "event index: decoded new event files"
+            );
+        }
         if inner.events > inner.max_events {
             return Ok(None);
         }
@@ -409,29 +534,24 @@ impl Inner {
         self.events >= self.max_events
     }
 
-    /// Merges a decoded file's dictionaries into the index's and keeps its codes.
-    fn add(&mut self, name: &str, decoded: Option<Decoded>) {
-        let Some(d) = decoded else {
-            self.files.insert(name.to_owned(), None);
-            return;
-        };
-        let users: Vec<u32> = d.users.values.iter().map(|v| self.users.code(v)).collect();
-        let sessions: Vec<u32> = d
-            .sessions
-            .values
-            .iter()
-            .map(|v| self.sessions.code(v))
-            .collect();
-        let kinds: Vec<u32> = d.kinds.values.iter().map(|v| self.kinds.code(v)).collect();
-        let codes = FileCodes {
-            sorted: d.at.windows(2).all(|w| w[0] <= w[1]),
-            at: d.at,
-            user: d.user.iter().map(|&c| users[c as usize]).collect(),
-            session: d.session.iter().map(|&c| sessions[c as usize]).collect(),
-            kind: d.kind.iter().map(|&c| kinds[c as usize]).collect(),
-        };
-        self.events += codes.len();
-        self.files.insert(name.to_owned(), Some(Arc::new(codes)));
+    /// The index's codes for a decoded file's owners, sessions and kinds, by the file's
+    /// own codes.
+    fn intern(&mut self, d: &Decoded) -> [Vec<u32>; 3] {
+        [
+            d.users.values.iter().map(|v| self.users.code(v)).collect(),
+            d.sessions
+                .values
+                .iter()
+                .map(|v| self.sessions.code(v))
+                .collect(),
+            d.kinds.values.iter().map(|v| self.kinds.code(v)).collect(),
+        ]
+    }
+
+    /// Holds a file's codes (recoded), or remembers that it cannot be held (None).
+    fn keep(&mut self, name: &str, codes: Option<FileCodes>) {
+        self.events += codes.as_ref().map_or(0, FileCodes::len);
+        self.files.insert(name.to_owned(), codes.map(Arc::new));
     }
 }
 
@@ -441,49 +561,73 @@ impl Snapshot {
         self.files.len()
     }
 
-    /// Calls `f(at, user, session, kind)` for every event at or after `since` (microseconds).
-    pub fn each(&self, since: i64, f: impl FnMut(i64, u32, u32, u32)) {
+    /// Calls `f` with the events at or after `since` (microseconds): the window's first
+    /// day event by event, its whole days as day counts ([`Cell`]).
+    pub fn each(&self, since: i64, f: impl FnMut(Cell)) {
         self.each_of_part(0, 1, since, f);
     }
 
     /// As [`each`](Self::each), over the files of one of `parts` shares (every `parts`-th
     /// file from the `part`-th): walks on several threads see each event once.
-    pub fn each_of_part(
+    pub fn each_of_part(&self, part: usize, parts: usize, since: i64, mut f: impl FnMut(Cell)) {
+        // A window starting at midnight is whole days only.
+        let first_whole = since.div_euclid(DAY) + i64::from(since.rem_euclid(DAY) != 0);
+        for codes in self.files_of_part(part, parts, since) {
+            let start = codes.at.partition_point(|&t| t < since);
+            let end = codes.at.partition_point(|&t| t < first_whole * DAY);
+            for i in start..end.max(start) {
+                f(Cell {
+                    at: codes.at[i],
+                    user: codes.user[i],
+                    session: codes.session[i],
+                    kind: codes.kind[i],
+                    events: 1,
+                });
+            }
+            let d = &codes.days;
+            let from = d.day.partition_point(|&day| i64::from(day) < first_whole);
+            for i in from..d.len() {
+                f(Cell {
+                    at: i64::from(d.day[i]) * DAY,
+                    user: d.user[i],
+                    session: d.session[i],
+                    kind: d.kind[i],
+                    events: d.events[i],
+                });
+            }
+        }
+    }
+
+    /// The events at or after `since` of each file of one of `parts` shares, one by one.
+    pub fn windows_of_part(
         &self,
         part: usize,
         parts: usize,
         since: i64,
-        mut f: impl FnMut(i64, u32, u32, u32),
-    ) {
-        for (codes, last) in self.files.iter().skip(part).step_by(parts.max(1)) {
-            if last.is_some_and(|l| l < since) {
-                continue;
+    ) -> impl Iterator<Item = Window<'_>> {
+        self.files_of_part(part, parts, since).map(move |codes| {
+            let start = codes.at.partition_point(|&t| t < since);
+            Window {
+                at: &codes.at[start..],
+                user: &codes.user[start..],
+                kind: &codes.kind[start..],
             }
-            let start = if codes.sorted {
-                codes.at.partition_point(|&t| t < since)
-            } else {
-                0
-            };
-            let rows = codes.at[start..]
-                .iter()
-                .zip(&codes.user[start..])
-                .zip(&codes.session[start..])
-                .zip(&codes.kind[start..]);
-            if codes.sorted {
-                // Every row from `start` on is in the window: no test, and a caller that
-                // ignores the time does not read it (most reads stream 12 bytes an event,
-                // not 20).
-                for (((&t, &u), &s), &k) in rows {
-                    f(t, u, s, k);
-                }
-            } else {
-                for (((&t, &u), &s), &k) in rows {
-                    if t >= since {
-                        f(t, u, s, k);
-                    }
-                }
-            }
-        }
+        })
+    }
+
+    /// The files of one of `parts` shares that may hold events at or after `since`.
+    fn files_of_part(
+        &self,
+        part: usize,
+        parts: usize,
+        since: i64,
+    ) -> impl Iterator<Item = &FileCodes> {
+        self.files
+            .iter()
+            .skip(part)
+            .step_by(parts.max(1))
+            .filter(move |(_, last)| last.is_none_or(|l| l >= since))
+            .map(|(codes, _)| codes.as_ref())
     }
 }
 
@@ -565,41 +709,72 @@ mod tests {
     }
 
     #[test]
-    fn a_window_visits_exactly_the_events_at_or_after_its_start() {
-        let file = |at: Vec<i64>| {
-            let n = at.len() as u32;
-            Arc::new(FileCodes {
-                sorted: at.windows(2).all(|w| w[0] <= w[1]),
-                user: (0..n).collect(),
-                session: (0..n).collect(),
-                kind: vec![0; n as usize],
-                at,
-            })
+    fn a_window_counts_exactly_the_events_at_or_after_its_start() {
+        const H: i64 = 3_600_000_000;
+        // (hour, owner, session, kind), in no particular order.
+        let a = [
+            (5, 0, 0, 0),
+            (1, 0, 0, 1),
+            (30, 1, 2, 0),
+            (3, 0, 0, 0),
+            (3, 0, 0, 0),
+            (50, 1, 2, 1),
+            (29, 1, 2, 0),
+            (24, 0, 1, 0),
+        ];
+        let b = [(1, 2, 3, 0), (3, 2, 3, 0), (26, 2, 3, 1), (47, 2, 3, 1)];
+        let file = |rows: &[(i64, u32, u32, u32)]| {
+            Arc::new(FileCodes::new(
+                rows.iter().map(|r| r.0 * H).collect(),
+                rows.iter().map(|r| r.1).collect(),
+                rows.iter().map(|r| r.2).collect(),
+                rows.iter().map(|r| r.3).collect(),
+            ))
         };
         let snap = Snapshot {
             files: vec![
-                (file(vec![5, 1, 9, 3, 3]), Some(9)),
-                (file(vec![1, 3, 3, 4, 8]), Some(8)),
-                // Listed as ending before every window below: never opened.
-                (file(vec![100]), Some(2)),
+                (file(&a), Some(50 * H)),
+                (file(&b), Some(47 * H)),
+                // Listed as ending before every window below but the first: never opened.
+                (file(&[(100, 3, 4, 0)]), Some(H / 2)),
             ],
             users: Vec::new(),
             sessions: 0,
             kinds: Vec::new(),
         };
-        for since in [0, 3, 4, 9, 10] {
-            let mut seen = Vec::new();
-            snap.each(since, |t, _, _, _| seen.push(t));
-            seen.sort_unstable();
-            let mut want: Vec<i64> = [5, 1, 9, 3, 3, 1, 3, 3, 4, 8]
-                .into_iter()
-                .filter(|t| *t >= since)
-                .collect();
-            if since <= 2 {
-                want.push(100);
+        let all: Vec<_> = a.iter().chain(&b).copied().collect();
+        for since in [0, 2 * H, 3 * H, 24 * H, 25 * H, 29 * H + 1, 48 * H, 51 * H] {
+            let mut want: HashMap<(i64, u32, u32, u32), u32> = HashMap::new();
+            let mut times: Vec<i64> = Vec::new();
+            for &(hour, u, s, k) in all.iter().filter(|r| r.0 * H >= since) {
+                *want.entry((hour * H / DAY, u, s, k)).or_default() += 1;
+                times.push(hour * H);
             }
-            want.sort_unstable();
+            if since == 0 {
+                *want.entry((100 * H / DAY, 3, 4, 0)).or_default() += 1;
+                times.push(100 * H);
+            }
+            let (mut seen, mut cells) = (HashMap::new(), 0);
+            snap.each(since, |c| {
+                assert!(c.at >= since, "{c:?} before {since}");
+                *seen
+                    .entry((c.at / DAY, c.user, c.session, c.kind))
+                    .or_default() += c.events;
+                cells += 1;
+            });
             assert_eq!(seen, want, "since {since}");
+            if since == 0 {
+                // Whole days come counted: one cell for each (day, owner, session, kind).
+                assert_eq!(cells, want.len());
+            }
+            let mut walked: Vec<i64> = Vec::new();
+            for w in snap.windows_of_part(0, 1, since) {
+                assert!(w.at.windows(2).all(|p| p[0] <= p[1]), "sorted");
+                walked.extend(w.at);
+            }
+            walked.sort_unstable();
+            times.sort_unstable();
+            assert_eq!(walked, times, "since {since}");
         }
     }
 

@@ -10,7 +10,7 @@ use chrono::{Duration, NaiveDate};
 use serde_json::{json, Value};
 
 use crate::browse::{Count, Filters, GroupBy};
-use crate::event_index::{Bits, Kind, Snapshot};
+use crate::event_index::{Bits, Cell, Kind, Snapshot, Window, DAY};
 
 /// Which events a read admits, as codes.
 pub struct Selector {
@@ -88,14 +88,19 @@ impl Selector {
             }
     }
 
-    /// Calls `f(at, user, session, kind)` for each admitted event.
-    fn each(&self, snap: &Snapshot, mut f: impl FnMut(i64, u32, u32, u32)) {
-        if matches!(self.user, UserSel::Nobody) || !self.kinds.contains(&true) {
+    /// Whether no event can be admitted.
+    fn admits_none(&self) -> bool {
+        matches!(self.user, UserSel::Nobody) || !self.kinds.contains(&true)
+    }
+
+    /// Calls `f` with the admitted events ([`Snapshot::each`]).
+    fn each(&self, snap: &Snapshot, mut f: impl FnMut(Cell)) {
+        if self.admits_none() {
             return;
         }
-        snap.each(self.since, |t, u, s, k| {
-            if self.admits(u, k) {
-                f(t, u, s, k);
+        snap.each(self.since, |c| {
+            if self.admits(c.user, c.kind) {
+                f(c);
             }
         });
     }
@@ -116,9 +121,14 @@ impl Counts {
     }
 
     #[inline]
-    fn add(&mut self, u: u32, k: u32) {
-        self.users[u as usize] += 1;
-        self.kinds[k as usize] += 1;
+    fn add(&mut self, c: Cell) {
+        self.users[c.user as usize] += i64::from(c.events);
+        self.kinds[c.kind as usize] += i64::from(c.events);
+    }
+
+    /// Events counted.
+    pub fn events(&self) -> i64 {
+        self.kinds.iter().sum()
     }
 
     fn merge(&mut self, other: &Counts) {
@@ -133,13 +143,13 @@ impl Counts {
     /// Counts the events `sel` admits.
     pub fn of(snap: &Snapshot, sel: &Selector) -> Self {
         let mut c = Self::empty(snap);
-        sel.each(snap, |_, u, _, k| c.add(u, k));
+        sel.each(snap, |cell| c.add(cell));
         c
     }
 
     /// (events, distinct owners, distinct tools, failed events).
     pub fn kpis(&self, snap: &Snapshot) -> (i64, i64, i64, i64) {
-        let events = self.users.iter().sum();
+        let events = self.events();
         let users = self.users.iter().filter(|&&n| n > 0).count() as i64;
         let errors = self
             .kinds
@@ -208,16 +218,11 @@ struct Bucket {
     sessions: Bits,
 }
 
-const DAY: i64 = 86_400_000_000;
-
 /// How a [`Grouper`] finds an event's bucket.
 enum Keying {
     /// Days from the window's first, up to a thousand; later ones (a clock gone wrong)
-    /// are kept apart as (day, user, session, kind) and counted at the end.
-    Day {
-        first: i64,
-        far: Vec<(i64, u32, u32, u32)>,
-    },
+    /// are kept apart and counted at the end.
+    Day { first: i64, far: Vec<Cell> },
     /// The owner's code.
     User,
     /// A code per kind, into `texts`.
@@ -273,15 +278,16 @@ impl Grouper {
         }
     }
 
-    fn count(&mut self, code: usize, u: u32, s: u32, k: u32) {
+    fn count(&mut self, code: usize, c: Cell) {
         if code >= self.buckets.len() {
             self.buckets.resize_with(code + 1, || None);
         }
         let b = self.buckets[code].get_or_insert_with(Bucket::default);
-        b.invocations += 1;
-        b.errors += i64::from(self.errors[k as usize]);
-        b.users.insert(u);
-        b.sessions.insert(s);
+        let n = i64::from(c.events);
+        b.invocations += n;
+        b.errors += n * i64::from(self.errors[c.kind as usize]);
+        b.users.insert(c.user);
+        b.sessions.insert(c.session);
     }
 
     /// Adds the counts of another grouper made for the same snapshot and grouping.
@@ -308,21 +314,21 @@ impl Grouper {
         }
     }
 
-    /// Counts one admitted event.
+    /// Counts admitted events.
     #[inline]
-    pub fn add(&mut self, t: i64, u: u32, s: u32, k: u32) {
+    pub fn add(&mut self, c: Cell) {
         let code = match &mut self.keying {
-            Keying::Day { first, far } => match usize::try_from(t.div_euclid(DAY) - *first) {
+            Keying::Day { first, far } => match usize::try_from(c.at.div_euclid(DAY) - *first) {
                 Ok(d) if d <= 1_000 => d,
                 _ => {
-                    far.push((t.div_euclid(DAY), u, s, k));
+                    far.push(c);
                     return;
                 }
             },
-            Keying::User => u as usize,
-            Keying::Kind(of_kind) => of_kind[k as usize],
+            Keying::User => c.user as usize,
+            Keying::Kind(of_kind) => of_kind[c.kind as usize],
         };
-        self.count(code, u, s, k);
+        self.count(code, c);
     }
 
     /// The page of rows, sorted by `column` (`bucket` or a count; anything else means
@@ -343,12 +349,13 @@ impl Grouper {
                     .map(|d| Some(text(first + d as i64)))
                     .collect();
                 let mut codes: HashMap<i64, usize> = HashMap::new();
-                for (day, u, s, k) in far {
+                for c in far {
+                    let day = c.at.div_euclid(DAY);
                     let code = *codes.entry(day).or_insert_with(|| {
                         texts.push(Some(text(day)));
                         texts.len() - 1
                     });
-                    self.count(code, u, s, k);
+                    self.count(code, c);
                 }
                 texts
             }
@@ -424,19 +431,20 @@ pub fn grouped(
     limit: usize,
 ) -> (Vec<Value>, usize) {
     let mut g = Grouper::new(snap, group_by, sel.since);
-    sel.each(snap, |t, u, s, k| g.add(t, u, s, k));
+    sel.each(snap, |c| g.add(c));
     g.finish(snap, order, offset, limit)
 }
 
-/// The number of admitted events and the time a page of raw events ending at the
-/// `through`-th (newest first when `newest`) can be read from: every event of that page is
-/// at or after it (at or before it, oldest first); no bound when all events fit.
+/// The time a page of raw events ending at the `through`-th admitted event (newest first
+/// when `newest`) can be read from: every event of that page is at or after it (at or
+/// before it, oldest first). Each file is walked from the page's side (newest events first,
+/// for newest first) and left at the first admitted event that cannot be on the page, so a
+/// page costs about its length a file, not the window.
 pub struct RawBound {
     through: usize,
     /// 1 when the newest come first, -1 when the oldest do: keys `sign × time`, so one
     /// heap keeps the page's side either way.
     sign: i64,
-    total: usize,
     /// The `through` largest keys seen, the smallest of them on top.
     keys: BinaryHeap<Reverse<i64>>,
 }
@@ -447,62 +455,80 @@ impl RawBound {
         Self {
             through,
             sign: if newest { 1 } else { -1 },
-            total: 0,
             keys: BinaryHeap::new(),
         }
     }
 
-    /// Counts one admitted event.
-    #[inline]
-    pub fn add(&mut self, t: i64) {
-        self.total += 1;
-        self.keep(self.sign * t);
+    /// Sees the admitted events of one file's window, from the page's end.
+    fn add(&mut self, sel: &Selector, w: &Window) {
+        let newest = self.sign == 1;
+        let mut visit = |i: usize| {
+            if !sel.admits(w.user[i], w.kind[i]) {
+                return true;
+            }
+            // Keys only fall from here on in this file: once one is not kept, none is.
+            self.keep(self.sign * w.at[i])
+        };
+        if newest {
+            (0..w.at.len()).rev().all(&mut visit);
+        } else {
+            (0..w.at.len()).all(&mut visit);
+        }
     }
 
-    fn keep(&mut self, key: i64) {
+    /// Whether `key` was kept.
+    fn keep(&mut self, key: i64) -> bool {
         if self.keys.len() < self.through {
             self.keys.push(Reverse(key));
         } else if self.keys.peek().is_some_and(|Reverse(min)| key > *min) {
             self.keys.pop();
             self.keys.push(Reverse(key));
+        } else {
+            return false;
         }
+        true
     }
 
     /// Adds what another bound for the same page has seen.
     fn merge(&mut self, other: RawBound) {
-        self.total += other.total;
         for Reverse(key) in other.keys {
             self.keep(key);
         }
     }
 
-    /// (events, bound).
-    pub fn finish(self) -> (usize, Option<i64>) {
-        if self.total <= self.through || self.through == 0 {
-            return (self.total, None);
+    /// (`total`, the bound), for `total` admitted events; no bound when all of them fit.
+    pub fn finish(self, total: i64) -> (usize, Option<i64>) {
+        let total = total as usize;
+        if total <= self.through || self.through == 0 {
+            return (total, None);
         }
         let bound = self.keys.peek().map(|Reverse(key)| self.sign * key);
-        (self.total, bound)
+        (total, bound)
     }
 }
 
-/// [`RawBound`] of the events `sel` admits.
+/// The number of events `sel` admits and their [`RawBound`].
 pub fn raw_bound(
     snap: &Snapshot,
     sel: &Selector,
     through: usize,
     newest: bool,
 ) -> (usize, Option<i64>) {
+    let total = Counts::of(snap, sel).events();
     let mut bound = RawBound::new(through, newest);
-    sel.each(snap, |t, _, _, _| bound.add(t));
-    bound.finish()
+    if !sel.admits_none() {
+        for w in snap.windows_of_part(0, 1, sel.since) {
+            bound.add(sel, &w);
+        }
+    }
+    bound.finish(total)
 }
 
 /// The rows a page shows, being counted.
 pub enum Rows {
     /// Grouped.
     Grouped(Grouper),
-    /// Raw: their number and bound.
+    /// Raw: their bound (their number is the admitted events').
     Raw(RawBound),
 }
 
@@ -520,16 +546,20 @@ pub fn page(
         .max(1);
     let walk = |part: usize| {
         let (mut all, mut picked, mut rows) = (Counts::empty(snap), Counts::empty(snap), rows());
-        snap.each_of_part(part, parts, sel.since, |t, u, s, k| {
-            all.add(u, k);
-            if sel.admits(u, k) {
-                picked.add(u, k);
-                match &mut rows {
-                    Rows::Grouped(g) => g.add(t, u, s, k),
-                    Rows::Raw(r) => r.add(t),
+        snap.each_of_part(part, parts, sel.since, |c| {
+            all.add(c);
+            if sel.admits(c.user, c.kind) {
+                picked.add(c);
+                if let Rows::Grouped(g) = &mut rows {
+                    g.add(c);
                 }
             }
         });
+        if let (Rows::Raw(r), false) = (&mut rows, sel.admits_none()) {
+            for w in snap.windows_of_part(part, parts, sel.since) {
+                r.add(sel, &w);
+            }
+        }
         (all, picked, rows)
     };
     let mut tallies = std::thread::scope(|scope| {

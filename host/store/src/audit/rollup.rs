@@ -1,17 +1,17 @@
-//! The audit log counted by hour and by day, so the activity cards and facets over a day or
-//! a month read a few thousand counts instead of every row of the window.
+//! The audit log counted by period, so the activity cards and facets over a day or a month
+//! read a few thousand counts instead of every row of the window.
 //!
-//! For each hour, and each whole UTC day, the rollups hold per [`Dim`] how many rows had each
-//! value, and how many rows took each whole number of milliseconds (so the percentiles stay
-//! exact), once over every row and once over the failures alone ([`Slice`]: the page's
-//! errors-only view is its commonest narrowing). A read over a window, or over a window's
+//! For each hour, and each whole six hours, UTC day and week ([`Grain`]), the rollups hold
+//! per [`Dim`] how many rows had each value, and how many rows took each whole number of
+//! milliseconds (so the percentiles stay exact), once over every row and once over the
+//! failures alone ([`Slice`]: the page's errors-only view is its commonest narrowing). A read over a window, or over a window's
 //! failures ([`Split`]), takes the periods the rollups cover from them and everything else
 //! (the window's ragged ends, hours not rolled up yet) from the log, so every row is counted
 //! exactly once and the figures equal a count of the rows.
 //!
 //! Coverage is one range of whole hours, `[covered_from, covered_until)`, in
-//! `audit_rollup_state`; every whole UTC day inside it has day rows too. The scheduled job
-//! ([`Store::roll_up_audit`]) extends it forward to [`GRACE`] before now and backward to
+//! `audit_rollup_state`; every longer period wholly inside it has its rows too. The
+//! scheduled job ([`Store::roll_up_audit`]) extends it forward to [`GRACE`] before now and backward to
 //! the oldest row, an hour per transaction so the audit writer never waits long. Rows that
 //! arrive later for an hour already covered (a skewed clock, an import) are added to the
 //! rollups in the transaction that stores them ([`fold_late_rows`]). Retention raises the
@@ -190,6 +190,79 @@ fn ceil(t: DateTime<Utc>, unit: Duration) -> DateTime<Utc> {
     }
 }
 
+/// A length of period the rollups count by. Each is made of whole periods of the next
+/// finer one, so a window splits into a few long periods and at most two of each shorter
+/// length at its ends: a month reads four weeks and some days, quarters and hours — about
+/// twenty periods, not thirty days and the forty-odd hours of its ragged ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Grain {
+    /// An hour, counted from the log.
+    Hour,
+    /// Six hours from midnight UTC.
+    Quarter,
+    /// A UTC day.
+    Day,
+    /// Seven days from a Monday, UTC.
+    Week,
+}
+
+impl Grain {
+    /// Coarsest first.
+    const COARSE_FIRST: [Self; 4] = [Self::Week, Self::Day, Self::Quarter, Self::Hour];
+    /// The grains made of finer ones, in the order they are built.
+    const BUILT: [Self; 3] = [Self::Quarter, Self::Day, Self::Week];
+
+    /// Its `grain` column value.
+    fn key(self) -> &'static str {
+        match self {
+            Self::Hour => "h",
+            Self::Quarter => "q",
+            Self::Day => "d",
+            Self::Week => "w",
+        }
+    }
+
+    fn length(self) -> Duration {
+        match self {
+            Self::Hour => HOUR,
+            Self::Quarter => Duration::hours(6),
+            Self::Day => DAY,
+            Self::Week => Duration::days(7),
+        }
+    }
+
+    /// The grain its periods are added up from.
+    fn finer(self) -> Self {
+        match self {
+            Self::Hour | Self::Quarter => Self::Hour,
+            Self::Day => Self::Quarter,
+            Self::Week => Self::Day,
+        }
+    }
+
+    /// The start of the period that holds `t`.
+    fn floor(self, t: DateTime<Utc>) -> DateTime<Utc> {
+        match self {
+            // The epoch fell on a Thursday: weeks start three days after its days do.
+            Self::Week => {
+                let monday = Duration::days(3);
+                floor(t + monday, self.length()) - monday
+            }
+            _ => floor(t, self.length()),
+        }
+    }
+
+    /// The first period boundary at or after `t`.
+    fn ceil(self, t: DateTime<Utc>) -> DateTime<Utc> {
+        let f = self.floor(t);
+        if f == t {
+            t
+        } else {
+            f + self.length()
+        }
+    }
+}
+
 /// Whether `ts` is a timestamp in the store's own format (only those are placed in an hour
 /// by parsing; others are placed by text order, which only a count over the log does).
 fn canonical(ts: &str) -> Option<DateTime<Utc>> {
@@ -208,9 +281,9 @@ pub(super) struct Coverage {
 }
 
 impl Coverage {
-    /// Whether the whole day starting at `day` has day rows.
-    fn has_day(&self, day: DateTime<Utc>) -> bool {
-        day >= self.from && day + DAY <= self.until
+    /// Whether the whole `grain` period starting at `start` is covered, so has rows.
+    fn has(&self, grain: Grain, start: DateTime<Utc>) -> bool {
+        start >= self.from && start + grain.length() <= self.until
     }
 }
 
@@ -341,26 +414,28 @@ async fn build_hour(
     Ok(())
 }
 
-/// Adds up the hour rows of the day starting at `day` into day rows.
-async fn build_day(
+/// Adds up the rows of the finer grain within the `grain` period starting at `start`.
+async fn build_period(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    day: DateTime<Utc>,
+    grain: Grain,
+    start: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    let from = format_ts(day);
-    let to = format_ts(day + DAY);
-    // The key's leading columns listed, so both backends read the day's hours as ranges.
+    let from = format_ts(start);
+    let to = format_ts(start + grain.length());
+    let (key, finer) = (grain.key(), grain.finer().key());
+    // The key's leading columns listed, so both backends read the finer periods as ranges.
     let slices = Slice::ALL.map(|s| format!("'{}'", s.key())).join(", ");
     let dims = Dim::ALL.map(|d| (d as i64).to_string()).join(", ");
     for sql in [
         format!(
-            "INSERT INTO audit_rollup (grain, slice, dim, start, value, n) SELECT 'd', slice, dim, \
-             CAST($1 AS TEXT), value, CAST(SUM(n) AS BIGINT) FROM audit_rollup WHERE grain = 'h' \
+            "INSERT INTO audit_rollup (grain, slice, dim, start, value, n) SELECT '{key}', slice, dim, \
+             CAST($1 AS TEXT), value, CAST(SUM(n) AS BIGINT) FROM audit_rollup WHERE grain = '{finer}' \
              AND slice IN ({slices}) AND dim IN ({dims}) AND start >= $1 AND start < $2 \
              GROUP BY slice, dim, value"
         ),
         format!(
-            "INSERT INTO audit_rollup_ms (grain, slice, start, ms, n) SELECT 'd', slice, \
-             CAST($1 AS TEXT), ms, CAST(SUM(n) AS BIGINT) FROM audit_rollup_ms WHERE grain = 'h' \
+            "INSERT INTO audit_rollup_ms (grain, slice, start, ms, n) SELECT '{key}', slice, \
+             CAST($1 AS TEXT), ms, CAST(SUM(n) AS BIGINT) FROM audit_rollup_ms WHERE grain = '{finer}' \
              AND slice IN ({slices}) AND start >= $1 AND start < $2 GROUP BY slice, ms"
         ),
     ] {
@@ -373,10 +448,27 @@ async fn build_day(
     Ok(())
 }
 
+/// Builds the longer periods that end at `cov.until` (after a forward step) or start at
+/// `cov.from` (after a backward one) and are now wholly covered, finest first.
+async fn build_completed(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    cov: Coverage,
+    forward: bool,
+) -> Result<(), StoreError> {
+    for grain in Grain::BUILT {
+        let edge = if forward { cov.until } else { cov.from };
+        let start = if forward { edge - grain.length() } else { edge };
+        if grain.floor(edge) == edge && cov.has(grain, start) {
+            build_period(tx, grain, start).await?;
+        }
+    }
+    Ok(())
+}
+
 /// What one call of the rollup job did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RollupRun {
-    /// Hours counted (each with its day, when it completed one).
+    /// Hours counted (each with the longer periods it completed).
     pub hours: u64,
     /// Whether coverage reached both the oldest row and [`GRACE`] before now.
     pub complete: bool,
@@ -408,11 +500,12 @@ pub(super) async fn fold_late_rows(
             };
             return forget(tx, empty).await;
         };
-        let day = floor(t, DAY);
-        let mut periods = vec![("h", format_ts(floor(t, HOUR)))];
-        if cov.has_day(day) {
-            periods.push(("d", format_ts(day)));
-        }
+        let periods: Vec<(&str, String)> = Grain::COARSE_FIRST
+            .into_iter()
+            .map(|g| (g, g.floor(t)))
+            .filter(|(g, start)| cov.has(*g, *start))
+            .map(|(g, start)| (g.key(), format_ts(start)))
+            .collect();
         for (grain, start) in &periods {
             for slice in slices.iter().map(|s| s.key()) {
                 for dim in Dim::ALL {
@@ -463,15 +556,38 @@ pub(super) fn late_before(now: DateTime<Utc>) -> String {
     format_ts(now - GRACE)
 }
 
+/// Splits the whole hours `[lo, hi)` into the longest periods of `grains` (coarsest first,
+/// ending with hours) that fit, appending `(grain, range)`s in time order within a grain.
+fn split_periods(
+    lo: DateTime<Utc>,
+    hi: DateTime<Utc>,
+    grains: &[Grain],
+    out: &mut Vec<(Grain, Range)>,
+) {
+    let Some((&grain, finer)) = grains.split_first() else {
+        return;
+    };
+    if lo >= hi {
+        return;
+    }
+    let (a, b) = (grain.ceil(lo), grain.floor(hi));
+    if finer.is_empty() || a < b {
+        let (a, b) = if finer.is_empty() { (lo, hi) } else { (a, b) };
+        out.push((grain, (Some(format_ts(a)), Some(format_ts(b)))));
+        split_periods(lo, a, finer, out);
+        split_periods(b, hi, finer, out);
+    } else {
+        split_periods(lo, hi, finer, out);
+    }
+}
+
 /// How a read over a filter splits between the rollups and the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Split {
     /// The rows the rollup reads count.
     slice: Slice,
-    /// The whole days read from day rows.
-    days: Option<Range>,
-    /// The hours read from hour rows.
-    hours: Vec<Range>,
+    /// The periods read from rollup rows ([`split_periods`]).
+    periods: Vec<(Grain, Range)>,
     /// The log rows under the filter that the rollups do not cover.
     pub raw: Where,
 }
@@ -481,8 +597,7 @@ impl Split {
     pub(super) fn raw(filter: &AuditFilter) -> Self {
         Self {
             slice: Slice::All,
-            days: None,
-            hours: Vec::new(),
+            periods: Vec::new(),
             raw: where_of(filter),
         }
     }
@@ -514,19 +629,8 @@ impl Split {
         {
             return Self::raw(filter);
         }
-        let (d0, d1) = (ceil(lo, DAY), floor(hi, DAY));
-        let (days, hours) = if d0 < d1 {
-            let mut hours = Vec::new();
-            if lo < d0 {
-                hours.push((Some(lo_ts.clone()), Some(format_ts(d0))));
-            }
-            if d1 < hi {
-                hours.push((Some(format_ts(d1)), Some(hi_ts.clone())));
-            }
-            (Some((Some(format_ts(d0)), Some(format_ts(d1)))), hours)
-        } else {
-            (None, vec![(Some(lo_ts.clone()), Some(hi_ts.clone()))])
-        };
+        let mut periods = Vec::new();
+        split_periods(lo, hi, &Grain::COARSE_FIRST, &mut periods);
         let mut raw = where_of(&AuditFilter {
             result: filter.result,
             ..AuditFilter::default()
@@ -539,8 +643,7 @@ impl Split {
         raw.push_fixed(&sql);
         Self {
             slice,
-            days,
-            hours,
+            periods,
             raw,
         }
     }
@@ -555,12 +658,12 @@ impl Split {
     ) -> Vec<String> {
         let slice = self.slice.key();
         let dim = dim.map_or(String::new(), |d| format!(" AND dim = {}", d as i64));
-        let days = self.days.iter().map(|r| ("d", r));
-        let hours = self.hours.iter().map(|r| ("h", r));
         // One branch per range: SQLite walks the key `(grain, dim, start, …)` as a range only
         // for a single range; an OR of two would scan every period of the dimension.
-        days.chain(hours)
+        self.periods
+            .iter()
             .map(|(grain, range)| {
+                let grain = grain.key();
                 let within = ranges_sql("start", std::slice::from_ref(range), binds);
                 format!(
                     "SELECT {select} FROM {table} WHERE grain = '{grain}' AND slice = '{slice}'\
@@ -639,10 +742,7 @@ impl Store {
                 let hour = cov.until;
                 build_hour(&mut tx, hour).await?;
                 cov.until = hour + HOUR;
-                let day = cov.until - DAY;
-                if cov.until == floor(cov.until, DAY) && cov.has_day(day) {
-                    build_day(&mut tx, day).await?;
-                }
+                build_completed(&mut tx, cov, true).await?;
             } else {
                 let oldest: Option<String> =
                     sqlx::query_scalar("SELECT MIN(timestamp) FROM audit_log WHERE timestamp < $1")
@@ -658,9 +758,7 @@ impl Store {
                         let hour = cov.from - HOUR;
                         build_hour(&mut tx, hour).await?;
                         cov.from = hour;
-                        if hour == floor(hour, DAY) && cov.has_day(hour) {
-                            build_day(&mut tx, hour).await?;
-                        }
+                        build_completed(&mut tx, cov, false).await?;
                     }
                     _ => {
                         tx.rollback().await?;

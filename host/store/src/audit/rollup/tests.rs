@@ -22,28 +22,23 @@ fn window(since: &str, until: Option<&str>) -> AuditFilter {
     }
 }
 
+fn period(grain: Grain, from: &str, to: &str) -> (Grain, Range) {
+    let ts = |s: &str| Some(format!("2026-{s}:00:00.000000Z"));
+    (grain, (ts(from), ts(to)))
+}
+
 #[test]
-fn a_window_splits_into_days_hours_and_ragged_ends() {
+fn a_window_splits_into_the_longest_periods_and_ragged_ends() {
     let c = cov("2026-11-01T05:00:00.000000Z", "2026-11-04T07:00:00.000000Z");
     let s = Split::of(&window("2026-11-01T03:30:00.000000Z", None), c);
     assert_eq!(
-        s.days,
-        Some((
-            Some("2026-11-02T00:00:00.000000Z".into()),
-            Some("2026-11-04T00:00:00.000000Z".into())
-        ))
-    );
-    assert_eq!(
-        s.hours,
+        s.periods,
         vec![
-            (
-                Some("2026-11-01T05:00:00.000000Z".into()),
-                Some("2026-11-02T00:00:00.000000Z".into())
-            ),
-            (
-                Some("2026-11-04T00:00:00.000000Z".into()),
-                Some("2026-11-04T07:00:00.000000Z".into())
-            ),
+            period(Grain::Day, "11-02T00", "11-04T00"),
+            period(Grain::Quarter, "11-01T06", "11-02T00"),
+            period(Grain::Hour, "11-01T05", "11-01T06"),
+            period(Grain::Quarter, "11-04T00", "11-04T06"),
+            period(Grain::Hour, "11-04T06", "11-04T07"),
         ]
     );
     // The log gives the rest: from the window's start to the first covered hour, and
@@ -56,7 +51,7 @@ fn a_window_splits_into_days_hours_and_ragged_ends() {
             "2026-11-04T07:00:00.000000Z".to_owned(),
         ]
     );
-    // Within one day: hours only, the partial hours at both ends from the log.
+    // Within six hours: hours only, the partial hours at both ends from the log.
     let s = Split::of(
         &window(
             "2026-11-02T10:15:00.000000Z",
@@ -64,15 +59,40 @@ fn a_window_splits_into_days_hours_and_ragged_ends() {
         ),
         c,
     );
-    assert_eq!(s.days, None);
-    assert_eq!(
-        s.hours,
-        vec![(
-            Some("2026-11-02T11:00:00.000000Z".into()),
-            Some("2026-11-02T12:00:00.000000Z".into())
-        )]
-    );
+    assert_eq!(s.periods, vec![period(Grain::Hour, "11-02T11", "11-02T12")]);
     assert_eq!(s.raw.binds.len(), 4);
+    // A month: whole weeks from Monday, then days, quarters and hours at each end.
+    let c = cov("2026-10-20T00:00:00.000000Z", "2026-11-25T13:00:00.000000Z");
+    let s = Split::of(&window("2026-10-29T14:20:00.000000Z", None), c);
+    assert_eq!(
+        s.periods,
+        vec![
+            period(Grain::Week, "11-02T00", "11-23T00"),
+            period(Grain::Day, "10-30T00", "11-02T00"),
+            period(Grain::Quarter, "10-29T18", "10-30T00"),
+            period(Grain::Hour, "10-29T15", "10-29T18"),
+            period(Grain::Day, "11-23T00", "11-25T00"),
+            period(Grain::Quarter, "11-25T00", "11-25T12"),
+            period(Grain::Hour, "11-25T12", "11-25T13"),
+        ]
+    );
+}
+
+#[test]
+fn weeks_start_on_monday() {
+    let monday = at("2026-11-02T00:00:00.000000Z");
+    for t in ["2026-11-02T00:00:00.000000Z", "2026-11-08T23:59:59.999999Z"] {
+        assert_eq!(Grain::Week.floor(at(t)), monday, "{t}");
+    }
+    assert_eq!(
+        Grain::Week.ceil(at("2026-11-02T00:00:00.000001Z")),
+        at("2026-11-09T00:00:00.000000Z")
+    );
+    assert_eq!(Grain::Week.ceil(monday), monday);
+    assert_eq!(
+        Grain::Quarter.floor(at("2026-11-02T17:59:00.000000Z")),
+        at("2026-11-02T12:00:00.000000Z")
+    );
 }
 
 #[test]
@@ -156,6 +176,8 @@ fn windows(now: DateTime<Utc>) -> Vec<AuditFilter> {
             &ts(now - Duration::days(30)),
             Some(&ts(now - Duration::days(20))),
         ),
+        window(&ts(now - Duration::minutes(10 * 1_440 + 13)), None),
+        window(&ts(now - Duration::days(16)), None),
     ]
 }
 
@@ -207,7 +229,7 @@ async fn rolled_up_counts_equal_counts_of_the_log_through_late_rows_and_pruning(
     for (store, _dir) in crate::testing::all_backends().await {
         let now = Utc::now();
         store
-            .insert_audit_batch(&rows(3_000, now, 100, "a"))
+            .insert_audit_batch(&rows(4_000, now, 400, "a"))
             .await
             .unwrap();
         // Nothing rolled up yet: every read is a count of the log.
@@ -233,15 +255,25 @@ async fn rolled_up_counts_equal_counts_of_the_log_through_late_rows_and_pruning(
                 .await
                 .unwrap();
         assert!(day_rows > 0, "whole days inside coverage have day rows");
-        // The rolled-up path is taken: a day-long window reads day or hour rows.
-        assert!(Split::of(&windows(now)[2], Some(cov)).days.is_some());
-        let failures = Split::of(&errors_only(windows(now)[2].clone()), Some(cov));
-        assert!(failures.slice == Slice::Errors && failures.days.is_some());
+        // The rolled-up path is taken: four days read day rows, sixteen a week's.
+        let reads = |f: &AuditFilter, grain: Grain| {
+            Split::of(f, Some(cov))
+                .periods
+                .iter()
+                .any(|(g, _)| *g == grain)
+        };
+        let [four_days, sixteen_days] = [2, 6].map(|i| windows(now)[i].clone());
+        assert!(reads(&four_days, Grain::Day) && reads(&sixteen_days, Grain::Week));
+        assert!(reads(&errors_only(sixteen_days), Grain::Week));
+        assert_eq!(
+            Split::of(&errors_only(four_days), Some(cov)).slice,
+            Slice::Errors
+        );
         assert_counts_agree(&store, now, "after the first runs").await;
 
-        // Rows for covered hours and days arrive late (a skewed clock, an import).
+        // Rows for covered hours, days and weeks arrive late (a skewed clock, an import).
         store
-            .insert_audit_batch(&rows(400, now - Duration::hours(30), 50, "late"))
+            .insert_audit_batch(&rows(400, now - Duration::hours(30), 200, "late"))
             .await
             .unwrap();
         assert_counts_agree(&store, now, "after late rows").await;

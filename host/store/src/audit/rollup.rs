@@ -4,19 +4,21 @@
 //! For each hour, and each whole six hours, UTC day and week ([`Grain`]), the rollups hold
 //! per [`Dim`] how many rows had each value, and how many rows took each whole number of
 //! milliseconds (so the percentiles stay exact), once over every row and once over the
-//! failures alone ([`Slice`]: the page's errors-only view is its commonest narrowing). A read over a window, or over a window's
-//! failures ([`Split`]), takes the periods the rollups cover from them and everything else
-//! (the window's ragged ends, hours not rolled up yet) from the log, so every row is counted
-//! exactly once and the figures equal a count of the rows.
+//! failures alone ([`Slice`]: the page's errors-only view is its commonest narrowing). A
+//! read over a window, or over a window's failures ([`Split`]), takes the periods the
+//! rollups cover from them and everything else (the window's ragged ends, hours not rolled
+//! up yet) from the log, so every row is counted exactly once and the figures equal a count
+//! of the rows.
 //!
 //! Coverage is one range of whole hours, `[covered_from, covered_until)`, in
-//! `audit_rollup_state`; every longer period wholly inside it has its rows too. The
-//! scheduled job ([`Store::roll_up_audit`]) extends it forward to [`GRACE`] before now and backward to
-//! the oldest row, an hour per transaction so the audit writer never waits long. Rows that
-//! arrive later for an hour already covered (a skewed clock, an import) are added to the
-//! rollups in the transaction that stores them ([`fold_late_rows`]). Retention raises the
-//! `floor` below which nothing is rolled up before it deletes, so no hour is counted while
-//! its rows are being pruned. Every change to coverage happens under the state row's lock.
+//! `audit_rollup_state`; every longer period wholly inside it has its rows too, built in the
+//! step that completes it. The scheduled job ([`Store::roll_up_audit`]) extends it forward
+//! to [`GRACE`] before now and backward to the oldest row, an hour per transaction so the
+//! audit writer never waits long. Rows that arrive later for an hour already covered (a
+//! skewed clock, an import) are added to the rollups of every period holding them in the
+//! transaction that stores them ([`fold_late_rows`]). Retention raises the `floor` below
+//! which nothing is rolled up before it deletes, so no hour is counted while its rows are
+//! being pruned. Every change to coverage happens under the state row's lock.
 
 use std::collections::BTreeMap;
 use std::time::{Duration as StdDuration, Instant};
@@ -192,8 +194,9 @@ fn ceil(t: DateTime<Utc>, unit: Duration) -> DateTime<Utc> {
 
 /// A length of period the rollups count by. Each is made of whole periods of the next
 /// finer one, so a window splits into a few long periods and at most two of each shorter
-/// length at its ends: a month reads four weeks and some days, quarters and hours — about
-/// twenty periods, not thirty days and the forty-odd hours of its ragged ends.
+/// length at its ends: a month reads three or four weeks and some days, quarters and hours
+/// — about fifteen periods on average, where days and hours alone take thirty days and the
+/// two dozen hours of its ragged ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Grain {
     /// An hour, counted from the log.

@@ -8,7 +8,7 @@ use crate::support::{
     backends, exec_store, fresh_postgres_url, query_store, server_bin, sqlite_url, Backend, TempDir,
 };
 
-const CURRENT: i64 = 59;
+const CURRENT: i64 = 60;
 
 fn store_url(backend: Backend, dir: &TempDir) -> String {
     match backend {

@@ -582,7 +582,7 @@ impl Snapshot {
         for codes in self.files_of_part(part, parts, since) {
             let start = codes.at.partition_point(|&t| t < since);
             let end = codes.at.partition_point(|&t| t < first_whole * DAY);
-            for i in start..end.max(start) {
+            for i in start..end {
                 f(Cell {
                     at: codes.at[i],
                     user: codes.user[i],

@@ -182,16 +182,6 @@ fn floor(t: DateTime<Utc>, unit: Duration) -> DateTime<Utc> {
     t.duration_trunc(unit).unwrap_or(t)
 }
 
-/// The first hour or day (`unit`) boundary at or after `t`.
-fn ceil(t: DateTime<Utc>, unit: Duration) -> DateTime<Utc> {
-    let f = floor(t, unit);
-    if f == t {
-        t
-    } else {
-        f + unit
-    }
-}
-
 /// A length of period the rollups count by. Each is made of whole periods of the next
 /// finer one, so a window splits into a few long periods and at most two of each shorter
 /// length at its ends: a month reads three or four weeks and some days, quarters and hours
@@ -617,7 +607,7 @@ impl Split {
         let lo = match parsed(since) {
             None => cov.from,
             Some(None) => return Self::raw(filter),
-            Some(Some(t)) => ceil(t, HOUR).max(cov.from),
+            Some(Some(t)) => Grain::Hour.ceil(t).max(cov.from),
         };
         let hi = match parsed(until) {
             None => cov.until,
@@ -755,7 +745,7 @@ impl Store {
                 let lowest = oldest
                     .as_deref()
                     .and_then(parse_ts)
-                    .map(|t| floor(t, HOUR).max(ceil(cov.floor, HOUR)));
+                    .map(|t| floor(t, HOUR).max(Grain::Hour.ceil(cov.floor)));
                 match lowest {
                     Some(lowest) if lowest < cov.from => {
                         let hour = cov.from - HOUR;
@@ -790,7 +780,7 @@ impl Store {
             forget(&mut tx, empty).await?;
             return Ok(tx.commit().await?);
         };
-        cov.floor = cov.floor.max(ceil(cut, HOUR));
+        cov.floor = cov.floor.max(Grain::Hour.ceil(cut));
         if cov.from < cov.floor {
             cov.from = cov.floor;
             cov.until = cov.until.max(cov.from);

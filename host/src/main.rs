@@ -147,15 +147,15 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let tracing = match Tracing::from_env() {
+    // Held to the end: dropping it flushes the spans still queued.
+    let _tracing = match Tracing::from_env() {
         Ok(t) => t,
         Err(e) => {
             eprintln!("svc-server: {e:#}");
             return std::process::ExitCode::FAILURE;
         }
     };
-    // Held to the end: dropping it flushes the spans still queued.
-    let _tracing = svc_host::ops::logs::init(format, tracing);
+    svc_host::ops::logs::init(format);
     match run(Cli::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {

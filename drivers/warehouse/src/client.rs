@@ -10,6 +10,7 @@ use svc_plugin_api::arrow::array::{ArrayRef, StringArray, TimestampMicrosecondAr
 use svc_plugin_api::arrow::compute::{cast, concat_batches};
 use svc_plugin_api::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use svc_plugin_api::{DriverError, ErrorKind, RecordBatch, Result};
+use svc_trace::Instrument as _;
 
 use crate::auth::Credentials;
 use crate::config::WarehouseConfig;
@@ -241,27 +242,33 @@ impl Client {
     }
 
     // One span per call to the warehouse: in a trace, the time the source took.
-    #[tracing::instrument(name = "driver.warehouse.call", level = "debug", skip_all)]
     async fn send(&self, rb: reqwest::RequestBuilder, origin: SqlOrigin) -> Result<Value> {
-        let rb = match self.credentials.bearer(&self.http).await? {
-            Some(token) => rb.bearer_auth(token),
-            None => rb,
-        };
-        let resp = rb.send().await.map_err(|e| {
-            let kind = if e.is_timeout() {
-                ErrorKind::Timeout
-            } else {
-                ErrorKind::Upstream
+        async {
+            let rb = match self.credentials.bearer(&self.http).await? {
+                Some(token) => rb.bearer_auth(token),
+                None => rb,
             };
-            DriverError::new(kind, format!("The warehouse could not be reached: {e}"))
-                .with_code("warehouse_upstream_error")
-        })?;
-        let status = resp.status();
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
-        if status.is_success() {
-            return Ok(body);
+            let resp = rb.send().await.map_err(|e| {
+                let kind = if e.is_timeout() {
+                    ErrorKind::Timeout
+                } else {
+                    ErrorKind::Upstream
+                };
+                DriverError::new(kind, format!("The warehouse could not be reached: {e}"))
+                    .with_code("warehouse_upstream_error")
+            })?;
+            let status = resp.status();
+            let body: Value = resp.json().await.unwrap_or(Value::Null);
+            if status.is_success() {
+                return Ok(body);
+            }
+            Err(self.classify(status.as_u16(), &body, origin))
         }
-        Err(self.classify(status.as_u16(), &body, origin))
+        .in_span(svc_trace::Span::child_of_kind(
+            "driver.warehouse.call",
+            svc_trace::Kind::Client,
+        ))
+        .await
     }
 
     /// Maps a warehouse error response to a typed error (first match wins).

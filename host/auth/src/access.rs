@@ -23,6 +23,7 @@ use svc_core::{Error, Result};
 use svc_store::groups::Group;
 use svc_store::registry::RegistryRow;
 use svc_store::Store;
+use svc_trace::Instrument as _;
 
 use crate::{Caller, IDENTITY_TTL};
 
@@ -175,37 +176,40 @@ impl Access {
 
     /// The registered table the caller asked for: 404 when it is not registered, 403 when the
     /// caller may not read it. Runs before any cache of table data is consulted.
-    #[tracing::instrument(name = "access.check", level = "debug", skip_all)]
     pub async fn readable_table(&self, caller: &Caller, table_id: &str) -> Result<RegistryRow> {
-        // Nothing that breaks the id rules is registered: such a name (a NUL byte, a path) is
-        // refused before it reaches a cache or the store.
-        if !svc_core::table_id::is_valid_table_id(table_id) {
-            return Err(Error::not_found(format!(
-                "Table '{}' is not registered",
-                table_id.escape_debug()
-            )));
-        }
-        let row = match self.registry().await?.get(table_id) {
-            Some(row) => row.clone(),
-            None => {
-                let row = self.store.table_by_id(table_id).await?.ok_or_else(|| {
-                    Error::not_found(format!("Table '{table_id}' is not registered"))
-                })?;
-                // Registered by another process since the snapshot was taken.
-                self.forget_registry();
-                row
+        async {
+            // Nothing that breaks the id rules is registered: such a name (a NUL byte, a path) is
+            // refused before it reaches a cache or the store.
+            if !svc_core::table_id::is_valid_table_id(table_id) {
+                return Err(Error::not_found(format!(
+                    "Table '{}' is not registered",
+                    table_id.escape_debug()
+                )));
             }
-        };
-        if row.query_mode.is_internal() || caller.is_admin {
-            return Ok(row);
+            let row = match self.registry().await?.get(table_id) {
+                Some(row) => row.clone(),
+                None => {
+                    let row = self.store.table_by_id(table_id).await?.ok_or_else(|| {
+                        Error::not_found(format!("Table '{table_id}' is not registered"))
+                    })?;
+                    // Registered by another process since the snapshot was taken.
+                    self.forget_registry();
+                    row
+                }
+            };
+            if row.query_mode.is_internal() || caller.is_admin {
+                return Ok(row);
+            }
+            if self.granted_ids(caller).await?.contains(&row.id) {
+                Ok(row)
+            } else {
+                Err(Error::forbidden(format!(
+                    "Access denied to table '{table_id}'"
+                )))
+            }
         }
-        if self.granted_ids(caller).await?.contains(&row.id) {
-            Ok(row)
-        } else {
-            Err(Error::forbidden(format!(
-                "Access denied to table '{table_id}'"
-            )))
-        }
+        .in_child("access.check")
+        .await
     }
 
     /// The non-internal tables the caller may read; None means all (administrators).

@@ -27,6 +27,7 @@ use svc_store::audit::{Actor, ClientKind};
 use svc_store::tokens::PatRow;
 use svc_store::users::{Identity, User};
 use svc_store::Store;
+use svc_trace::Instrument as _;
 
 /// Lifetime of a session token from `POST /auth/token`.
 pub const SESSION_HOURS: i64 = 24;
@@ -314,7 +315,6 @@ impl Authenticator {
 
     /// Resolves a bearer token to a caller. `client_ip` and `request_id` go into the audit
     /// context; `via_cookie` marks browser sessions.
-    #[tracing::instrument(name = "auth.resolve", level = "debug", skip_all)]
     pub async fn resolve(
         &self,
         token: &str,
@@ -322,66 +322,70 @@ impl Authenticator {
         request_id: Option<String>,
         via_cookie: bool,
     ) -> Result<Caller, ResolveError> {
-        let refused = ResolveError::Refused;
-        let verified = self
-            .verify(token)
-            .ok_or(refused(AuthFailure::InvalidToken))?;
-        let claims = &verified.claims;
-        let pat_id = (claims.typ == TokenType::Pat).then(|| claims.jti.clone());
-        let key = (claims.sub.clone(), pat_id);
-        let identity = self
-            .identity(key.clone())
-            .await?
-            .ok_or(refused(AuthFailure::UserNotFound))?;
-        let user = identity.user.clone();
-        if !user.active {
-            return Err(refused(AuthFailure::Deactivated));
+        async {
+            let refused = ResolveError::Refused;
+            let verified = self
+                .verify(token)
+                .ok_or(refused(AuthFailure::InvalidToken))?;
+            let claims = &verified.claims;
+            let pat_id = (claims.typ == TokenType::Pat).then(|| claims.jti.clone());
+            let key = (claims.sub.clone(), pat_id);
+            let identity = self
+                .identity(key.clone())
+                .await?
+                .ok_or(refused(AuthFailure::UserNotFound))?;
+            let user = identity.user.clone();
+            if !user.active {
+                return Err(refused(AuthFailure::Deactivated));
+            }
+            let mut token_id = None;
+            if claims.typ == TokenType::Pat {
+                let row = identity
+                    .pat
+                    .as_ref()
+                    .ok_or(refused(AuthFailure::TokenUnknown))?;
+                if row.revoked_at.is_some() {
+                    return Err(refused(AuthFailure::TokenRevoked));
+                }
+                if row
+                    .expires_at
+                    .as_deref()
+                    .and_then(parse_ts)
+                    .is_some_and(|e| e <= Utc::now())
+                {
+                    return Err(refused(AuthFailure::TokenExpired));
+                }
+                let presented = &verified.pat_hash;
+                if !bool::from(presented.as_bytes().ct_eq(row.token_hash.as_bytes()))
+                    || row.user_id != user.id
+                {
+                    return Err(refused(AuthFailure::TokenMismatch));
+                }
+                self.touch_if_stale(&key, &identity, row, client_ip.as_deref());
+                token_id = Some(row.id.clone());
+            }
+            let is_admin = identity.is_admin;
+            let client_kind = match (claims.typ, via_cookie) {
+                (TokenType::Pat, _) => ClientKind::Cli,
+                (TokenType::Session, true) => ClientKind::Web,
+                (TokenType::Session, false) => ClientKind::Api,
+            };
+            Ok(Caller {
+                actor: Actor {
+                    user_id: Some(user.id.clone()),
+                    client_kind,
+                    client_ip,
+                    correlation_id: request_id,
+                    started: Some(std::time::Instant::now()),
+                },
+                user,
+                is_admin,
+                token_type: claims.typ,
+                token_id,
+            })
         }
-        let mut token_id = None;
-        if claims.typ == TokenType::Pat {
-            let row = identity
-                .pat
-                .as_ref()
-                .ok_or(refused(AuthFailure::TokenUnknown))?;
-            if row.revoked_at.is_some() {
-                return Err(refused(AuthFailure::TokenRevoked));
-            }
-            if row
-                .expires_at
-                .as_deref()
-                .and_then(parse_ts)
-                .is_some_and(|e| e <= Utc::now())
-            {
-                return Err(refused(AuthFailure::TokenExpired));
-            }
-            let presented = &verified.pat_hash;
-            if !bool::from(presented.as_bytes().ct_eq(row.token_hash.as_bytes()))
-                || row.user_id != user.id
-            {
-                return Err(refused(AuthFailure::TokenMismatch));
-            }
-            self.touch_if_stale(&key, &identity, row, client_ip.as_deref());
-            token_id = Some(row.id.clone());
-        }
-        let is_admin = identity.is_admin;
-        let client_kind = match (claims.typ, via_cookie) {
-            (TokenType::Pat, _) => ClientKind::Cli,
-            (TokenType::Session, true) => ClientKind::Web,
-            (TokenType::Session, false) => ClientKind::Api,
-        };
-        Ok(Caller {
-            actor: Actor {
-                user_id: Some(user.id.clone()),
-                client_kind,
-                client_ip,
-                correlation_id: request_id,
-                started: Some(std::time::Instant::now()),
-            },
-            user,
-            is_admin,
-            token_type: claims.typ,
-            token_id,
-        })
+        .in_child("auth.resolve")
+        .await
     }
 
     /// Updates `last_used_at` off the request path, at most once a minute per token (the

@@ -25,6 +25,7 @@ use svc_plugin_api::datafusion::logical_expr::LogicalPlan;
 use svc_plugin_api::datafusion::optimizer::OptimizerRule;
 use svc_plugin_api::datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
 use svc_plugin_api::ScanSpec;
+use svc_trace::Instrument as _;
 
 use super::bounded;
 use super::quota::Permit;
@@ -191,7 +192,6 @@ impl Engine {
 
     /// [`Engine::run`] from row `offset` of the result on: the skip is part of the plan, so
     /// a later page of a large result reads no more than the rows up to its end.
-    #[tracing::instrument(name = "engine.plan", level = "debug", skip_all)]
     pub async fn run_window(
         &self,
         caller: &Caller,
@@ -201,6 +201,7 @@ impl Engine {
         plan: &mut Option<QueryPlan>,
         quota: Option<&Permit>,
     ) -> Result<RowStream> {
+        async {
         let started = std::time::Instant::now();
         let limits = self.limits;
         let deadline = Instant::now() + limits.timeout;
@@ -265,11 +266,14 @@ impl Engine {
                     row.id, row.source_type
                 ))
             })?;
-            let provider = tracing::Instrument::instrument(
-                driver.table_provider(&row.table_ref(), &who),
-                tracing::debug_span!("driver.table_provider", source_type = %row.source_type),
-            )
-            .await?;
+            let mut span = svc_trace::Span::child("driver.table_provider");
+            if span.is_recording() {
+                span.set("source_type", row.source_type.clone());
+            }
+            let provider = driver
+                .table_provider(&row.table_ref(), &who)
+                .in_span(span)
+                .await?;
             ctx.register_table(TableReference::bare(row.id.as_str()), provider)
                 .map_err(engine_error)?;
         }
@@ -324,6 +328,9 @@ impl Engine {
             started,
         ))
     }
+.in_child("engine.plan")
+.await
+    }
 
     /// The driver to hand a query to whole, with the tables it reads: when the query reads only
     /// remote tables of one driver (which may still decline).
@@ -345,19 +352,22 @@ impl Engine {
 
     /// Registry rows for the referenced names: unknown → 400 naming it with the closest ids;
     /// not readable → 403 naming it.
-    #[tracing::instrument(name = "access.check", level = "debug", skip_all)]
     async fn resolve(&self, caller: &Caller, names: &[String]) -> Result<Vec<RegistryRow>> {
-        let mut rows = Vec::with_capacity(names.len());
-        for name in names {
-            match self.access.readable_table(caller, name).await {
-                Ok(row) => rows.push(row),
-                Err(e) if e.kind() == ErrorKind::NotFound => {
-                    return Err(self.unknown_table(caller, name).await);
+        async {
+            let mut rows = Vec::with_capacity(names.len());
+            for name in names {
+                match self.access.readable_table(caller, name).await {
+                    Ok(row) => rows.push(row),
+                    Err(e) if e.kind() == ErrorKind::NotFound => {
+                        return Err(self.unknown_table(caller, name).await);
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
             }
+            Ok(rows)
         }
-        Ok(rows)
+        .in_child("access.check")
+        .await
     }
 
     async fn unknown_table(&self, caller: &Caller, name: &str) -> Error {

@@ -24,6 +24,7 @@ use svc_plugin_api::datafusion::physical_plan::{
     execute_stream, ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions,
     SendableRecordBatchStream,
 };
+use svc_trace::Instrument as _;
 use tokio::runtime::{Builder, Handle, Runtime};
 
 /// Batches computed ahead of the request's reading: enough to overlap encoding and sending
@@ -62,7 +63,7 @@ pub async fn run<T: Send + 'static>(
             self.0.abort();
         }
     }
-    let task = handle().spawn(tracing::Instrument::in_current_span(work));
+    let task = handle().spawn(tracing::Instrument::in_current_span(work.in_current()));
     let _abort = AbortOnDrop(task.abort_handle());
     task.await.map_err(|e| {
         DataFusionError::Internal(if e.is_panic() {
@@ -115,21 +116,17 @@ pub fn execute(
             }
         }
     };
-    // The span lasts as long as the plan runs: in a trace, the execution's own time. When
-    // it is off (debug spans are traced, not logged), the task still runs in the caller's
-    // span, so a line logged on the query runtime names its request.
-    let span = tracing::debug_span!("engine.execute");
-    let span = if span.is_disabled() {
-        tracing::Span::current()
-    } else {
-        span
-    };
+    // The span lasts as long as the plan runs: in a trace, the execution's own time. The
+    // task also runs in the caller's log span, so a line logged on the query runtime names
+    // its request.
+    let span = tracing::Span::current();
+    let execute = svc_trace::Span::child("engine.execute");
     let task = async move {
         if let Err(payload) = std::panic::AssertUnwindSafe(work).catch_unwind().await {
             let _ = panic_tx.send(Err(panic_error(payload.as_ref()))).await;
         }
     };
-    handle().spawn(tracing::Instrument::instrument(task, span));
+    handle().spawn(tracing::Instrument::instrument(task.in_span(execute), span));
     let batches = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
     Box::pin(RecordBatchStreamAdapter::new(schema, batches))
 }

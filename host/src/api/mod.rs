@@ -39,6 +39,7 @@ use svc_core::{Error, ErrorKind};
 use poem::{Endpoint, EndpointExt, IntoResponse, PathPattern, Request, Response, Route};
 use poem_openapi::auth::Bearer;
 use poem_openapi::{OpenApiService, SecurityScheme, Tags};
+use svc_trace::Instrument as _;
 use tracing::Instrument as _;
 
 use crate::connections::Connections;
@@ -451,7 +452,8 @@ async fn pipeline<E: Endpoint>(
         adopt_mcp_traceparent(&mut req, max_body).await;
     }
     let method = svc_metrics::http::method_label(req.method().as_str());
-    let (span, request_id) = crate::ops::traces::request_span(method, req.headers(), given);
+    let (span, mut root, request_id) =
+        crate::ops::traces::request_span(method, req.headers(), given);
     let _active = svc_metrics::http::active(method);
     let began = std::time::Instant::now();
     let client_ip = client_ip(&req, trust_proxy);
@@ -467,7 +469,12 @@ async fn pipeline<E: Endpoint>(
     };
     let (mut resp, route) = match limited {
         Err(e) => (poem::error::ResponseError::as_response(&e), None),
-        Ok(()) => match ep.call(req).instrument(span.clone()).await {
+        Ok(()) => match ep
+            .call(req)
+            .in_context(root.context())
+            .instrument(span.clone())
+            .await
+        {
             Ok(r) => {
                 let r = r.into_response();
                 let route = r.data::<PathPattern>().map(|p| routes.name(&p.0));
@@ -482,7 +489,8 @@ async fn pipeline<E: Endpoint>(
     let status = resp.status().as_u16();
     let took = began.elapsed();
     span.in_scope(|| tracing::debug!(status, took_ms = took.as_secs_f64() * 1e3, "answered"));
-    crate::ops::traces::finish_span(&span, route, status);
+    crate::ops::traces::finish_span(&mut root, method, route, status);
+    drop(root);
     svc_metrics::http::request(method, route, status, took);
     let h = resp.headers_mut();
     if let Ok(v) = request_id.parse() {

@@ -25,6 +25,7 @@ use poem_openapi::registry::{
 use poem_openapi::types::Type;
 use poem_openapi::{ApiResponse, Object};
 use serde_json::Value;
+use svc_trace::Instrument as _;
 use tracing::Instrument as _;
 
 use super::ApiError;
@@ -67,9 +68,10 @@ struct Completion {
     event: Option<Event>,
     started: Instant,
     permit: Option<Permit>,
-    /// The request's span: the body is sent after the handler returns, and its audit row
-    /// belongs to the same trace.
+    /// The request's spans (the log lines', the trace's): the body is sent after the
+    /// handler returns, and its audit row belongs to the same request.
     span: tracing::Span,
+    trace: Option<svc_trace::Context>,
 }
 
 impl Completion {
@@ -80,6 +82,7 @@ impl Completion {
             self.state
                 .audit
                 .write(&self.actor, event.timed(self.started))
+                .in_context(self.trace)
                 .instrument(self.span.clone())
                 .await;
         }
@@ -101,6 +104,7 @@ impl Completion {
             self.state
                 .audit
                 .write(&self.actor, event.timed(self.started))
+                .in_context(self.trace)
                 .instrument(self.span.clone())
                 .await;
         }
@@ -127,8 +131,15 @@ impl Drop for Completion {
             .timed(self.started);
         let (state, actor) = (self.state.clone(), self.actor.clone());
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let span = self.span.clone();
-            rt.spawn(async move { state.audit.write(&actor, event).instrument(span).await });
+            let (span, trace) = (self.span.clone(), self.trace);
+            rt.spawn(async move {
+                state
+                    .audit
+                    .write(&actor, event)
+                    .in_context(trace)
+                    .instrument(span)
+                    .await
+            });
         }
     }
 }
@@ -173,6 +184,7 @@ pub async fn serve_rows(
         started,
         permit: Some(permit),
         span: tracing::Span::current(),
+        trace: svc_trace::current(),
     };
     Ok(ResultBody::stream(rows, encoder, format, row_cap, done))
 }

@@ -74,6 +74,9 @@ impl Endpoint for McpEndpoint {
         *forwarded.uri_mut() = uri;
         *forwarded.headers_mut() = headers;
         forwarded.extensions_mut().insert(caller);
+        if let Some(trace) = svc_trace::current() {
+            forwarded.extensions_mut().insert(trace);
+        }
         let answer = match self.service.clone().call(forwarded).await {
             Ok(r) => r,
             Err(never) => match never {},

@@ -27,6 +27,7 @@ use svc_query::encode::rows_as_arrays;
 use svc_query::engine::QueryPlan;
 use svc_query::scan::ScanAsk;
 use svc_store::audit::Event;
+use svc_trace::Instrument as _;
 
 use super::args::{text_result, tool_error, Args, BAD_ARGUMENT};
 use super::results::{self, RowFormat};
@@ -66,6 +67,16 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> 
         .and_then(|parts| parts.extensions.get::<Caller>())
         .cloned()
         .ok_or_else(|| ErrorData::internal_error("the request carries no caller", None))
+}
+
+/// The trace span current where the endpoint forwarded the call: rmcp may run the tool on
+/// another task, so the context travels with the request rather than with the thread.
+fn trace_of(context: &RequestContext<RoleServer>) -> Option<svc_trace::Context> {
+    context
+        .extensions
+        .get::<poem::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<svc_trace::Context>())
+        .copied()
 }
 
 /// Which rows of a statement one result holds.
@@ -479,7 +490,11 @@ impl ServerHandler for Tools {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = caller_of(&context)?;
-        Ok(self.call(&caller, request).await.into())
+        Ok(self
+            .call(&caller, request)
+            .in_context(trace_of(&context))
+            .await
+            .into())
     }
 
     async fn list_resources(

@@ -1,18 +1,14 @@
 //! The process's `tracing` subscriber: log lines to standard error (text, or one JSON object
-//! per line), and spans to the OTLP exporter when tracing is on.
+//! per line). Trace spans do not pass through it (see [`super::traces`]).
 //!
 //! Every line logged while a request is handled carries its `request_id`: the request's span
 //! (see [`super::traces::request_span`]) holds it, the text format prints the spans' fields
 //! before the message and the JSON format lists every open span under `spans` (the request's
 //! first), so a line logged deep inside the engine still names its request.
 
-use tracing::Level;
-use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
-
-use super::traces::Tracing;
 
 /// How log lines are written (`SVC_LOG_FORMAT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,9 +32,8 @@ impl LogFormat {
     }
 }
 
-/// Installs the subscriber for the whole process. Returns the tracing handle, which flushes
-/// spans still queued when it is dropped at exit.
-pub fn init(format: LogFormat, tracing: Tracing) -> Tracing {
+/// Installs the subscriber for the whole process.
+pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_env("SVC_LOG").unwrap_or_else(|_| "info,sqlx=warn".into());
     let lines = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
@@ -51,21 +46,9 @@ pub fn init(format: LogFormat, tracing: Tracing) -> Tracing {
             .with_writer(std::io::stderr)
             .boxed(),
     };
-    // The exporter sees svc's own spans only: the request's at info, the steps under it at
-    // debug, so with tracing off (or at the default log level) the steps are disabled at
-    // their call sites and cost nothing, and log lines are not built from their fields. Other
-    // crates' spans stay out (the exporter's HTTP client would otherwise trace its own
-    // exports).
-    let spans = tracing.layer().map(|layer| {
-        layer.with_filter(filter_fn(|meta| {
-            meta.is_span() && *meta.level() <= Level::DEBUG && meta.target().starts_with("svc_")
-        }))
-    });
     tracing_subscriber::registry()
         .with(lines.with_filter(filter))
-        .with(spans)
         .init();
-    tracing
 }
 
 #[cfg(test)]

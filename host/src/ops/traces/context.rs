@@ -1,52 +1,7 @@
 //! Trace identity: ids, the W3C `traceparent` a caller sends, and the sampling decision a
 //! trace's root makes for all of its spans.
 
-use std::cell::Cell;
-use std::fmt;
-
-/// A trace's id: 16 bytes, never all zero.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TraceId(pub [u8; 16]);
-
-/// A span's id: 8 bytes, never all zero.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpanId(pub [u8; 8]);
-
-impl TraceId {
-    /// A fresh random id.
-    pub fn random() -> Self {
-        loop {
-            let id = rand::random::<u128>();
-            if id != 0 {
-                return Self(id.to_be_bytes());
-            }
-        }
-    }
-}
-
-impl SpanId {
-    /// A fresh random id.
-    pub fn random() -> Self {
-        loop {
-            let id = rand::random::<u64>();
-            if id != 0 {
-                return Self(id.to_be_bytes());
-            }
-        }
-    }
-}
-
-impl fmt::Display for TraceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::encode(self.0))
-    }
-}
-
-impl fmt::Display for SpanId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::encode(self.0))
-    }
-}
+pub use svc_trace::{SpanId, TraceId};
 
 /// Where a trace continues from: a caller's span (from `traceparent`), or nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,31 +120,6 @@ impl Sampler {
     }
 }
 
-/// A root span's trace context, decided before the span exists.
-#[derive(Debug, Clone, Copy)]
-pub struct RootContext {
-    pub trace_id: TraceId,
-    pub parent: Option<SpanId>,
-    pub sampled: bool,
-}
-
-thread_local! {
-    /// Hands a request's trace context to the span layer: [`super::request_span`] sets it
-    /// and creates the request's span on the same thread, whose `on_new_span` takes it. A
-    /// span has no other way to receive a context decided before it exists.
-    static HANDOFF: Cell<Option<RootContext>> = const { Cell::new(None) };
-}
-
-/// Offers `context` to the next root span created on this thread.
-pub(super) fn hand_off(context: Option<RootContext>) {
-    HANDOFF.with(|h| h.set(context));
-}
-
-/// Takes the context offered to a root span, if any.
-pub(super) fn take_handoff() -> Option<RootContext> {
-    HANDOFF.with(Cell::take)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,14 +184,5 @@ mod tests {
             let err = Sampler::from_env(Some(name), arg).unwrap_err();
             assert!(err.contains(variable), "{err}");
         }
-    }
-
-    #[test]
-    fn ids_are_random_and_never_zero() {
-        let (a, b) = (TraceId::random(), TraceId::random());
-        assert_ne!(a, b);
-        assert_ne!(a.0, [0; 16]);
-        assert_eq!(a.to_string().len(), 32);
-        assert_eq!(SpanId::random().to_string().len(), 16);
     }
 }

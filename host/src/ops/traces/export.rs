@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 
-use super::otlp::{self, FinishedSpan, Origin};
+use svc_trace::Finished;
+
+use super::otlp::{self, Origin};
 
 /// Where and how spans are exported.
 #[derive(Debug, Clone)]
@@ -167,7 +169,7 @@ pub(super) struct Queue {
 
 #[derive(Debug, Default)]
 struct State {
-    spans: Vec<FinishedSpan>,
+    spans: Vec<Finished>,
     /// Spans dropped on a full queue since the last export.
     dropped: u64,
     /// Flushes asked, and the last one the exporter has done (tickets).
@@ -186,18 +188,12 @@ impl Queue {
         }
     }
 
-    /// What is queued, taken (for tests of what is queued, without an exporter).
-    #[cfg(test)]
-    pub fn take(&self) -> Vec<FinishedSpan> {
-        std::mem::take(&mut self.lock().spans)
-    }
-
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Queues a finished span; wakes the exporter only when a batch is full.
-    pub fn push(&self, span: FinishedSpan) {
+    pub fn push(&self, span: Finished) {
         let mut state = self.lock();
         if state.spans.len() >= self.max_queue {
             state.dropped += 1;
@@ -228,6 +224,15 @@ impl Queue {
                 .0;
         }
         true
+    }
+}
+
+/// The queue as the spans' sink: every span svc finishes is pushed here.
+pub(super) struct QueueSink(pub Arc<Queue>);
+
+impl svc_trace::Sink for QueueSink {
+    fn push(&self, span: Finished) {
+        self.0.push(span);
     }
 }
 
@@ -293,7 +298,10 @@ fn run(settings: &Settings, queue: &Queue) {
                     .0;
             }
             let dropped = std::mem::take(&mut state.dropped);
-            (std::mem::take(&mut state.spans), dropped, state.flush_asked)
+            // The next batch is likely as large: it is queued without regrowing.
+            let capacity = state.spans.len();
+            let spans = std::mem::replace(&mut state.spans, Vec::with_capacity(capacity));
+            (spans, dropped, state.flush_asked)
         };
         if dropped > 0 {
             tracing::warn!(
@@ -322,15 +330,19 @@ struct Sender<'a> {
 }
 
 impl Sender<'_> {
-    fn send(&mut self, batch: &[FinishedSpan]) {
+    fn send(&mut self, batch: &[Finished]) {
         otlp::encode(&self.settings.origin, batch, &mut self.body);
         let spans = batch.len();
+        // The client takes the body; the next is likely as large, so it is written into room
+        // reserved up front rather than regrown (and copied) as it goes.
+        let capacity = self.body.len();
+        let body = std::mem::replace(&mut self.body, Vec::with_capacity(capacity));
         let answer = self
             .client
             .post(&self.settings.endpoint)
             .headers(self.settings.headers.clone())
             .header(CONTENT_TYPE, "application/x-protobuf")
-            .body(std::mem::take(&mut self.body))
+            .body(body)
             .send();
         let failure = match answer {
             Ok(r) if r.status().is_success() => None,

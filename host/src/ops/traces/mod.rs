@@ -1,17 +1,16 @@
 //! OpenTelemetry traces: one trace per request, exported over OTLP (http/protobuf) when
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, off otherwise.
 //!
-//! The spans are ordinary `tracing` spans: `request` at info, and below it at debug
-//! `auth.resolve`, `access.check`, `engine.plan`, `engine.execute`, `driver.*` and
-//! `audit.write` — at debug so that, with tracing off and logs at info, those call sites are
-//! disabled and a request pays for one span only ([`super::logs`]). When tracing is on,
-//! svc's own layer ([`layer`]) gives them trace and span ids and queues the finished ones to
-//! an exporter thread ([`export`]) that writes OTLP protobuf itself ([`otlp`]). It replaced the
-//! OpenTelemetry SDK and its `tracing` bridge, which cost a traced request about half again
-//! its CPU time (ops bench: 70.7 against 45.9 µs per cached sample): per span they built an
-//! attribute list, a context stack entry and an SDK span, then converted each into generated
-//! message structs to encode. Here a span costs an id, two clock reads and its fields, and is
-//! encoded straight from what it recorded.
+//! The spans are `svc_trace` spans, not `tracing` ones: the request's root (made here), and
+//! under it `auth.resolve`, `access.check`, `engine.plan`, `engine.execute`, `driver.*` and
+//! `audit.write`, made where that work runs. With tracing on, finished spans go to a bounded
+//! queue that an exporter thread ([`export`]) empties, writing OTLP protobuf itself
+//! ([`otlp`]). `tracing` still carries log lines and the request span that names them
+//! ([`super::logs`]); it used to carry the trace spans too, through a layer of svc's own, but
+//! its registry and per-layer filters cost a traced cached sample 21 k instructions on the
+//! request path for four spans (callgrind), where a `svc_trace` span costs an id, two clock
+//! reads and a push. Before that, the OpenTelemetry SDK and its `tracing` bridge cost a traced
+//! request about half again its CPU time.
 //!
 //! What is honoured of the standard variables: the OTLP endpoint (general or traces), headers
 //! and timeout, `OTEL_EXPORTER_OTLP_PROTOCOL` (http/protobuf only), the batch processor's
@@ -21,20 +20,17 @@
 //! The correlation id written to audit rows and echoed in `X-Request-Id` follows one rule:
 //! a caller's W3C `traceparent` (header, or `params._meta.traceparent` of an MCP call) makes
 //! its trace id the correlation id; otherwise a caller's `X-Request-Id` is kept; otherwise the
-//! request's own trace id is used (a fresh id when tracing is off). With tracing on, every
-//! request span also carries `request_id`, so a trace is found from an audit row either way.
+//! request's own trace id is used (a fresh id when tracing is off). With tracing on, a root
+//! span whose correlation id is the caller's `X-Request-Id` carries it as `request_id`, so a
+//! trace is found from an audit row either way.
 
 mod context;
 mod export;
-mod layer;
 mod otlp;
 
 use std::sync::OnceLock;
 
-use tracing::Span;
-
-use context::{RemoteParent, RootContext, Sampler, TraceId};
-pub use layer::SpanLayer;
+use context::{RemoteParent, Sampler, TraceId};
 
 /// The sampler, set once when tracing is on; unset means tracing is off.
 static SAMPLER: OnceLock<Sampler> = OnceLock::new();
@@ -42,7 +38,8 @@ static SAMPLER: OnceLock<Sampler> = OnceLock::new();
 /// The trace exporter, when tracing is on. Dropping it flushes the spans still queued.
 #[derive(Debug, Default)]
 pub struct Tracing {
-    exporter: Option<export::Exporter>,
+    /// Held, not read: its drop is the flush.
+    _exporter: Option<export::Exporter>,
 }
 
 impl Tracing {
@@ -64,20 +61,12 @@ impl Tracing {
         .map_err(anyhow::Error::msg)?;
         let exporter = export::Exporter::start(settings)
             .map_err(|e| anyhow::anyhow!("cannot start the trace exporter: {e}"))?;
-        // A second `Tracing` in one process (tests) keeps the first sampler.
+        // A second `Tracing` in one process (tests) keeps the first sampler and sink.
         let _ = SAMPLER.set(sampler);
+        svc_trace::install(Box::new(export::QueueSink(exporter.queue())));
         Ok(Self {
-            exporter: Some(exporter),
+            _exporter: Some(exporter),
         })
-    }
-
-    /// The subscriber layer that gives spans trace ids and exports them, when tracing is on.
-    pub(super) fn layer(&self) -> Option<SpanLayer> {
-        let exporter = self.exporter.as_ref()?;
-        Some(SpanLayer::new(
-            exporter.queue(),
-            *SAMPLER.get().expect("set with the exporter"),
-        ))
     }
 }
 
@@ -86,61 +75,74 @@ pub fn is_on() -> bool {
     SAMPLER.get().is_some()
 }
 
-/// The span of one HTTP request and its correlation id (see the module doc for the rule).
-/// `given` is the caller's sanitized `X-Request-Id`.
+/// One HTTP request's spans and correlation id (see the module doc for the rule): the
+/// `tracing` span its log lines carry, and its trace's root span (empty when tracing is off
+/// or the trace is not sampled). `given` is the caller's sanitized `X-Request-Id`.
 pub fn request_span(
-    method: &str,
+    method: &'static str,
     headers: &poem::http::HeaderMap,
     given: Option<String>,
-) -> (Span, String) {
-    let new_span = || {
-        // No `otel.name`: the layer names the server span from its method and route, so
-        // nothing is recorded twice (every field recorded is also formatted for log lines).
-        tracing::info_span!(
-            parent: None,
-            "request",
-            otel.kind = "server",
-            http.request.method = method,
-            http.route = tracing::field::Empty,
-            http.response.status_code = tracing::field::Empty,
-            request_id = tracing::field::Empty,
-        )
-    };
-    let (span, id) = match SAMPLER.get() {
+) -> (tracing::Span, svc_trace::Span, String) {
+    let (root, id) = match SAMPLER.get() {
         Some(sampler) => {
             let remote = headers
                 .get("traceparent")
                 .and_then(|v| v.to_str().ok())
                 .and_then(RemoteParent::parse);
             let trace_id = remote.map_or_else(TraceId::random, |p| p.trace_id);
-            context::hand_off(Some(RootContext {
-                trace_id,
-                parent: remote.map(|p| p.span_id),
-                sampled: sampler.samples(trace_id, remote.as_ref()),
-            }));
-            let span = new_span();
-            // Not taken when the layer did not see the span (filtered out): not left for
-            // another root span of this thread either.
-            context::hand_off(None);
+            let mut root = if sampler.samples(trace_id, remote.as_ref()) {
+                let mut root = svc_trace::Span::root(
+                    trace_id,
+                    remote.map(|p| p.span_id),
+                    method,
+                    svc_trace::Kind::Server,
+                );
+                root.set("http.request.method", method);
+                root
+            } else {
+                svc_trace::Span::none()
+            };
             let id = match given {
-                Some(given) if remote.is_none() => given,
+                Some(given) if remote.is_none() => {
+                    // The caller's id is the correlation id: the trace carries it, so a trace
+                    // is found from an audit row either way.
+                    root.set("request_id", given.clone());
+                    given
+                }
                 _ => trace_id.to_string(),
             };
-            (span, id)
+            (root, id)
         }
-        None => (new_span(), given.unwrap_or_else(crate::api::new_request_id)),
+        None => (
+            svc_trace::Span::none(),
+            given.unwrap_or_else(crate::api::new_request_id),
+        ),
     };
-    span.record("request_id", id.as_str());
-    (span, id)
+    let span = tracing::info_span!(
+        parent: None,
+        "request",
+        http.request.method = method,
+        request_id = id.as_str(),
+    );
+    (span, root, id)
 }
 
-/// Records what is known once the request is answered. Exported, the span takes the
-/// conventional name `{method} {route}` (just `{method}` when no route matched).
-pub fn finish_span(span: &Span, route: Option<&str>, status: u16) {
-    if let Some(route) = route {
-        span.record("http.route", route);
+/// Records what is known once the request is answered. The root span takes the conventional
+/// name `{method} {route}` (just `{method}` when no route matched).
+pub fn finish_span(
+    root: &mut svc_trace::Span,
+    method: &str,
+    route: Option<&'static str>,
+    status: u16,
+) {
+    if !root.is_recording() {
+        return;
     }
-    span.record("http.response.status_code", status);
+    if let Some(route) = route {
+        root.set("http.route", route);
+        root.rename(format!("{method} {route}"));
+    }
+    root.set("http.response.status_code", status);
 }
 
 /// The `traceparent` an MCP call carries in `params._meta`, if any (the MCP convention for

@@ -7,64 +7,14 @@
 //! are those of `opentelemetry/proto/trace/v1/trace.proto` and `common/v1/common.proto`; the
 //! black-box tests decode what this writes with the OpenTelemetry project's own types.
 
-use std::borrow::Cow;
+use svc_trace::{Finished, Kind, Value};
 
-use super::context::{SpanId, TraceId};
-
-/// What a span records about its work (`SpanKind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpanKind {
-    Internal = 1,
-    Server = 2,
-    Client = 3,
-    Producer = 4,
-    Consumer = 5,
-}
-
-impl SpanKind {
-    /// The kind an `otel.kind` field names; anything else is internal.
-    pub fn named(name: &str) -> Self {
-        match name {
-            "server" => Self::Server,
-            "client" => Self::Client,
-            "producer" => Self::Producer,
-            "consumer" => Self::Consumer,
-            _ => Self::Internal,
-        }
-    }
-}
-
-/// An attribute's value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    Str(String),
-    Int(i64),
-    Bool(bool),
-    Float(f64),
-}
-
-/// A span that has ended, ready to export.
-#[derive(Debug, Clone)]
-pub struct FinishedSpan {
-    pub trace_id: TraceId,
-    pub span_id: SpanId,
-    pub parent: Option<SpanId>,
-    pub name: Cow<'static, str>,
-    pub kind: SpanKind,
-    /// Unix time in nanoseconds.
-    pub start_ns: u64,
-    pub end_ns: u64,
-    pub attributes: Vec<(&'static str, Value)>,
-}
-
-impl FinishedSpan {
-    /// A server span that answered 5xx failed; the conventions leave 4xx unset on servers.
-    pub(super) fn failed(&self) -> bool {
-        self.kind == SpanKind::Server
-            && self.attributes.iter().any(|(k, v)| {
-                *k == "http.response.status_code" && matches!(v, Value::Int(s) if *s >= 500)
-            })
-    }
+/// A server span that answered 5xx failed; the conventions leave 4xx unset on servers.
+fn failed(span: &Finished) -> bool {
+    span.kind == Kind::Server
+        && span.attributes.iter().any(|(k, v)| {
+            *k == "http.response.status_code" && matches!(v, Value::Int(s) if *s >= 500)
+        })
 }
 
 /// Who sends the spans (the OTLP resource and instrumentation scope).
@@ -75,19 +25,15 @@ pub struct Origin {
 }
 
 /// Writes `spans` as one `ExportTraceServiceRequest` into `out` (cleared first).
-pub fn encode(origin: &Origin, spans: &[FinishedSpan], out: &mut Vec<u8>) {
+pub fn encode(origin: &Origin, spans: &[Finished], out: &mut Vec<u8>) {
     out.clear();
     let mut w = Writer(out);
     // ExportTraceServiceRequest.resource_spans
     w.message(1, |w| {
         // ResourceSpans.resource
         w.message(1, |w| {
-            w.attribute(1, "service.name", &Value::Str(origin.service_name.clone()));
-            w.attribute(
-                1,
-                "service.version",
-                &Value::Str(origin.service_version.to_owned()),
-            );
+            w.attribute(1, "service.name", &Value::from(origin.service_name.clone()));
+            w.attribute(1, "service.version", &Value::from(origin.service_version));
         });
         // ResourceSpans.scope_spans
         w.message(2, |w| {
@@ -206,7 +152,7 @@ impl Writer<'_> {
         }
     }
 
-    fn span(&mut self, span: &FinishedSpan) {
+    fn span(&mut self, span: &Finished) {
         self.bytes(1, &span.trace_id.0);
         self.bytes(2, &span.span_id.0);
         if let Some(parent) = span.parent {
@@ -219,7 +165,7 @@ impl Writer<'_> {
         for (key, value) in &span.attributes {
             self.attribute(9, key, value);
         }
-        if span.failed() {
+        if failed(span) {
             // Status.code = ERROR
             self.message(15, |w| w.uint(3, 2));
         }
@@ -232,6 +178,23 @@ impl Writer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_server_span_that_answered_5xx_failed() {
+        let span = |kind, status: i64| Finished {
+            trace_id: svc_trace::TraceId::random(),
+            span_id: svc_trace::SpanId::random(),
+            parent: None,
+            name: "GET /api/health".into(),
+            kind,
+            start_ns: 1,
+            end_ns: 2,
+            attributes: vec![("http.response.status_code", Value::Int(status))],
+        };
+        assert!(failed(&span(Kind::Server, 503)));
+        assert!(!failed(&span(Kind::Server, 404)));
+        assert!(!failed(&span(Kind::Internal, 500)));
+    }
 
     #[test]
     fn lengths_are_minimal_varints_whatever_the_body_size() {
@@ -249,8 +212,8 @@ mod tests {
     #[test]
     fn attribute_lengths_match_what_is_written() {
         for value in [
-            Value::Str(String::new()),
-            Value::Str("x".repeat(200)),
+            Value::from(String::new()),
+            Value::from("x".repeat(200)),
             Value::Bool(true),
             Value::Int(0),
             Value::Int(-1),

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 use svc_core::clock::{new_id, now};
+use svc_trace::Instrument as _;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::Store;
@@ -368,14 +369,17 @@ impl AuditWriter {
     }
 
     /// Queues a ready-made record.
-    #[tracing::instrument(name = "audit.write", level = "debug", skip_all)]
     pub async fn enqueue(&self, record: AuditRecord) {
+        async {
         if let Err(mpsc::error::SendError(Msg::Record(record))) =
             self.tx.send(Msg::Record(Box::new(record))).await
         {
             // Only after the writer task is gone (runtime shutting down): keep the row in the log.
             tracing::error!(record = %serde_json::to_string(&record).unwrap_or_default(), "audit writer stopped; record not stored");
         }
+    }
+.in_child("audit.write")
+.await
     }
 
     /// Waits until every event queued before this call is stored (or logged as lost).

@@ -448,7 +448,7 @@ async fn pipeline<E: Endpoint>(
         .and_then(|v| v.to_str().ok())
         .filter(|v| is_sane_request_id(v))
         .map(str::to_string);
-    if crate::ops::traces::is_on() {
+    if svc_trace::is_on() {
         adopt_mcp_traceparent(&mut req, max_body).await;
     }
     let method = svc_metrics::http::method_label(req.method().as_str());

@@ -19,7 +19,7 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -172,11 +172,11 @@ pub trait Sink: Send + Sync + 'static {
     fn push(&self, span: Finished);
 }
 
-static SINK: OnceLock<Box<dyn Sink>> = OnceLock::new();
+static SINK: OnceLock<Arc<dyn Sink>> = OnceLock::new();
 
 /// Sends every span finished from now on to `sink`. The first sink installed in a process
 /// stays (tests start several servers in one); whether this one was installed.
-pub fn install(sink: Box<dyn Sink>) -> bool {
+pub fn install(sink: Arc<dyn Sink>) -> bool {
     SINK.set(sink).is_ok()
 }
 

@@ -15,7 +15,7 @@ fn finished() -> Arc<Mutex<Vec<Finished>>> {
                 }
             }
             let spans = Arc::<Mutex<Vec<Finished>>>::default();
-            assert!(install(Box::new(Collect(spans.clone()))));
+            assert!(install(Arc::new(Collect(spans.clone()))));
             spans
         })
         .clone()

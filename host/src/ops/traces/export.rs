@@ -227,12 +227,10 @@ impl Queue {
     }
 }
 
-/// The queue as the spans' sink: every span svc finishes is pushed here.
-pub(super) struct QueueSink(pub Arc<Queue>);
-
-impl svc_trace::Sink for QueueSink {
+/// Every span svc finishes is pushed here.
+impl svc_trace::Sink for Queue {
     fn push(&self, span: Finished) {
-        self.0.push(span);
+        Queue::push(self, span);
     }
 }
 

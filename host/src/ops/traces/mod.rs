@@ -63,16 +63,11 @@ impl Tracing {
             .map_err(|e| anyhow::anyhow!("cannot start the trace exporter: {e}"))?;
         // A second `Tracing` in one process (tests) keeps the first sampler and sink.
         let _ = SAMPLER.set(sampler);
-        svc_trace::install(Box::new(export::QueueSink(exporter.queue())));
+        svc_trace::install(exporter.queue());
         Ok(Self {
             _exporter: Some(exporter),
         })
     }
-}
-
-/// Whether traces are exported.
-pub fn is_on() -> bool {
-    SAMPLER.get().is_some()
 }
 
 /// One HTTP request's spans and correlation id (see the module doc for the rule): the

@@ -18,7 +18,28 @@ fn built_artifacts() -> PathBuf {
     DIR.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let build = |args: &[&str]| {
-            let status = Command::new(&cargo)
+            let mut command = Command::new(&cargo);
+            // Cargo gives this test process the variables it sets for a crate's own build
+            // (CARGO_MANIFEST_DIR and the like). Some dependencies' build scripts watch them, so
+            // passing them on would make this build and the next `cargo test` rebuild those
+            // crates (and everything above them) for each other, every run.
+            for (key, _) in std::env::vars_os() {
+                let key = key.to_string_lossy();
+                if key.starts_with("CARGO_PKG_")
+                    || matches!(
+                        &*key,
+                        "CARGO_MANIFEST_DIR"
+                            | "CARGO_MANIFEST_PATH"
+                            | "CARGO_CRATE_NAME"
+                            | "CARGO_PRIMARY_PACKAGE"
+                            | "CARGO_TARGET_TMPDIR"
+                            | "CARGO_RUSTC_CURRENT_DIR"
+                    )
+                {
+                    command.env_remove(&*key);
+                }
+            }
+            let status = command
                 .args(["build", "--quiet"])
                 .args(args)
                 .current_dir(env!("CARGO_MANIFEST_DIR"))

@@ -17,7 +17,8 @@
 //!   cargo bench -p svc-host --bench ops
 //!
 //! `SVC_BENCH_ROUNDS` (5) rounds of `SVC_BENCH_SECONDS` (5) seconds per setting;
-//! `SVC_BENCH_COUNTED` (1000) requests counted per setting under callgrind (0: skip).
+//! `SVC_BENCH_COUNTED` (1000) requests counted per setting under callgrind (0: skip);
+//! `SVC_BENCH_KEEP=1` keeps their dumps (`counted-<setting>-<scope>/cg.*`) to annotate.
 
 mod common;
 
@@ -322,7 +323,11 @@ fn main() {
         percentile(&times, 0.99),
         verdict(p50 <= 5.0)
     );
-    let _ = std::fs::remove_dir_all(&root);
+    if std::env::var_os("SVC_BENCH_KEEP").is_some() {
+        println!("kept for callgrind_annotate: {}", root.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }
 
 /// Instructions per cached sample for each setting, counted by callgrind over

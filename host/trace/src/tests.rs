@@ -66,7 +66,7 @@ fn children_hang_under_the_span_current_where_they_were_made() {
         }
         .in_context(context),
     );
-    root.rename("GET /things".into());
+    root.rename("GET /things");
     drop(root);
 
     let spans = of_trace(trace_id);
@@ -154,7 +154,21 @@ fn ids_are_random_never_zero_and_written_as_lower_case_hex() {
         0x36,
     ]);
     assert_eq!(id.to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(id.hex(), id.to_string());
     let span = SpanId([0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
     assert_eq!(span.to_string(), "00f067aa0ba902b7");
     assert_eq!(SpanId::random().to_string().len(), 16);
+}
+
+#[test]
+fn each_thread_draws_its_own_ids() {
+    // Threads seed their generators apart: no id repeats within or across them.
+    let draw = || (0..10_000).map(|_| SpanId::random()).collect::<Vec<_>>();
+    let other = std::thread::spawn(draw).join().unwrap();
+    let mut all = draw();
+    all.extend(other);
+    let n = all.len();
+    all.sort_by_key(|id| id.0);
+    all.dedup();
+    assert_eq!(all.len(), n);
 }

@@ -28,7 +28,9 @@ mod context;
 mod export;
 mod otlp;
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{OnceLock, RwLock};
 
 use context::{RemoteParent, Sampler, TraceId};
 
@@ -81,7 +83,7 @@ pub fn request_span(
     let (root, id) = match SAMPLER.get() {
         Some(sampler) => {
             let remote = headers
-                .get("traceparent")
+                .get(&TRACEPARENT)
                 .and_then(|v| v.to_str().ok())
                 .and_then(RemoteParent::parse);
             let trace_id = remote.map_or_else(TraceId::random, |p| p.trace_id);
@@ -104,7 +106,7 @@ pub fn request_span(
                     root.set("request_id", given.clone());
                     given
                 }
-                _ => trace_id.to_string(),
+                _ => trace_id.hex(),
             };
             (root, id)
         }
@@ -126,7 +128,7 @@ pub fn request_span(
 /// name `{method} {route}` (just `{method}` when no route matched).
 pub fn finish_span(
     root: &mut svc_trace::Span,
-    method: &str,
+    method: &'static str,
     route: Option<&'static str>,
     status: u16,
 ) {
@@ -135,9 +137,56 @@ pub fn finish_span(
     }
     if let Some(route) = route {
         root.set("http.route", route);
-        root.rename(format!("{method} {route}"));
+        root.rename(root_name(method, route));
     }
     root.set("http.response.status_code", status);
+}
+
+/// The W3C trace context header, named once (a name given as text is parsed per lookup).
+static TRACEPARENT: poem::http::HeaderName = poem::http::HeaderName::from_static("traceparent");
+
+/// `{method} {route}`, made once per pair and kept: both come from bounded sets (method
+/// labels and route templates), and formatting the name cost a traced request more than
+/// its clock reads.
+fn root_name(method: &'static str, route: &'static str) -> &'static str {
+    type Names = HashMap<[usize; 4], &'static str, BuildHasherDefault<AddressHasher>>;
+    static NAMES: OnceLock<RwLock<Names>> = OnceLock::new();
+    let names = NAMES.get_or_init(RwLock::default);
+    // Keyed by address and length: the same template is the same string.
+    let key = [
+        method.as_ptr() as usize,
+        method.len(),
+        route.as_ptr() as usize,
+        route.len(),
+    ];
+    if let Some(&name) = names.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return name;
+    }
+    let mut names = names.write().unwrap_or_else(|e| e.into_inner());
+    names
+        .entry(key)
+        .or_insert_with(|| Box::leak(format!("{method} {route}").into_boxed_str()))
+}
+
+/// Hashes addresses and lengths with one multiply each (SipHash, the default, cost more
+/// than the formatting it saves; nothing here comes from a caller, so flooding is moot).
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_usize(usize::from(b));
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (self.0.rotate_left(5) ^ n as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// The `traceparent` an MCP call carries in `params._meta`, if any (the MCP convention for
@@ -163,6 +212,20 @@ pub fn mcp_traceparent(body: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_root_name_is_made_once_per_method_and_route() {
+        let first = root_name("GET", "/api/v2/sample/{table_id}");
+        assert_eq!(first, "GET /api/v2/sample/{table_id}");
+        assert!(std::ptr::eq(
+            first,
+            root_name("GET", "/api/v2/sample/{table_id}")
+        ));
+        assert_eq!(
+            root_name("POST", "/api/v2/sample/{table_id}"),
+            "POST /api/v2/sample/{table_id}"
+        );
+    }
 
     #[test]
     fn an_mcp_call_carries_its_traceparent_in_meta() {

@@ -25,40 +25,40 @@ pub struct Origin {
 }
 
 /// Writes `spans` as one `ExportTraceServiceRequest` into `out` (cleared first).
+///
+/// Every message's length is worked out before it is written, so each byte is written once:
+/// framing a message by making room for its length and moving its body back over the unused
+/// room moved the whole batch twice (once for the scope's spans, once for the resource's).
 pub fn encode(origin: &Origin, spans: &[Finished], out: &mut Vec<u8>) {
     out.clear();
+    let service_name = Value::from(origin.service_name.clone());
+    let service_version = Value::from(origin.service_version);
+    let resource_len = attribute_field_len("service.name", &service_name)
+        + attribute_field_len("service.version", &service_version);
+    let scope_len = field_len(1, "svc".len()) + field_len(2, origin.service_version.len());
+    let span_lens: Vec<usize> = spans.iter().map(span_len).collect();
+    let scope_spans_len =
+        field_len(1, scope_len) + span_lens.iter().map(|&n| field_len(2, n)).sum::<usize>();
+    let resource_spans_len = field_len(1, resource_len) + field_len(2, scope_spans_len);
+    out.reserve(field_len(1, resource_spans_len));
+
     let mut w = Writer(out);
     // ExportTraceServiceRequest.resource_spans
-    w.message(1, |w| {
-        // ResourceSpans.resource
-        w.message(1, |w| {
-            w.attribute(1, "service.name", &Value::from(origin.service_name.clone()));
-            w.attribute(1, "service.version", &Value::from(origin.service_version));
-        });
-        // ResourceSpans.scope_spans
-        w.message(2, |w| {
-            // ScopeSpans.scope: name, version
-            w.message(1, |w| {
-                w.string(1, "svc");
-                w.string(2, origin.service_version);
-            });
-            for span in spans {
-                w.message(2, |w| w.span(span));
-            }
-        });
-    });
-}
-
-/// `v` as a varint into `out`; returns the bytes used.
-fn varint(mut v: u64, out: &mut [u8; 10]) -> usize {
-    let mut n = 0;
-    while v >= 0x80 {
-        out[n] = (v as u8) | 0x80;
-        v >>= 7;
-        n += 1;
+    w.len_prefix(1, resource_spans_len);
+    // ResourceSpans.resource
+    w.len_prefix(1, resource_len);
+    w.attribute(1, "service.name", &service_name);
+    w.attribute(1, "service.version", &service_version);
+    // ResourceSpans.scope_spans
+    w.len_prefix(2, scope_spans_len);
+    // ScopeSpans.scope: name, version
+    w.len_prefix(1, scope_len);
+    w.string(1, "svc");
+    w.string(2, origin.service_version);
+    for (span, &len) in spans.iter().zip(&span_lens) {
+        w.len_prefix(2, len);
+        w.span(span);
     }
-    out[n] = v as u8;
-    n + 1
 }
 
 /// The bytes `v` takes as a varint.
@@ -66,27 +66,85 @@ fn varint_len(v: u64) -> usize {
     (64 - v.leading_zeros() as usize).div_ceil(7).max(1)
 }
 
+/// The bytes a length-delimited field takes: its key, its length, its body of `len` bytes.
+fn field_len(field: u32, len: usize) -> usize {
+    varint_len(u64::from(field) << 3) + varint_len(len as u64) + len
+}
+
+/// The bytes of an `AnyValue` holding `value`: one of string (1), bool (2), int (3), double (4).
+fn value_len(value: &Value) -> usize {
+    match value {
+        Value::Str(s) => field_len(1, s.len()),
+        Value::Bool(_) => 2,
+        Value::Int(i) => 1 + varint_len(*i as u64),
+        Value::Float(_) => 9,
+    }
+}
+
+/// The bytes of a `KeyValue` body.
+fn attribute_len(key: &str, value: &Value) -> usize {
+    field_len(1, key.len()) + field_len(2, value_len(value))
+}
+
+/// The bytes of a `KeyValue` in a field numbered below 16 (one key byte).
+fn attribute_field_len(key: &str, value: &Value) -> usize {
+    field_len(1, attribute_len(key, value))
+}
+
+/// The bytes of a `Span` body, as [`Writer::span`] writes it.
+fn span_len(span: &Finished) -> usize {
+    const TRACE_ID: usize = 2 + 16;
+    const SPAN_ID: usize = 2 + 8;
+    const KIND: usize = 2;
+    const TIMES: usize = 2 * (1 + 8);
+    // Status { code = ERROR } in field 15.
+    const STATUS: usize = 4;
+    // Field 16 (a two-byte key) as fixed32.
+    const FLAGS: usize = 2 + 4;
+    let parent = if span.parent.is_some() { SPAN_ID } else { 0 };
+    let status = if failed(span) { STATUS } else { 0 };
+    let attributes: usize = span
+        .attributes
+        .iter()
+        .map(|(k, v)| attribute_field_len(k, v))
+        .sum();
+    TRACE_ID
+        + SPAN_ID
+        + parent
+        + field_len(5, span.name.len())
+        + KIND
+        + TIMES
+        + attributes
+        + status
+        + FLAGS
+}
+
 /// Protobuf's wire format, appended to a buffer.
 struct Writer<'a>(&'a mut Vec<u8>);
 
-/// A nested message's length is written in front of it once known; five bytes hold any
-/// `u32` as a varint, so that much room is kept and the body moved back over what is unused.
-const LENGTH_ROOM: usize = 5;
-
 impl Writer<'_> {
-    fn varint(&mut self, v: u64) {
-        let mut bytes = [0; 10];
-        let n = varint(v, &mut bytes);
-        self.0.extend_from_slice(&bytes[..n]);
+    /// One byte at a time: most varints here are one or two bytes, too short to be worth a
+    /// copy call.
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
     }
 
     fn key(&mut self, field: u32, wire_type: u8) {
         self.varint((u64::from(field) << 3) | u64::from(wire_type));
     }
 
-    fn bytes(&mut self, field: u32, bytes: &[u8]) {
+    /// The key and length of a length-delimited field whose body follows.
+    fn len_prefix(&mut self, field: u32, len: usize) {
         self.key(field, 2);
-        self.varint(bytes.len() as u64);
+        self.varint(len as u64);
+    }
+
+    fn bytes(&mut self, field: u32, bytes: &[u8]) {
+        self.len_prefix(field, bytes.len());
         self.0.extend_from_slice(bytes);
     }
 
@@ -109,41 +167,11 @@ impl Writer<'_> {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
 
-    fn message(&mut self, field: u32, body: impl FnOnce(&mut Self)) {
-        self.key(field, 2);
-        let at = self.0.len();
-        self.0.extend_from_slice(&[0; LENGTH_ROOM]);
-        body(self);
-        let len = self.0.len() - at - LENGTH_ROOM;
-        let mut prefix = [0; 10];
-        let used = varint(len as u64, &mut prefix);
-        self.0.copy_within(at + LENGTH_ROOM.., at + used);
-        self.0[at..at + used].copy_from_slice(&prefix[..used]);
-        self.0.truncate(at + used + len);
-    }
-
-    /// A `KeyValue` in field `field`. Attributes are most of a span's messages, so their
-    /// lengths are computed up front rather than made room for and moved into place.
+    /// A `KeyValue` in field `field`.
     fn attribute(&mut self, field: u32, key: &str, value: &Value) {
-        // KeyValue.value: AnyValue, one of string (1), bool (2), int (3), double (4); every
-        // key here is one byte.
-        let value_len = match value {
-            Value::Str(s) => 1 + varint_len(s.len() as u64) + s.len(),
-            Value::Bool(_) => 2,
-            Value::Int(i) => 1 + varint_len(*i as u64),
-            Value::Float(_) => 9,
-        };
-        let pair_len = 1
-            + varint_len(key.len() as u64)
-            + key.len()
-            + 1
-            + varint_len(value_len as u64)
-            + value_len;
-        self.key(field, 2);
-        self.varint(pair_len as u64);
+        self.len_prefix(field, attribute_len(key, value));
         self.string(1, key);
-        self.key(2, 2);
-        self.varint(value_len as u64);
+        self.len_prefix(2, value_len(value));
         match value {
             Value::Str(s) => self.string(1, s),
             Value::Bool(b) => self.uint(2, u64::from(*b)),
@@ -167,7 +195,8 @@ impl Writer<'_> {
         }
         if failed(span) {
             // Status.code = ERROR
-            self.message(15, |w| w.uint(3, 2));
+            self.len_prefix(15, 2);
+            self.uint(3, 2);
         }
         // Flags: sampled (only sampled spans are exported), and whether the parent is remote
         // is not known here, so the "has is_remote" bit stays clear.
@@ -178,6 +207,18 @@ impl Writer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `v` as a varint into `out`; returns the bytes used.
+    fn varint(mut v: u64, out: &mut [u8; 10]) -> usize {
+        let mut n = 0;
+        while v >= 0x80 {
+            out[n] = (v as u8) | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        out[n] = v as u8;
+        n + 1
+    }
 
     #[test]
     fn only_a_server_span_that_answered_5xx_failed() {
@@ -196,16 +237,86 @@ mod tests {
         assert!(!failed(&span(Kind::Internal, 500)));
     }
 
+    /// A message framed the slow, obviously right way: room for the length, the body, then
+    /// the length written as the fewest varint bytes and the body moved back over the rest.
+    fn framed(w: &mut Writer<'_>, field: u32, body: impl FnOnce(&mut Writer<'_>)) {
+        const ROOM: usize = 5;
+        w.key(field, 2);
+        let at = w.0.len();
+        w.0.extend_from_slice(&[0; ROOM]);
+        body(w);
+        let len = w.0.len() - at - ROOM;
+        let mut prefix = [0; 10];
+        let used = varint(len as u64, &mut prefix);
+        w.0.copy_within(at + ROOM.., at + used);
+        w.0[at..at + used].copy_from_slice(&prefix[..used]);
+        w.0.truncate(at + used + len);
+    }
+
+    fn spans(n: usize) -> Vec<Finished> {
+        (0..n)
+            .map(|i| Finished {
+                trace_id: svc_trace::TraceId::random(),
+                span_id: svc_trace::SpanId::random(),
+                parent: (i % 3 != 0).then(svc_trace::SpanId::random),
+                name: if i % 7 == 0 {
+                    "x".repeat(200).into()
+                } else {
+                    "auth.resolve".into()
+                },
+                kind: if i % 2 == 0 {
+                    Kind::Server
+                } else {
+                    Kind::Internal
+                },
+                start_ns: 1_700_000_000_000_000_000 + i as u64,
+                end_ns: 1_700_000_000_000_500_000 + i as u64,
+                attributes: vec![
+                    (
+                        "http.response.status_code",
+                        Value::Int(if i % 5 == 0 { 503 } else { 200 }),
+                    ),
+                    ("http.route", Value::from("/api/v2/sample/{table_id}")),
+                    ("rows", Value::Int(-1)),
+                    ("cached", Value::Bool(true)),
+                    ("ratio", Value::Float(0.25)),
+                ],
+            })
+            .collect()
+    }
+
     #[test]
-    fn lengths_are_minimal_varints_whatever_the_body_size() {
-        for size in [0usize, 1, 127, 128, 300, 16_383, 16_384, 70_000] {
-            let mut out = Vec::new();
-            Writer(&mut out).message(1, |w| w.0.extend(std::iter::repeat_n(7u8, size)));
-            // key, then the length as the fewest varint bytes, then the body
-            let mut expected = vec![0x0a];
-            Writer(&mut expected).varint(size as u64);
-            expected.extend(std::iter::repeat_n(7u8, size));
-            assert_eq!(out, expected, "body of {size}");
+    fn exact_lengths_write_what_measuring_as_it_goes_writes() {
+        let origin = Origin {
+            service_name: "svc-test".into(),
+            service_version: "1.2.3",
+        };
+        // From one span to batches whose outer lengths take three varint bytes.
+        for n in [0, 1, 2, 10, 200, 600] {
+            let batch = spans(n);
+            let mut exact = Vec::new();
+            encode(&origin, &batch, &mut exact);
+            let mut reference = Vec::new();
+            let mut w = Writer(&mut reference);
+            framed(&mut w, 1, |w| {
+                framed(w, 1, |w| {
+                    w.attribute(1, "service.name", &Value::from("svc-test"));
+                    w.attribute(1, "service.version", &Value::from("1.2.3"));
+                });
+                framed(w, 2, |w| {
+                    framed(w, 1, |w| {
+                        w.string(1, "svc");
+                        w.string(2, "1.2.3");
+                    });
+                    for span in &batch {
+                        framed(w, 2, |w| w.span(span));
+                    }
+                });
+            });
+            assert_eq!(exact, reference, "{n} spans");
+            if n == 600 {
+                assert!(exact.len() > 16_384, "three-byte lengths are covered");
+            }
         }
     }
 
@@ -220,23 +331,26 @@ mod tests {
             Value::Int(503),
             Value::Float(0.25),
         ] {
-            let (mut exact, mut framed) = (Vec::new(), Vec::new());
+            let (mut exact, mut reference) = (Vec::new(), Vec::new());
             Writer(&mut exact).attribute(9, "http.route", &value);
-            // The same pair written with room-and-move framing, which measures as it goes.
-            Writer(&mut framed).message(9, |w| {
+            framed(&mut Writer(&mut reference), 9, |w| {
                 w.string(1, "http.route");
-                w.message(2, |w| match &value {
+                framed(w, 2, |w| match &value {
                     Value::Str(s) => w.string(1, s),
                     Value::Bool(b) => w.uint(2, u64::from(*b)),
                     Value::Int(i) => w.uint(3, *i as u64),
                     Value::Float(f) => w.fixed64(4, f.to_bits()),
                 });
             });
-            assert_eq!(exact, framed, "{value:?}");
+            assert_eq!(exact, reference, "{value:?}");
+            assert_eq!(exact.len(), attribute_field_len("http.route", &value));
         }
         for v in [0u64, 1, 127, 128, 16_383, 16_384, u64::MAX] {
             let mut bytes = [0; 10];
             assert_eq!(varint_len(v), varint(v, &mut bytes), "{v}");
+            let mut written = Vec::new();
+            Writer(&mut written).varint(v);
+            assert_eq!(written, bytes[..varint_len(v)], "{v}");
         }
     }
 

@@ -85,6 +85,7 @@ impl SpanId {
 fn hex<const N: usize>(bytes: &[u8; N]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     // Ids are at most 16 bytes; the digits go into a fixed buffer, then one allocation.
+    const { assert!(N <= 16) };
     let mut out = [0u8; 32];
     for (i, b) in bytes.iter().enumerate() {
         out[2 * i] = DIGITS[usize::from(b >> 4)];

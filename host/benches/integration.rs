@@ -14,7 +14,8 @@
 //!    skipped when no server answers): rows/s of svc's sync beside the `mysql` client
 //!    streaming the same rows to /dev/null and ConnectorX loading them to Arrow.
 //!
-//! `cargo bench -p svc-host --bench integration` (`SVC_BENCH_PART=mariadb`: part 3 only).
+//! `cargo bench -p svc-host --bench integration` (`SVC_BENCH_PART=incremental` or `mariadb`:
+//! part 2 or 3 only).
 //! The database comes from
 //! `$SVC_BENCH_PG` (default `postgres://postgres@127.0.0.1:5432/test`); the bench creates and
 //! drops its own database in it.
@@ -84,7 +85,8 @@ impl Drop for Database {
 }
 
 fn main() {
-    if std::env::var("SVC_BENCH_PART").as_deref() == Ok("mariadb") {
+    let part = std::env::var("SVC_BENCH_PART").unwrap_or_default();
+    if part == "mariadb" {
         return mariadb();
     }
     let admin_url = std::env::var("SVC_BENCH_PG")
@@ -95,7 +97,12 @@ fn main() {
         .unwrap_or(10_000_000);
     let db = Database::create(&admin_url);
     let started = Instant::now();
-    for (table, n) in [("big", rows), ("tenth", rows / 10)] {
+    let tables: &[(&str, u64)] = if part == "incremental" {
+        &[("big", rows)]
+    } else {
+        &[("big", rows), ("tenth", rows / 10)]
+    };
+    for &(table, n) in tables {
         psql(&db.url, &format!("CREATE TABLE {table} ({COLUMNS})"));
         psql(
             &db.url,
@@ -110,6 +117,10 @@ fn main() {
         rows / 10,
         started.elapsed().as_secs_f64()
     );
+
+    if part == "incremental" {
+        return incremental(&db.url, rows);
+    }
 
     let cx_python = std::env::var("SVC_CX_VENV")
         .map(std::path::PathBuf::from)

@@ -257,8 +257,11 @@ fn now_ns() -> u64 {
 
 /// One unit of work in a trace, finished (timed and sent to the sink) when dropped. Empty
 /// when tracing is off or the trace is not sampled: then every method does nothing.
+///
+/// Held inline, not boxed: an allocation and its free cost a traced request more than
+/// moving the hundred bytes with the futures that carry it.
 #[derive(Debug, Default)]
-pub struct Span(Option<Box<Open>>);
+pub struct Span(Option<Open>);
 
 #[derive(Debug)]
 struct Open {
@@ -302,7 +305,7 @@ impl Span {
     }
 
     fn open(trace_id: TraceId, parent: Option<SpanId>, name: &'static str, kind: Kind) -> Self {
-        Self(Some(Box::new(Open {
+        Self(Some(Open {
             context: Context {
                 trace_id,
                 span_id: SpanId::random(),
@@ -312,7 +315,7 @@ impl Span {
             kind,
             start_ns: now_ns(),
             attributes: Vec::new(),
-        })))
+        }))
     }
 
     /// Whether this span records (worth building an attribute's value for).
@@ -365,7 +368,7 @@ impl Drop for Span {
             kind,
             start_ns,
             attributes,
-        } = *open;
+        } = open;
         sink.push(Finished {
             trace_id: context.trace_id,
             span_id: context.span_id,

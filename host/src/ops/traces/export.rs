@@ -283,6 +283,7 @@ fn run(settings: &Settings, queue: &Queue) {
         settings,
         client,
         body: Vec::new(),
+        constants: otlp::Constants::default(),
         failing: false,
     };
     loop {
@@ -324,12 +325,18 @@ struct Sender<'a> {
     settings: &'a Settings,
     client: reqwest::blocking::Client,
     body: Vec<u8>,
+    constants: otlp::Constants,
     failing: bool,
 }
 
 impl Sender<'_> {
     fn send(&mut self, batch: &[Finished]) {
-        otlp::encode(&self.settings.origin, batch, &mut self.body);
+        otlp::encode(
+            &self.settings.origin,
+            batch,
+            &mut self.constants,
+            &mut self.body,
+        );
         let spans = batch.len();
         // The client takes the body; the next is likely as large, so it is written into room
         // reserved up front rather than regrown (and copied) as it goes.

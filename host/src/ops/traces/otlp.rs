@@ -188,8 +188,8 @@ const STATUS: [u8; 4] = [(15 << 3) | 2, 2, 3 << 3, 2];
 /// known here, so the "has is_remote" bit stays clear.
 const FLAGS: [u8; 6] = [0x85, 0x01, 1, 0, 0, 0];
 
-/// Protobuf's wire format, appended to a buffer that has room for it all: each write is one
-/// copy of a few bytes, with no per-byte capacity check (varints are made on the stack).
+/// Protobuf's wire format, appended to a buffer that has room for it all: fixed fields go
+/// in as blocks, varints a byte at a time.
 struct Cursor<'a> {
     buf: &'a mut Vec<u8>,
 }
@@ -199,16 +199,14 @@ impl Cursor<'_> {
         self.buf.extend_from_slice(bytes);
     }
 
+    /// A byte at a time, into room already reserved: most varints here are one or two
+    /// bytes, too short to be worth a copy call.
     fn varint(&mut self, mut v: u64) {
-        let mut bytes = [0u8; 10];
-        let mut n = 0;
         while v >= 0x80 {
-            bytes[n] = (v as u8) | 0x80;
-            n += 1;
+            self.buf.push((v as u8) | 0x80);
             v >>= 7;
         }
-        bytes[n] = v as u8;
-        self.put(&bytes[..=n]);
+        self.buf.push(v as u8);
     }
 
     /// The key and length of a length-delimited field whose body follows.

@@ -152,13 +152,7 @@ fn root_name(method: &'static str, route: &'static str) -> &'static str {
     type Names = HashMap<[usize; 4], &'static str, BuildHasherDefault<AddressHasher>>;
     static NAMES: OnceLock<RwLock<Names>> = OnceLock::new();
     let names = NAMES.get_or_init(RwLock::default);
-    // Keyed by address and length: the same template is the same string.
-    let key = [
-        method.as_ptr() as usize,
-        method.len(),
-        route.as_ptr() as usize,
-        route.len(),
-    ];
+    let key = address_key(method, route);
     if let Some(&name) = names.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return name;
     }
@@ -166,6 +160,12 @@ fn root_name(method: &'static str, route: &'static str) -> &'static str {
     names
         .entry(key)
         .or_insert_with(|| Box::leak(format!("{method} {route}").into_boxed_str()))
+}
+
+/// A pair of constant strings as their addresses and lengths: the same constant is the same
+/// string, so this keys a pair without reading or hashing its text.
+fn address_key(a: &'static str, b: &'static str) -> [usize; 4] {
+    [a.as_ptr() as usize, a.len(), b.as_ptr() as usize, b.len()]
 }
 
 /// Hashes addresses and lengths with one multiply each (SipHash, the default, cost more

@@ -154,13 +154,7 @@ impl Constants {
         let Value::Str(Cow::Borrowed(text)) = value else {
             return None;
         };
-        // Keyed by address and length: the same constant is the same string.
-        let id = [
-            key.as_ptr() as usize,
-            key.len(),
-            text.as_ptr() as usize,
-            text.len(),
-        ];
+        let id = super::address_key(key, text);
         let kept = self.0.len();
         match self.0.entry(id) {
             Entry::Occupied(e) => Some(e.into_mut()),

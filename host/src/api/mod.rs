@@ -609,8 +609,12 @@ fn is_sane_request_id(v: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
+/// A fresh correlation id: 32 lower-case hex digits, the shape a trace id has, so an id is
+/// read the same whether tracing made it or not. Drawn from svc-trace's per-thread generator:
+/// a v4 UUID asked the kernel for entropy on every request (a system call) and went through
+/// `fmt`.
 pub(crate) fn new_request_id() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
+    svc_trace::TraceId::random().hex()
 }
 
 /// The peer address, or with `trust_proxy` the last `X-Forwarded-For` hop (the one our own

@@ -10,8 +10,8 @@ fn finished() -> Arc<Mutex<Vec<Finished>>> {
         .get_or_init(|| {
             struct Collect(Arc<Mutex<Vec<Finished>>>);
             impl Sink for Collect {
-                fn push(&self, span: Finished) {
-                    self.0.lock().unwrap().push(span);
+                fn push(&self, span: &Finished) {
+                    self.0.lock().unwrap().push(span.clone());
                 }
             }
             let spans = Arc::<Mutex<Vec<Finished>>>::default();
@@ -78,8 +78,8 @@ fn children_hang_under_the_span_current_where_they_were_made() {
     assert_eq!(root.kind, Kind::Server);
     assert_eq!(step.parent, Some(root.span_id));
     assert_eq!(inner.parent, Some(step.span_id));
-    assert!(step.start_ns <= inner.start_ns && inner.end_ns <= step.end_ns);
-    assert!(step.end_ns <= root.end_ns);
+    assert!(step.start <= inner.start && inner.end <= step.end);
+    assert!(step.end <= root.end);
     assert_eq!(
         root.attributes,
         vec![
@@ -171,4 +171,36 @@ fn each_thread_draws_its_own_ids() {
     all.sort_by_key(|id| id.0);
     all.dedup();
     assert_eq!(all.len(), n);
+}
+
+#[test]
+fn ticks_become_the_unix_time_they_were_read_at() {
+    let unix_now = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    let before = unix_now();
+    let start = Ticks::now();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let end = Ticks::now();
+    let after = unix_now();
+    // Read later, as the exporter reads its anchor at export.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let anchor = Anchor::now();
+    let (start_ns, end_ns) = (anchor.unix_ns(start), anchor.unix_ns(end));
+    // A millisecond either way: the wall clock is read apart from the counter.
+    let slack = 1_000_000;
+    assert!(before - slack <= start_ns, "{before} {start_ns}");
+    assert!(end_ns <= after + slack, "{end_ns} {after}");
+    let took = end_ns - start_ns;
+    assert!(
+        49_000_000 <= took && took <= after - before + slack,
+        "{took} ns for a 50 ms sleep the wall clock saw take {} ns",
+        after - before
+    );
+    // A moment after the anchor (another core's counter) is after it, not clamped to it.
+    let later = Ticks::now();
+    assert!(anchor.unix_ns(later) >= anchor.unix_ns(end));
 }

@@ -197,6 +197,9 @@ struct Span {
     span_id: String,
     parent_span_id: String,
     name: String,
+    /// Unix time in nanoseconds.
+    start: u64,
+    end: u64,
 }
 
 impl Receiver {
@@ -241,6 +244,13 @@ impl Receiver {
     }
 }
 
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
 /// HTTP/1.1 with keep-alive, just enough for an exporter's POSTs.
 fn serve_otlp(conn: std::net::TcpStream, sink: &Mutex<Vec<Span>>) {
     let mut writer = conn.try_clone().unwrap();
@@ -277,6 +287,8 @@ fn serve_otlp(conn: std::net::TcpStream, sink: &Mutex<Vec<Span>>) {
                         span_id: hex::encode(&s.span_id),
                         parent_span_id: hex::encode(&s.parent_span_id),
                         name: s.name,
+                        start: s.start_time_unix_nano,
+                        end: s.end_time_unix_nano,
                     });
                 }
             }
@@ -308,6 +320,7 @@ fn a_request_is_one_trace_whose_id_is_the_audit_correlation_id() {
     // The caller's trace context is honoured: its trace id, our root span under its span.
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
+    let before = unix_ns();
     let r = s
         .http
         .post(s.url("/api/query"))
@@ -339,6 +352,19 @@ fn a_request_is_one_trace_whose_id_is_the_audit_correlation_id() {
     let names: BTreeSet<&str> = spans.iter().map(|s| s.name.as_str()).collect();
     for name in expected {
         assert!(names.contains(name), "{name} missing from {names:?}");
+    }
+    // Spans are timed on the CPU's counter and made Unix time at export: each one lies
+    // within the request as the wall clock saw it (a few milliseconds either way).
+    let after = unix_ns();
+    let slack = 5_000_000;
+    for span in &spans {
+        assert!(
+            before - slack <= span.start && span.start <= span.end && span.end <= after + slack,
+            "{} ran {}..{}, outside the request's {before}..{after}",
+            span.name,
+            span.start,
+            span.end
+        );
     }
     let ids: BTreeSet<&str> = spans.iter().map(|s| s.span_id.as_str()).collect();
     for span in spans.iter().filter(|s| s.span_id != root.span_id) {

@@ -3,18 +3,20 @@
 //!
 //! It runs outside the async runtime, so a slow collector delays only this thread. Spans
 //! wait in a bounded queue that the exporter empties every schedule delay, or sooner when a
-//! batch is full or a flush is asked: a finished span is a push under a lock nobody holds
-//! for long, never a wake-up of another thread (a channel woke the exporter for each span —
-//! a futex call and a context switch per span, most of what a traced request cost). A span
-//! that finds the queue full is dropped and counted (reported with the next export).
+//! batch is full or a flush is asked: a finished span is encoded into the queue under a lock
+//! nobody holds for long, never a wake-up of another thread (a channel woke the exporter for
+//! each span — a futex call and a context switch per span, most of what a traced request
+//! cost). A span that finds the queue full is dropped and counted (reported with the next
+//! export).
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 
-use svc_trace::Finished;
+use svc_trace::{Anchor, Finished};
 
 use super::otlp::{self, Origin};
 
@@ -155,7 +157,7 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Finished spans waiting for the exporter, and its flush bookkeeping.
+/// Finished spans waiting for the exporter, encoded, and its flush bookkeeping.
 #[derive(Debug)]
 pub(super) struct Queue {
     state: Mutex<State>,
@@ -167,9 +169,14 @@ pub(super) struct Queue {
     max_batch: usize,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
-    spans: Vec<Finished>,
+    spans: otlp::Encoded,
+    /// What times the spans as they are queued: read afresh each time the exporter takes
+    /// them, so it is a schedule delay old at most.
+    anchor: Anchor,
+    /// Constant attributes, encoded once.
+    constants: otlp::Constants,
     /// Spans dropped on a full queue since the last export.
     dropped: u64,
     /// Flushes asked, and the last one the exporter has done (tickets).
@@ -178,9 +185,16 @@ struct State {
 }
 
 impl Queue {
-    pub fn new(max_queue: usize, max_batch: usize) -> Self {
+    pub fn new(max_queue: usize, max_batch: usize, origin: &Origin) -> Self {
         Self {
-            state: Mutex::default(),
+            state: Mutex::new(State {
+                spans: otlp::Encoded::new(origin),
+                anchor: Anchor::now(),
+                constants: otlp::Constants::default(),
+                dropped: 0,
+                flush_asked: 0,
+                flush_done: 0,
+            }),
             wake: Condvar::new(),
             flushed: Condvar::new(),
             max_queue,
@@ -192,15 +206,22 @@ impl Queue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues a finished span; wakes the exporter only when a batch is full.
-    pub fn push(&self, span: Finished) {
+    /// Queues a finished span, encoded; wakes the exporter only when a batch is full.
+    pub fn push(&self, span: &Finished) {
         let mut state = self.lock();
-        if state.spans.len() >= self.max_queue {
-            state.dropped += 1;
+        let State {
+            spans,
+            anchor,
+            constants,
+            dropped,
+            ..
+        } = &mut *state;
+        if spans.len() >= self.max_queue {
+            *dropped += 1;
             return;
         }
-        state.spans.push(span);
-        if state.spans.len() == self.max_batch {
+        spans.push(span, anchor, constants);
+        if spans.len() == self.max_batch {
             self.wake.notify_one();
         }
     }
@@ -229,7 +250,7 @@ impl Queue {
 
 /// Every span svc finishes is pushed here.
 impl svc_trace::Sink for Queue {
-    fn push(&self, span: Finished) {
+    fn push(&self, span: &Finished) {
         Queue::push(self, span);
     }
 }
@@ -244,7 +265,11 @@ pub(super) struct Exporter {
 impl Exporter {
     /// Starts the exporter's thread.
     pub fn start(settings: Settings) -> std::io::Result<Self> {
-        let queue = Arc::new(Queue::new(settings.max_queue, settings.max_batch));
+        let queue = Arc::new(Queue::new(
+            settings.max_queue,
+            settings.max_batch,
+            &settings.origin,
+        ));
         let exporting = queue.clone();
         let thread = std::thread::Builder::new()
             .name("svc-otlp".into())
@@ -282,12 +307,12 @@ fn run(settings: &Settings, queue: &Queue) {
     let mut sender = Sender {
         settings,
         client,
-        body: Vec::new(),
-        constants: otlp::Constants::default(),
         failing: false,
     };
+    // Swapped with the queue's spans each round, so both keep the room they grew to.
+    let mut spans = otlp::Encoded::new(&settings.origin);
     loop {
-        let (mut spans, dropped, ticket) = {
+        let (dropped, ticket) = {
             let mut state = queue.lock();
             if state.spans.len() < settings.max_batch && state.flush_done >= state.flush_asked {
                 state = queue
@@ -297,10 +322,9 @@ fn run(settings: &Settings, queue: &Queue) {
                     .0;
             }
             let dropped = std::mem::take(&mut state.dropped);
-            // The next batch is likely as large: it is queued without regrowing.
-            let capacity = state.spans.len();
-            let spans = std::mem::replace(&mut state.spans, Vec::with_capacity(capacity));
-            (spans, dropped, state.flush_asked)
+            std::mem::swap(&mut state.spans, &mut spans);
+            state.anchor = Anchor::now();
+            (dropped, state.flush_asked)
         };
         if dropped > 0 {
             tracing::warn!(
@@ -308,10 +332,9 @@ fn run(settings: &Settings, queue: &Queue) {
                 "trace spans dropped: the exporter's queue was full (OTEL_BSP_MAX_QUEUE_SIZE)"
             );
         }
-        for batch in spans.chunks(settings.max_batch) {
-            sender.send(batch);
+        for (request, count) in spans.take_requests(&settings.origin, settings.max_batch) {
+            sender.send(request, count);
         }
-        spans.clear();
         let mut state = queue.lock();
         if state.flush_done < ticket {
             state.flush_done = ticket;
@@ -324,24 +347,12 @@ fn run(settings: &Settings, queue: &Queue) {
 struct Sender<'a> {
     settings: &'a Settings,
     client: reqwest::blocking::Client,
-    body: Vec<u8>,
-    constants: otlp::Constants,
     failing: bool,
 }
 
 impl Sender<'_> {
-    fn send(&mut self, batch: &[Finished]) {
-        otlp::encode(
-            &self.settings.origin,
-            batch,
-            &mut self.constants,
-            &mut self.body,
-        );
-        let spans = batch.len();
-        // The client takes the body; the next is likely as large, so it is written into room
-        // reserved up front rather than regrown (and copied) as it goes.
-        let capacity = self.body.len();
-        let body = std::mem::replace(&mut self.body, Vec::with_capacity(capacity));
+    /// Posts one request holding `spans` spans.
+    fn send(&mut self, body: Bytes, spans: usize) {
         let answer = self
             .client
             .post(&self.settings.endpoint)

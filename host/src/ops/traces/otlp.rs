@@ -1,9 +1,9 @@
-//! Finished spans and their OTLP encoding: an `ExportTraceServiceRequest` in protobuf, written
-//! field by field into one reusable buffer.
+//! Finished spans and their OTLP encoding: each span written in protobuf as it is queued
+//! ([`Encoded`]), each batch wrapped as an `ExportTraceServiceRequest` ([`encode`]).
 //!
 //! The messages are few and fixed (request → resource spans → resource and scope spans →
 //! spans → attributes), so they are written directly rather than built as generated structs
-//! first: the exporter then allocates nothing per span beyond the span itself. Field numbers
+//! first: nothing is allocated per span beyond the span itself. Field numbers
 //! are those of `opentelemetry/proto/trace/v1/trace.proto` and `common/v1/common.proto`; the
 //! black-box tests decode what this writes with the OpenTelemetry project's own types.
 
@@ -12,7 +12,9 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
-use svc_trace::{Finished, Kind, Value};
+use bytes::Bytes;
+
+use svc_trace::{Anchor, Finished, Kind, Value};
 
 /// A server span that answered 5xx failed; the conventions leave 4xx unset on servers.
 fn failed(span: &Finished) -> bool {
@@ -29,53 +31,162 @@ pub struct Origin {
     pub service_version: &'static str,
 }
 
-/// Writes `spans` as one `ExportTraceServiceRequest` into `out` (replacing what it held).
-///
-/// Every message's length is worked out first, so `out` grows once, to the exact total, and
-/// each byte is written once: framing a message by making room for its length and moving its
-/// body back moved the whole batch twice, and pushing byte by byte paid a capacity check per
-/// byte. A span's ids, kind, times and flags are fixed-size, so they go in as a few
-/// constant-size copies.
-pub fn encode(origin: &Origin, spans: &[Finished], constants: &mut Constants, out: &mut Vec<u8>) {
-    let service_name = Value::from(origin.service_name.clone());
-    let service_version = Value::from(origin.service_version);
-    let resource_len = attribute_field_len("service.name", &service_name)
-        + attribute_field_len("service.version", &service_version);
-    let scope_len = field_len(1, "svc".len()) + field_len(2, origin.service_version.len());
-    let shapes: Vec<Shape> = spans
-        .iter()
-        .map(|span| Shape::of(span, constants))
-        .collect();
-    let scope_spans_len =
-        field_len(1, scope_len) + shapes.iter().map(|s| field_len(2, s.len)).sum::<usize>();
-    let resource_spans_len = field_len(1, resource_len) + field_len(2, scope_spans_len);
-    let total = field_len(1, resource_spans_len);
-    out.clear();
-    // Room reserved, not filled: zeroing the batch first cost as much as writing it.
-    out.reserve(total);
+impl Origin {
+    /// The lengths of the `Resource` and `InstrumentationScope` bodies.
+    fn lens(&self) -> (usize, usize) {
+        let resource = attribute_field_len("service.name", &Value::from(self.service_name.clone()))
+            + attribute_field_len("service.version", &Value::from(self.service_version));
+        let scope = field_len(1, "svc".len()) + field_len(2, self.service_version.len());
+        (resource, scope)
+    }
 
+    /// The most bytes a request's head takes: the two lengths that enclose the spans are
+    /// counted at their largest (five bytes each, for up to 4 GiB of spans).
+    fn head_room(&self) -> usize {
+        let (resource, scope) = self.lens();
+        (1 + 5) + field_len(1, resource) + (1 + 5) + field_len(1, scope)
+    }
+}
+
+/// Finished spans, encoded as they finish, waiting for their batch. Each is a whole
+/// `ScopeSpans.spans` field (key, length, `Span`), after room for the request's head, so the
+/// first batch is posted where it was written ([`Encoded::take_requests`]).
+///
+/// Encoding a span once, where it is queued, replaced building a span list that the exporter
+/// measured in one pass and wrote in another: a second look-up of each constant attribute, a
+/// length pass, and the queue's moves of each span cost more than the encoding itself.
+#[derive(Debug)]
+pub struct Encoded {
+    /// `head` bytes of room, then the spans' fields.
+    bytes: Vec<u8>,
+    head: usize,
+    /// Where each span's field ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl Encoded {
+    /// No spans yet, with room for the head of a request from `origin`.
+    pub fn new(origin: &Origin) -> Self {
+        let head = origin.head_room();
+        Self {
+            bytes: vec![0; head],
+            head,
+            ends: Vec::new(),
+        }
+    }
+
+    /// How many spans are waiting.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Appends `span`, its times made Unix time by `anchor`.
+    pub fn push(&mut self, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
+        // The field's key, then room for its length, guessed so the body rarely moves: a span
+        // without attributes and with a short name is under 128 bytes (one byte of length),
+        // most others under 16 KiB (two).
+        let room = if span.attributes.is_empty() && span.name.len() <= SHORT_NAME {
+            1
+        } else {
+            2
+        };
+        let at = self.bytes.len() + 1;
+        self.bytes.extend_from_slice(&[(2 << 3) | 2, 0, 0][..1 + room]);
+        Cursor {
+            buf: &mut self.bytes,
+        }
+        .span(span, anchor, constants);
+        let body = at + room;
+        let len = self.bytes.len() - body;
+        let (digits, used) = varint_bytes(len as u64);
+        if used > room {
+            self.bytes.splice(body..body, std::iter::repeat_n(0, used - room));
+        } else if used < room {
+            self.bytes.copy_within(body.., at + used);
+            self.bytes.truncate(at + used + len);
+        }
+        self.bytes[at..at + used].copy_from_slice(&digits[..used]);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// The waiting spans as `ExportTraceServiceRequest`s of at most `max` spans each, with
+    /// how many each holds; leaves no span waiting, and room for as many again.
+    ///
+    /// The first request is the spans' own bytes with its head written into the room before
+    /// them: copying a batch into a request cost a traced request more than encoding its
+    /// spans. Only spans past the first `max` (a queue that filled faster than the exporter
+    /// woke) are copied.
+    pub fn take_requests(&mut self, origin: &Origin, max: usize) -> Vec<(Bytes, usize)> {
+        let mut requests = Vec::new();
+        if self.ends.is_empty() {
+            return requests;
+        }
+        let room = self.bytes.capacity();
+        let mut bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(room));
+        self.bytes.resize(self.head, 0);
+        let mut batches = self.ends.chunks(max.max(1));
+        let first = batches.next().expect("a span is waiting");
+        let end = *first.last().expect("chunks are never empty");
+        let mut head = Vec::with_capacity(self.head);
+        write_head(origin, end - self.head, &mut head);
+        let at = self.head - head.len();
+        bytes[at..self.head].copy_from_slice(&head);
+        let bytes = Bytes::from(bytes);
+        requests.push((bytes.slice(at..end), first.len()));
+        let mut start = end;
+        for batch in batches {
+            let end = *batch.last().expect("chunks are never empty");
+            let mut request = Vec::new();
+            encode(origin, &bytes[start..end], &mut request);
+            requests.push((Bytes::from(request), batch.len()));
+            start = end;
+        }
+        self.ends.clear();
+        requests
+    }
+}
+
+/// Writes one `ExportTraceServiceRequest` holding `spans` (fields written by
+/// [`Encoded::push`]) into `out`, replacing what it held.
+pub fn encode(origin: &Origin, spans: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    write_head(origin, spans.len(), out);
+    out.extend_from_slice(spans);
+}
+
+/// The bytes of a request that come before its `spans_len` bytes of span fields: the
+/// resource, the scope, and the lengths that enclose the spans.
+fn write_head(origin: &Origin, spans_len: usize, out: &mut Vec<u8>) {
+    let (resource_len, scope_len) = origin.lens();
+    let scope_spans_len = field_len(1, scope_len) + spans_len;
+    let resource_spans_len = field_len(1, resource_len) + field_len(2, scope_spans_len);
     let mut w = Cursor { buf: out };
     // ExportTraceServiceRequest.resource_spans
     w.len_prefix(1, resource_spans_len);
     // ResourceSpans.resource
     w.len_prefix(1, resource_len);
-    w.attribute(1, "service.name", &service_name);
-    w.attribute(1, "service.version", &service_version);
+    w.attribute(1, "service.name", &Value::from(origin.service_name.clone()));
+    w.attribute(1, "service.version", &Value::from(origin.service_version));
     // ResourceSpans.scope_spans
     w.len_prefix(2, scope_spans_len);
     // ScopeSpans.scope: name, version
     w.len_prefix(1, scope_len);
     w.string(1, "svc");
     w.string(2, origin.service_version);
-    for (span, shape) in spans.iter().zip(&shapes) {
-        w.len_prefix(2, shape.len);
-        w.span(span, shape.failed, constants);
+    // ScopeSpans.spans follow.
+}
+
+/// `v` as a varint: its bytes and how many of them are used.
+fn varint_bytes(mut v: u64) -> ([u8; 10], usize) {
+    let mut bytes = [0u8; 10];
+    let mut n = 0;
+    while v >= 0x80 {
+        bytes[n] = (v as u8) | 0x80;
+        v >>= 7;
+        n += 1;
     }
-    debug_assert_eq!(
-        out.len(),
-        total,
-        "the worked-out length is what was written"
-    );
+    bytes[n] = v as u8;
+    (bytes, n + 1)
 }
 
 /// The bytes `v` takes as a varint.
@@ -106,37 +217,6 @@ fn attribute_len(key: &str, value: &Value) -> usize {
 /// The bytes of a `KeyValue` in a field numbered below 16 (one key byte).
 fn attribute_field_len(key: &str, value: &Value) -> usize {
     field_len(1, attribute_len(key, value))
-}
-
-/// What the writer needs to know of a span before writing it: its body's length, and
-/// whether it failed (worked out once, in the length pass).
-struct Shape {
-    len: usize,
-    failed: bool,
-}
-
-impl Shape {
-    fn of(span: &Finished, constants: &mut Constants) -> Self {
-        let failed = failed(span);
-        let parent = if span.parent.is_some() { PARENT } else { 0 };
-        let status = if failed { STATUS.len() } else { 0 };
-        let attributes: usize = span
-            .attributes
-            .iter()
-            .map(|(k, v)| match constants.get(k, v) {
-                Some(encoded) => encoded.len(),
-                None => attribute_field_len(k, v),
-            })
-            .sum();
-        let len = IDS
-            + parent
-            + field_len(5, span.name.len())
-            + KIND_AND_TIMES
-            + attributes
-            + status
-            + FLAGS.len();
-        Self { len, failed }
-    }
 }
 
 /// Span attributes whose key and value are both constants (a method, a route template),
@@ -175,6 +255,9 @@ const PARENT: usize = 2 + 8;
 /// `kind` (field 6, a one-byte varint), `start_time_unix_nano` and `end_time_unix_nano`
 /// (fields 7 and 8, fixed64).
 const KIND_AND_TIMES: usize = 2 + 2 * (1 + 8);
+/// The longest name a span without attributes may have and still take under 128 bytes:
+/// its ids, parent, kind, times and flags take 64 bytes, the name's key and length two more.
+const SHORT_NAME: usize = 127 - (IDS + PARENT + 2 + KIND_AND_TIMES + FLAGS.len());
 /// `status` (field 15) holding `code = ERROR` (field 3, value 2).
 const STATUS: [u8; 4] = [(15 << 3) | 2, 2, 3 << 3, 2];
 /// `flags` (field 16, fixed32: the key `16 << 3 | 5` = 133 is the two varint bytes 0x85
@@ -182,8 +265,8 @@ const STATUS: [u8; 4] = [(15 << 3) | 2, 2, 3 << 3, 2];
 /// known here, so the "has is_remote" bit stays clear.
 const FLAGS: [u8; 6] = [0x85, 0x01, 1, 0, 0, 0];
 
-/// Protobuf's wire format, appended to a buffer that has room for it all: fixed fields go
-/// in as blocks, varints a byte at a time.
+/// Protobuf's wire format, appended to a buffer: fixed fields go in as blocks, varints a
+/// byte at a time.
 struct Cursor<'a> {
     buf: &'a mut Vec<u8>,
 }
@@ -193,8 +276,8 @@ impl Cursor<'_> {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// A byte at a time, into room already reserved: most varints here are one or two
-    /// bytes, too short to be worth a copy call.
+    /// A byte at a time: most varints here are one or two bytes, too short to be worth a
+    /// copy call.
     fn varint(&mut self, mut v: u64) {
         while v >= 0x80 {
             self.buf.push((v as u8) | 0x80);
@@ -235,7 +318,7 @@ impl Cursor<'_> {
     }
 
     /// A `Span` body, fields in number order.
-    fn span(&mut self, span: &Finished, failed: bool, constants: &mut Constants) {
+    fn span(&mut self, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
         let mut ids = [0u8; IDS + PARENT];
         ids[0] = (1 << 3) | 2;
         ids[1] = 16;
@@ -257,9 +340,9 @@ impl Cursor<'_> {
         fixed[0] = 6 << 3;
         fixed[1] = span.kind as u8;
         fixed[2] = (7 << 3) | 1;
-        fixed[3..11].copy_from_slice(&span.start_ns.to_le_bytes());
+        fixed[3..11].copy_from_slice(&anchor.unix_ns(span.start).to_le_bytes());
         fixed[11] = (8 << 3) | 1;
-        fixed[12..20].copy_from_slice(&span.end_ns.to_le_bytes());
+        fixed[12..20].copy_from_slice(&anchor.unix_ns(span.end).to_le_bytes());
         self.put(&fixed);
         for (key, value) in &span.attributes {
             match constants.get(key, value) {
@@ -267,7 +350,7 @@ impl Cursor<'_> {
                 None => self.attribute(9, key, value),
             }
         }
-        if failed {
+        if failed(span) {
             self.put(&STATUS);
         }
         self.put(&FLAGS);
@@ -286,8 +369,8 @@ mod tests {
             parent: None,
             name: "GET /api/health".into(),
             kind,
-            start_ns: 1,
-            end_ns: 2,
+            start: svc_trace::Ticks::now(),
+            end: svc_trace::Ticks::now(),
             attributes: vec![("http.response.status_code", Value::Int(status))],
         };
         assert!(failed(&span(Kind::Server, 503)));
@@ -356,7 +439,7 @@ mod tests {
             });
         }
 
-        fn span(&mut self, span: &Finished) {
+        fn span(&mut self, span: &Finished, anchor: &Anchor) {
             self.bytes(1, &span.trace_id.0);
             self.bytes(2, &span.span_id.0);
             if let Some(parent) = span.parent {
@@ -364,8 +447,8 @@ mod tests {
             }
             self.bytes(5, span.name.as_bytes());
             self.uint(6, span.kind as u64);
-            self.fixed64(7, span.start_ns);
-            self.fixed64(8, span.end_ns);
+            self.fixed64(7, anchor.unix_ns(span.start));
+            self.fixed64(8, anchor.unix_ns(span.end));
             for (key, value) in &span.attributes {
                 self.attribute(9, key, value);
             }
@@ -383,67 +466,135 @@ mod tests {
                 trace_id: svc_trace::TraceId::random(),
                 span_id: svc_trace::SpanId::random(),
                 parent: (i % 3 != 0).then(svc_trace::SpanId::random),
-                name: if i % 7 == 0 {
-                    "x".repeat(200).into()
-                } else {
-                    "auth.resolve".into()
+                name: match i % 7 {
+                    // A body past 16 KiB: a three-byte length.
+                    5 if i % 2 == 1 => "z".repeat(20_000).into(),
+                    0 => "x".repeat(200).into(),
+                    _ => "auth.resolve".into(),
                 },
                 kind: if i % 2 == 0 {
                     Kind::Server
                 } else {
                     Kind::Internal
                 },
-                start_ns: 1_700_000_000_000_000_000 + i as u64,
-                end_ns: 1_700_000_000_000_500_000 + i as u64,
-                attributes: vec![
-                    (
-                        "http.response.status_code",
-                        Value::Int(if i % 5 == 0 { 503 } else { 200 }),
-                    ),
-                    ("http.route", Value::from("/api/v2/sample/{table_id}")),
-                    ("rows", Value::Int(-1)),
-                    ("cached", Value::Bool(true)),
-                    ("ratio", Value::Float(0.25)),
-                    ("empty", Value::from(String::new())),
-                    ("long", Value::from("y".repeat(300))),
-                ],
+                start: svc_trace::Ticks::now(),
+                end: svc_trace::Ticks::now(),
+                // Bodies under 128 bytes (a one-byte length) with no attributes and with one.
+                attributes: match i % 4 {
+                    3 => Vec::new(),
+                    2 => vec![("cached", Value::Bool(false))],
+                    _ => vec![
+                        (
+                            "http.response.status_code",
+                            Value::Int(if i % 5 == 0 { 503 } else { 200 }),
+                        ),
+                        ("http.route", Value::from("/api/v2/sample/{table_id}")),
+                        ("rows", Value::Int(-1)),
+                        ("cached", Value::Bool(true)),
+                        ("ratio", Value::Float(0.25)),
+                        ("empty", Value::from(String::new())),
+                        ("long", Value::from("y".repeat(300))),
+                    ],
+                },
             })
             .collect()
     }
 
-    #[test]
-    fn the_encoder_writes_what_the_reference_writes() {
-        let origin = Origin {
+    /// What the reference writes for one request holding `spans`.
+    fn reference_request(spans: &[Finished], anchor: &Anchor) -> Vec<u8> {
+        let mut reference = Reference(Vec::new());
+        reference.framed(1, |w| {
+            w.framed(1, |w| {
+                w.attribute(1, "service.name", &Value::from("svc-test"));
+                w.attribute(1, "service.version", &Value::from("1.2.3"));
+            });
+            w.framed(2, |w| {
+                w.framed(1, |w| {
+                    w.bytes(1, b"svc");
+                    w.bytes(2, b"1.2.3");
+                });
+                for span in spans {
+                    w.framed(2, |w| w.span(span, anchor));
+                }
+            });
+        });
+        reference.0
+    }
+
+    fn origin() -> Origin {
+        Origin {
             service_name: "svc-test".into(),
             service_version: "1.2.3",
-        };
-        // Kept across batches, as the exporter keeps it: constant attributes are encoded
-        // the first time they are seen and copied after.
+        }
+    }
+
+    #[test]
+    fn the_encoder_writes_what_the_reference_writes() {
+        let origin = origin();
+        // Kept across batches, as the queue keeps them: constant attributes are encoded the
+        // first time they are seen and copied after, and the room spans took is reused.
         let mut constants = Constants::default();
-        // From no span to batches whose outer lengths take three varint bytes.
-        for n in [0, 1, 2, 10, 200, 600] {
+        let mut queued = Encoded::new(&origin);
+        assert!(queued.take_requests(&origin, 512).is_empty());
+        // From one span to requests whose outer lengths take three varint bytes.
+        for n in [1, 2, 10, 200, 600] {
             let batch = spans(n);
-            let mut encoded = vec![7; 3];
-            encode(&origin, &batch, &mut constants, &mut encoded);
-            let mut reference = Reference(Vec::new());
-            reference.framed(1, |w| {
-                w.framed(1, |w| {
-                    w.attribute(1, "service.name", &Value::from("svc-test"));
-                    w.attribute(1, "service.version", &Value::from("1.2.3"));
-                });
-                w.framed(2, |w| {
-                    w.framed(1, |w| {
-                        w.bytes(1, b"svc");
-                        w.bytes(2, b"1.2.3");
-                    });
-                    for span in &batch {
-                        w.framed(2, |w| w.span(span));
-                    }
-                });
-            });
-            assert_eq!(encoded, reference.0, "{n} spans");
+            let anchor = Anchor::now();
+            for span in &batch {
+                queued.push(span, &anchor, &mut constants);
+            }
+            assert_eq!(queued.len(), n);
+            let requests = queued.take_requests(&origin, n);
+            assert_eq!(queued.len(), 0, "taken");
+            let [(request, count)] = requests.as_slice() else {
+                panic!("{} requests for {n} spans of at most {n}", requests.len());
+            };
+            assert_eq!(*count, n);
+            let reference = reference_request(&batch, &anchor);
+            assert_eq!(request.as_ref(), reference.as_slice(), "{n} spans");
+            let mut copied = vec![7; 3];
+            encode(&origin, &request[request.len() - span_bytes(&batch, &anchor)..], &mut copied);
+            assert_eq!(copied, reference, "{n} spans, copied");
             if n == 600 {
-                assert!(encoded.len() > 16_384, "three-byte lengths are covered");
+                assert!(request.len() > 16_384, "three-byte lengths are covered");
+            }
+        }
+        assert!(encode_nothing(&origin).len() < origin.head_room());
+    }
+
+    /// The bytes the spans' fields take, as the reference writes them.
+    fn span_bytes(spans: &[Finished], anchor: &Anchor) -> usize {
+        let mut fields = Reference(Vec::new());
+        for span in spans {
+            fields.framed(2, |w| w.span(span, anchor));
+        }
+        fields.0.len()
+    }
+
+    fn encode_nothing(origin: &Origin) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode(origin, &[], &mut out);
+        assert_eq!(out, reference_request(&[], &Anchor::now()));
+        out
+    }
+
+    #[test]
+    fn requests_hold_at_most_the_batch_size_and_every_span_once() {
+        let origin = origin();
+        let (batch, anchor) = (spans(23), Anchor::now());
+        let mut constants = Constants::default();
+        let mut queued = Encoded::new(&origin);
+        for _round in 0..2 {
+            for span in &batch {
+                queued.push(span, &anchor, &mut constants);
+            }
+            let requests = queued.take_requests(&origin, 10);
+            assert_eq!(
+                requests.iter().map(|(_, n)| *n).collect::<Vec<_>>(),
+                [10, 10, 3]
+            );
+            for ((request, _), expected) in requests.iter().zip(batch.chunks(10)) {
+                assert_eq!(request.as_ref(), reference_request(expected, &anchor));
             }
         }
     }

@@ -82,26 +82,39 @@ impl Encoded {
 
     /// Appends `span`, its times made Unix time by `anchor`.
     pub fn push(&mut self, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
-        // The field's key, then room for its length, guessed so the body rarely moves: a span
-        // without attributes and with a short name is under 128 bytes (one byte of length),
-        // most others under 16 KiB (two).
-        let room = if span.attributes.is_empty() && span.name.len() <= SHORT_NAME {
-            1
-        } else {
-            2
-        };
+        if span.attributes.is_empty() {
+            // Most spans: every length is known up front, so the span goes in as one block
+            // (its field's key and length, the fixed fields, the name's key and length) and
+            // the name's bytes.
+            let name = span.name.as_bytes();
+            let mut block = Block::default();
+            let fixed = fixed_len(span);
+            // ScopeSpans.spans
+            block.put(&[(2 << 3) | 2], 1);
+            block.varint((fixed + field_len(5, name.len())) as u64);
+            block.fixed(span, anchor);
+            block.name_prefix(name.len());
+            self.bytes.extend_from_slice(block.bytes());
+            self.bytes.extend_from_slice(name);
+            self.ends.push(self.bytes.len());
+            return;
+        }
+        // The field's key, then room for its length, guessed so the body rarely moves: most
+        // spans with attributes are under 16 KiB (two bytes of length).
+        const ROOM: usize = 2;
         let at = self.bytes.len() + 1;
-        self.bytes.extend_from_slice(&[(2 << 3) | 2, 0, 0][..1 + room]);
+        self.bytes.extend_from_slice(&[(2 << 3) | 2, 0, 0]);
         Cursor {
             buf: &mut self.bytes,
         }
         .span(span, anchor, constants);
-        let body = at + room;
+        let body = at + ROOM;
         let len = self.bytes.len() - body;
         let (digits, used) = varint_bytes(len as u64);
-        if used > room {
-            self.bytes.splice(body..body, std::iter::repeat_n(0, used - room));
-        } else if used < room {
+        if used > ROOM {
+            self.bytes
+                .splice(body..body, std::iter::repeat_n(0, used - ROOM));
+        } else if used < ROOM {
             self.bytes.copy_within(body.., at + used);
             self.bytes.truncate(at + used + len);
         }
@@ -219,22 +232,30 @@ fn attribute_field_len(key: &str, value: &Value) -> usize {
     field_len(1, attribute_len(key, value))
 }
 
-/// Span attributes whose key and value are both constants (a method, a route template),
-/// encoded once per pair as the whole field (key, length, `KeyValue`). They come from bounded
-/// sets and repeat on every request, and encoding one cost more than the rest of its span.
+/// Span attributes whose key and value are both constants (a method, a route template, a
+/// status code), encoded once per pair as the whole field (key, length, `KeyValue`). They
+/// come from bounded sets and repeat on every request, and encoding one cost more than the
+/// rest of its span.
 #[derive(Debug, Default)]
 pub struct Constants(HashMap<[usize; 4], Box<[u8]>, BuildHasherDefault<super::AddressHasher>>);
 
 impl Constants {
     /// Pairs kept at most; past that, attributes are encoded each time.
     const MAX: usize = 4096;
+    /// Whole numbers up to this are constants too: status codes repeat on every request.
+    const MAX_CODE: i64 = 999;
 
     /// The encoded attribute, when it is a constant pair (made on first sight).
     fn get(&mut self, key: &'static str, value: &Value) -> Option<&[u8]> {
-        let Value::Str(Cow::Borrowed(text)) = value else {
-            return None;
+        let id = match value {
+            Value::Str(Cow::Borrowed(text)) => super::address_key(key, text),
+            // A small whole number (a status code) is keyed by its value: no text sits at
+            // address 0, so it cannot be mistaken for a pair of strings.
+            Value::Int(code @ 0..=Self::MAX_CODE) => {
+                [key.as_ptr() as usize, key.len(), 0, *code as usize]
+            }
+            _ => return None,
         };
-        let id = super::address_key(key, text);
         let kept = self.0.len();
         match self.0.entry(id) {
             Entry::Occupied(e) => Some(e.into_mut()),
@@ -255,9 +276,6 @@ const PARENT: usize = 2 + 8;
 /// `kind` (field 6, a one-byte varint), `start_time_unix_nano` and `end_time_unix_nano`
 /// (fields 7 and 8, fixed64).
 const KIND_AND_TIMES: usize = 2 + 2 * (1 + 8);
-/// The longest name a span without attributes may have and still take under 128 bytes:
-/// its ids, parent, kind, times and flags take 64 bytes, the name's key and length two more.
-const SHORT_NAME: usize = 127 - (IDS + PARENT + 2 + KIND_AND_TIMES + FLAGS.len());
 /// `status` (field 15) holding `code = ERROR` (field 3, value 2).
 const STATUS: [u8; 4] = [(15 << 3) | 2, 2, 3 << 3, 2];
 /// `flags` (field 16, fixed32: the key `16 << 3 | 5` = 133 is the two varint bytes 0x85
@@ -317,33 +335,14 @@ impl Cursor<'_> {
         }
     }
 
-    /// A `Span` body, fields in number order.
+    /// A `Span` body: the fixed fields, the name, the attributes, the status.
     fn span(&mut self, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
-        let mut ids = [0u8; IDS + PARENT];
-        ids[0] = (1 << 3) | 2;
-        ids[1] = 16;
-        ids[2..18].copy_from_slice(&span.trace_id.0);
-        ids[18] = (2 << 3) | 2;
-        ids[19] = 8;
-        ids[20..28].copy_from_slice(&span.span_id.0);
-        match span.parent {
-            Some(parent) => {
-                ids[28] = (4 << 3) | 2;
-                ids[29] = 8;
-                ids[30..38].copy_from_slice(&parent.0);
-                self.put(&ids);
-            }
-            None => self.put(&ids[..IDS]),
-        }
-        self.string(5, &span.name);
-        let mut fixed = [0u8; KIND_AND_TIMES];
-        fixed[0] = 6 << 3;
-        fixed[1] = span.kind as u8;
-        fixed[2] = (7 << 3) | 1;
-        fixed[3..11].copy_from_slice(&anchor.unix_ns(span.start).to_le_bytes());
-        fixed[11] = (8 << 3) | 1;
-        fixed[12..20].copy_from_slice(&anchor.unix_ns(span.end).to_le_bytes());
-        self.put(&fixed);
+        let name = span.name.as_bytes();
+        let mut block = Block::default();
+        block.fixed(span, anchor);
+        block.name_prefix(name.len());
+        self.put(block.bytes());
+        self.put(name);
         for (key, value) in &span.attributes {
             match constants.get(key, value) {
                 Some(encoded) => self.put(encoded),
@@ -353,7 +352,103 @@ impl Cursor<'_> {
         if failed(span) {
             self.put(&STATUS);
         }
-        self.put(&FLAGS);
+    }
+}
+
+/// The bytes of a span's fixed-size fields ([`fixed`]).
+fn fixed_len(span: &Finished) -> usize {
+    IDS + if span.parent.is_some() { PARENT } else { 0 } + KIND_AND_TIMES + FLAGS.len()
+}
+
+/// The most bytes a span's fixed-size fields take (with a parent).
+const FIXED_MAX: usize = IDS + PARENT + KIND_AND_TIMES + FLAGS.len();
+
+/// `trace_id` (1), `span_id` (2), `parent_span_id` (4), `kind` (6), the start and end times
+/// (7, 8) and `flags` (16): every field of a known size, as one block at fixed offsets, and
+/// how many of its bytes are used (fewer without a parent). They go before the name, out of
+/// number order, so they are one copy; protobuf readers take fields in any order.
+fn fixed(span: &Finished, anchor: &Anchor) -> ([u8; FIXED_MAX], usize) {
+    let mut tail = [0u8; KIND_AND_TIMES + FLAGS.len()];
+    tail[0] = 6 << 3;
+    tail[1] = span.kind as u8;
+    tail[2] = (7 << 3) | 1;
+    tail[3..11].copy_from_slice(&anchor.unix_ns(span.start).to_le_bytes());
+    tail[11] = (8 << 3) | 1;
+    tail[12..20].copy_from_slice(&anchor.unix_ns(span.end).to_le_bytes());
+    tail[20..].copy_from_slice(&FLAGS);
+    let mut block = [0u8; FIXED_MAX];
+    block[0] = (1 << 3) | 2;
+    block[1] = 16;
+    block[2..18].copy_from_slice(&span.trace_id.0);
+    block[18] = (2 << 3) | 2;
+    block[19] = 8;
+    block[20..IDS].copy_from_slice(&span.span_id.0);
+    match span.parent {
+        Some(parent) => {
+            block[IDS] = (4 << 3) | 2;
+            block[IDS + 1] = 8;
+            block[IDS + 2..IDS + PARENT].copy_from_slice(&parent.0);
+            block[IDS + PARENT..].copy_from_slice(&tail);
+            (block, FIXED_MAX)
+        }
+        None => {
+            block[IDS..IDS + tail.len()].copy_from_slice(&tail);
+            (block, IDS + tail.len())
+        }
+    }
+}
+
+/// A span's leading bytes, gathered on the stack and copied into the queue at once: written
+/// field by field, each small copy was a call to `memcpy` and a capacity check.
+struct Block {
+    bytes: [u8; Self::MAX],
+    len: usize,
+}
+
+impl Default for Block {
+    fn default() -> Self {
+        Self {
+            bytes: [0; Self::MAX],
+            len: 0,
+        }
+    }
+}
+
+impl Block {
+    /// A span field's key and length, the fixed fields, the name's key and length.
+    const MAX: usize = 1 + 10 + FIXED_MAX + 1 + 10;
+
+    fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// The first `used` bytes of `bytes`, copied whole (a copy of a known size is a few
+    /// moves, one of a varying size a call).
+    fn put<const N: usize>(&mut self, bytes: &[u8; N], used: usize) {
+        self.bytes[self.len..self.len + N].copy_from_slice(bytes);
+        self.len += used;
+    }
+
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.bytes[self.len] = (v as u8) | 0x80;
+            self.len += 1;
+            v >>= 7;
+        }
+        self.bytes[self.len] = v as u8;
+        self.len += 1;
+    }
+
+    /// The span's fixed-size fields ([`fixed`]).
+    fn fixed(&mut self, span: &Finished, anchor: &Anchor) {
+        let (bytes, used) = fixed(span, anchor);
+        self.put(&bytes, used);
+    }
+
+    /// The name's key and length; its bytes follow the block.
+    fn name_prefix(&mut self, len: usize) {
+        self.put(&[(5 << 3) | 2], 1);
+        self.varint(len as u64);
     }
 }
 
@@ -439,24 +534,26 @@ mod tests {
             });
         }
 
+        /// The encoder's field order: the fixed-size fields first, then the name, the
+        /// attributes and the status.
         fn span(&mut self, span: &Finished, anchor: &Anchor) {
             self.bytes(1, &span.trace_id.0);
             self.bytes(2, &span.span_id.0);
             if let Some(parent) = span.parent {
                 self.bytes(4, &parent.0);
             }
-            self.bytes(5, span.name.as_bytes());
             self.uint(6, span.kind as u64);
             self.fixed64(7, anchor.unix_ns(span.start));
             self.fixed64(8, anchor.unix_ns(span.end));
+            self.key(16, 5);
+            self.0.extend_from_slice(&1u32.to_le_bytes());
+            self.bytes(5, span.name.as_bytes());
             for (key, value) in &span.attributes {
                 self.attribute(9, key, value);
             }
             if failed(span) {
                 self.framed(15, |w| w.uint(3, 2));
             }
-            self.key(16, 5);
-            self.0.extend_from_slice(&1u32.to_le_bytes());
         }
     }
 
@@ -553,7 +650,11 @@ mod tests {
             let reference = reference_request(&batch, &anchor);
             assert_eq!(request.as_ref(), reference.as_slice(), "{n} spans");
             let mut copied = vec![7; 3];
-            encode(&origin, &request[request.len() - span_bytes(&batch, &anchor)..], &mut copied);
+            encode(
+                &origin,
+                &request[request.len() - span_bytes(&batch, &anchor)..],
+                &mut copied,
+            );
             assert_eq!(copied, reference, "{n} spans, copied");
             if n == 600 {
                 assert!(request.len() > 16_384, "three-byte lengths are covered");

@@ -87,12 +87,12 @@ impl Encoded {
             // (its field's key and length, the fixed fields, the name's key and length) and
             // the name's bytes.
             let name = span.name.as_bytes();
+            let (fixed, used) = fixed(span, anchor);
             let mut block = Block::default();
-            let fixed = fixed_len(span);
             // ScopeSpans.spans
             block.put(&[(2 << 3) | 2], 1);
-            block.varint((fixed + field_len(5, name.len())) as u64);
-            block.fixed(span, anchor);
+            block.varint((used + field_len(5, name.len())) as u64);
+            block.put(&fixed, used);
             block.name_prefix(name.len());
             self.bytes.extend_from_slice(block.bytes());
             self.bytes.extend_from_slice(name);
@@ -338,8 +338,9 @@ impl Cursor<'_> {
     /// A `Span` body: the fixed fields, the name, the attributes, the status.
     fn span(&mut self, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
         let name = span.name.as_bytes();
+        let (fixed, used) = fixed(span, anchor);
         let mut block = Block::default();
-        block.fixed(span, anchor);
+        block.put(&fixed, used);
         block.name_prefix(name.len());
         self.put(block.bytes());
         self.put(name);
@@ -353,11 +354,6 @@ impl Cursor<'_> {
             self.put(&STATUS);
         }
     }
-}
-
-/// The bytes of a span's fixed-size fields ([`fixed`]).
-fn fixed_len(span: &Finished) -> usize {
-    IDS + if span.parent.is_some() { PARENT } else { 0 } + KIND_AND_TIMES + FLAGS.len()
 }
 
 /// The most bytes a span's fixed-size fields take (with a parent).
@@ -437,12 +433,6 @@ impl Block {
         }
         self.bytes[self.len] = v as u8;
         self.len += 1;
-    }
-
-    /// The span's fixed-size fields ([`fixed`]).
-    fn fixed(&mut self, span: &Finished, anchor: &Anchor) {
-        let (bytes, used) = fixed(span, anchor);
-        self.put(&bytes, used);
     }
 
     /// The name's key and length; its bytes follow the block.

@@ -9,6 +9,7 @@
 //! cost). A span that finds the queue full is dropped and counted (reported with the next
 //! export).
 
+use std::cell::RefCell;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -175,8 +176,6 @@ struct State {
     /// What times the spans as they are queued: read afresh each time the exporter takes
     /// them, so it is a schedule delay old at most.
     anchor: Anchor,
-    /// Constant attributes, encoded once.
-    constants: otlp::Constants,
     /// Spans dropped on a full queue since the last export.
     dropped: u64,
     /// Flushes asked, and the last one the exporter has done (tickets).
@@ -190,7 +189,6 @@ impl Queue {
             state: Mutex::new(State {
                 spans: otlp::Encoded::new(origin),
                 anchor: Anchor::now(),
-                constants: otlp::Constants::default(),
                 dropped: 0,
                 flush_asked: 0,
                 flush_done: 0,
@@ -207,23 +205,30 @@ impl Queue {
     }
 
     /// Queues a finished span, encoded; wakes the exporter only when a batch is full.
+    ///
+    /// The span is encoded on this thread between two short holds of the lock (one to read
+    /// the anchor, one to append the bytes): encoding under the lock made the runtime's
+    /// workers, which end spans at the same time, wait on each other in the kernel.
     pub fn push(&self, span: &Finished) {
-        let mut state = self.lock();
-        let State {
-            spans,
-            anchor,
-            constants,
-            dropped,
-            ..
-        } = &mut *state;
-        if spans.len() >= self.max_queue {
-            *dropped += 1;
-            return;
+        thread_local! {
+            /// This thread's constant attributes and the buffer a span is encoded into.
+            static LOCAL: RefCell<(otlp::Constants, Vec<u8>)> = RefCell::default();
         }
-        spans.push(span, anchor, constants);
-        if spans.len() == self.max_batch {
-            self.wake.notify_one();
-        }
+        let anchor = self.lock().anchor;
+        LOCAL.with(|local| {
+            let (constants, field) = &mut *local.borrow_mut();
+            field.clear();
+            otlp::encode_span(span, &anchor, constants, field);
+            let mut state = self.lock();
+            if state.spans.len() >= self.max_queue {
+                state.dropped += 1;
+                return;
+            }
+            state.spans.append(field);
+            if state.spans.len() == self.max_batch {
+                self.wake.notify_one();
+            }
+        });
     }
 
     /// Exports every span queued so far, waiting at most `timeout`; whether it was done.

@@ -80,45 +80,9 @@ impl Encoded {
         self.ends.len()
     }
 
-    /// Appends `span`, its times made Unix time by `anchor`.
-    pub fn push(&mut self, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
-        if span.attributes.is_empty() {
-            // Most spans: every length is known up front, so the span goes in as one block
-            // (its field's key and length, the fixed fields, the name's key and length) and
-            // the name's bytes.
-            let name = span.name.as_bytes();
-            let (fixed, used) = fixed(span, anchor);
-            let mut block = Block::default();
-            // ScopeSpans.spans
-            block.put(&[(2 << 3) | 2], 1);
-            block.varint((used + field_len(5, name.len())) as u64);
-            block.put(&fixed, used);
-            block.name_prefix(name.len());
-            self.bytes.extend_from_slice(block.bytes());
-            self.bytes.extend_from_slice(name);
-            self.ends.push(self.bytes.len());
-            return;
-        }
-        // The field's key, then room for its length, guessed so the body rarely moves: most
-        // spans with attributes are under 16 KiB (two bytes of length).
-        const ROOM: usize = 2;
-        let at = self.bytes.len() + 1;
-        self.bytes.extend_from_slice(&[(2 << 3) | 2, 0, 0]);
-        Cursor {
-            buf: &mut self.bytes,
-        }
-        .span(span, anchor, constants);
-        let body = at + ROOM;
-        let len = self.bytes.len() - body;
-        let (digits, used) = varint_bytes(len as u64);
-        if used > ROOM {
-            self.bytes
-                .splice(body..body, std::iter::repeat_n(0, used - ROOM));
-        } else if used < ROOM {
-            self.bytes.copy_within(body.., at + used);
-            self.bytes.truncate(at + used + len);
-        }
-        self.bytes[at..at + used].copy_from_slice(&digits[..used]);
+    /// Appends one span's field, as [`encode_span`] wrote it.
+    pub fn append(&mut self, field: &[u8]) {
+        self.bytes.extend_from_slice(field);
         self.ends.push(self.bytes.len());
     }
 
@@ -159,8 +123,45 @@ impl Encoded {
     }
 }
 
+/// Appends `span` to `out` as a whole `ScopeSpans.spans` field (key, length, `Span`), its
+/// times made Unix time by `anchor`.
+pub fn encode_span(span: &Finished, anchor: &Anchor, constants: &mut Constants, out: &mut Vec<u8>) {
+    if span.attributes.is_empty() {
+        // Most spans: every length is known up front, so the span goes in as one block
+        // (its field's key and length, the fixed fields, the name's key and length) and
+        // the name's bytes.
+        let name = span.name.as_bytes();
+        let (fixed, used) = fixed(span, anchor);
+        let mut block = Block::default();
+        // ScopeSpans.spans
+        block.put(&[(2 << 3) | 2], 1);
+        block.varint((used + field_len(5, name.len())) as u64);
+        block.put(&fixed, used);
+        block.name_prefix(name.len());
+        out.extend_from_slice(block.bytes());
+        out.extend_from_slice(name);
+        return;
+    }
+    // The field's key, then room for its length, guessed so the body rarely moves: most
+    // spans with attributes are under 16 KiB (two bytes of length).
+    const ROOM: usize = 2;
+    let at = out.len() + 1;
+    out.extend_from_slice(&[(2 << 3) | 2, 0, 0]);
+    Cursor { buf: out }.span(span, anchor, constants);
+    let body = at + ROOM;
+    let len = out.len() - body;
+    let (digits, used) = varint_bytes(len as u64);
+    if used > ROOM {
+        out.splice(body..body, std::iter::repeat_n(0, used - ROOM));
+    } else if used < ROOM {
+        out.copy_within(body.., at + used);
+        out.truncate(at + used + len);
+    }
+    out[at..at + used].copy_from_slice(&digits[..used]);
+}
+
 /// Writes one `ExportTraceServiceRequest` holding `spans` (fields written by
-/// [`Encoded::push`]) into `out`, replacing what it held.
+/// [`encode_span`]) into `out`, replacing what it held.
 pub fn encode(origin: &Origin, spans: &[u8], out: &mut Vec<u8>) {
     out.clear();
     write_head(origin, spans.len(), out);
@@ -608,6 +609,13 @@ mod tests {
         reference.0
     }
 
+    /// Queues `span` as the exporter's queue does: encoded apart, then appended.
+    fn push(queued: &mut Encoded, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
+        let mut field = Vec::new();
+        encode_span(span, anchor, constants, &mut field);
+        queued.append(&field);
+    }
+
     fn origin() -> Origin {
         Origin {
             service_name: "svc-test".into(),
@@ -628,7 +636,7 @@ mod tests {
             let batch = spans(n);
             let anchor = Anchor::now();
             for span in &batch {
-                queued.push(span, &anchor, &mut constants);
+                push(&mut queued, span, &anchor, &mut constants);
             }
             assert_eq!(queued.len(), n);
             let requests = queued.take_requests(&origin, n);
@@ -677,7 +685,7 @@ mod tests {
         let mut queued = Encoded::new(&origin);
         for _round in 0..2 {
             for span in &batch {
-                queued.push(span, &anchor, &mut constants);
+                push(&mut queued, span, &anchor, &mut constants);
             }
             let requests = queued.take_requests(&origin, 10);
             assert_eq!(

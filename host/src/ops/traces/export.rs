@@ -3,11 +3,11 @@
 //!
 //! It runs outside the async runtime, so a slow collector delays only this thread. Spans
 //! wait in a bounded queue that the exporter empties every schedule delay, or sooner when a
-//! batch is full or a flush is asked: a finished span is encoded into the queue under a lock
-//! nobody holds for long, never a wake-up of another thread (a channel woke the exporter for
-//! each span — a futex call and a context switch per span, most of what a traced request
-//! cost). A span that finds the queue full is dropped and counted (reported with the next
-//! export).
+//! batch is full or a flush is asked: a finished span is encoded on its own thread and
+//! appended under a lock nobody holds for long, never a wake-up of another thread (a channel
+//! woke the exporter for each span — a futex call and a context switch per span, most of what
+//! a traced request cost). A span that finds the queue full is dropped and counted (reported
+//! with the next export).
 
 use std::cell::RefCell;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -214,7 +214,15 @@ impl Queue {
             /// This thread's constant attributes and the buffer a span is encoded into.
             static LOCAL: RefCell<(otlp::Constants, Vec<u8>)> = RefCell::default();
         }
-        let anchor = self.lock().anchor;
+        let anchor = {
+            let mut state = self.lock();
+            // A full queue drops the span before the work of encoding it.
+            if state.spans.len() >= self.max_queue {
+                state.dropped += 1;
+                return;
+            }
+            state.anchor
+        };
         LOCAL.with(|local| {
             let (constants, field) = &mut *local.borrow_mut();
             field.clear();

@@ -18,13 +18,11 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
 use svc_driver_parquet::AtomicParquet;
-use svc_plugin_api::arrow::array::{Array as _, ArrayRef, AsArray as _, BooleanArray};
-use svc_plugin_api::arrow::compute::filter_record_batch;
+use svc_plugin_api::arrow::array::{Array as _, ArrayRef, AsArray as _};
 use svc_plugin_api::arrow::datatypes::{
     DataType, Date32Type, Decimal128Type, Int16Type, Int32Type, Int64Type, SchemaRef,
     TimestampMicrosecondType,
 };
-use svc_plugin_api::arrow::row::{RowConverter, SortField};
 use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use svc_plugin_api::datafusion::parquet::arrow::ProjectionMask;
@@ -333,7 +331,7 @@ async fn incremental(
         if changed == 0 {
             unchanged(&target.path, &target.hashes)
         } else {
-            merge(&target, schema, &changes, &key_columns)
+            crate::merge::merge(&target, schema, &changes, &key_columns)
         }
     })
     .await?;
@@ -380,129 +378,6 @@ fn unchanged(path: &Path, hashes: &KnownHashes) -> Result<SyncReport> {
         hash: hex::encode(hash.finalize()),
         notes: Vec::new(),
     })
-}
-
-/// Changed rows' keys, as bytes that compare equal when the keys do, each with where its
-/// last fetched row is (changes arrive in cursor order, so the last one wins).
-struct ChangedKeys {
-    converter: RowConverter,
-    columns: Vec<usize>,
-    latest: HashMap<Vec<u8>, (usize, usize)>,
-}
-
-impl ChangedKeys {
-    fn new(schema: &SchemaRef, columns: &[usize], changes: &[RecordBatch]) -> Result<Self> {
-        let converter = RowConverter::new(
-            columns
-                .iter()
-                .map(|&i| SortField::new(schema.field(i).data_type().clone()))
-                .collect(),
-        )
-        .map_err(|e| DriverError::internal(format!("cannot compare keys: {e}")))?;
-        let mut keys = Self {
-            converter,
-            columns: columns.to_vec(),
-            latest: HashMap::new(),
-        };
-        for (b, batch) in changes.iter().enumerate() {
-            let rows = keys.rows(batch)?;
-            for (r, key) in rows.iter().enumerate() {
-                keys.latest.insert(key.as_ref().to_vec(), (b, r));
-            }
-        }
-        Ok(keys)
-    }
-
-    fn rows(&self, batch: &RecordBatch) -> Result<svc_plugin_api::arrow::row::Rows> {
-        let arrays: Vec<ArrayRef> = self
-            .columns
-            .iter()
-            .map(|&i| batch.column(i).clone())
-            .collect();
-        self.converter
-            .convert_columns(&arrays)
-            .map_err(|e| DriverError::internal(format!("cannot compare keys: {e}")))
-    }
-
-    /// Which of the copy's rows stay: those whose key did not change. Looked up in place,
-    /// without a key's copy per row (a copy of ten million rows is looked up whole).
-    fn unchanged(&self, batch: &RecordBatch) -> Result<BooleanArray> {
-        let rows = self.rows(batch)?;
-        Ok(rows
-            .iter()
-            .map(|key| Some(!self.latest.contains_key(key.as_ref())))
-            .collect())
-    }
-
-    /// Which of the changes' rows are their key's last.
-    fn last(&self, b: usize, batch: &RecordBatch) -> Result<BooleanArray> {
-        let rows = self.rows(batch)?;
-        Ok(rows
-            .iter()
-            .enumerate()
-            .map(|(r, key)| Some(self.latest.get(key.as_ref()) == Some(&(b, r))))
-            .collect())
-    }
-}
-
-/// A new copy: the old rows whose key is not among the changes, then the changes (the last
-/// fetched row of each key). Without a key, the old rows and all the changes.
-///
-/// The old copy is read and filtered on a thread of its own while this one encodes: on a
-/// large copy both take seconds, and they overlap.
-fn merge(
-    target: &Target,
-    schema: SchemaRef,
-    changes: &[RecordBatch],
-    key_columns: &[usize],
-) -> Result<SyncReport> {
-    let keys = (!key_columns.is_empty())
-        .then(|| ChangedKeys::new(&schema, key_columns, changes))
-        .transpose()?;
-    let mut writer =
-        AtomicParquet::with_row_groups(&target.path, schema.clone(), target.row_group_rows)?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(open(&target.path)?)
-        .and_then(|b| b.with_batch_size(target.batch_rows).build())
-        .map_err(|e| corrupt(&target.path, e))?;
-    let keys = &keys;
-    let path = &target.path;
-    std::thread::scope(|scope| -> Result<()> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<RecordBatch>(IN_FLIGHT);
-        let schema = schema.clone();
-        let reading = scope.spawn(move || -> Result<()> {
-            for batch in reader {
-                let batch = batch.map_err(|e| corrupt(path, e))?;
-                let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())
-                    .map_err(|e| corrupt(path, e))?;
-                let kept = match keys {
-                    Some(keys) => filter_record_batch(&batch, &keys.unchanged(&batch)?)
-                        .map_err(|e| DriverError::internal(e.to_string()))?,
-                    None => batch,
-                };
-                if tx.send(kept).is_err() {
-                    // The writer failed; its error is the one reported.
-                    break;
-                }
-            }
-            Ok(())
-        });
-        let written = rx.iter().try_for_each(|batch| writer.write(&batch));
-        // A reader still sending stops once the receiver is gone.
-        drop(rx);
-        let read = reading
-            .join()
-            .map_err(|_| DriverError::internal("reading the old copy panicked"))?;
-        written.and(read)
-    })?;
-    for (b, batch) in changes.iter().enumerate() {
-        let batch = match keys {
-            Some(keys) => filter_record_batch(batch, &keys.last(b, batch)?)
-                .map_err(|e| DriverError::internal(e.to_string()))?,
-            None => batch.clone(),
-        };
-        writer.write(&batch)?;
-    }
-    writer.commit()
 }
 
 /// The copy's schema, when there is a copy.
@@ -651,11 +526,11 @@ fn describe(a: &Adjusted) -> Vec<String> {
     notes
 }
 
-fn open(path: &Path) -> Result<File> {
+pub(crate) fn open(path: &Path) -> Result<File> {
     File::open(path).map_err(|e| DriverError::internal(format!("{}: {e}", path.display())))
 }
 
-fn corrupt(path: &Path, e: impl std::fmt::Display) -> DriverError {
+pub(crate) fn corrupt(path: &Path, e: impl std::fmt::Display) -> DriverError {
     DriverError::new(
         ErrorKind::Corrupt,
         format!("the copy {} cannot be read: {e}", path.display()),

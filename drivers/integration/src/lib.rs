@@ -19,6 +19,7 @@
 mod columns;
 pub mod config;
 mod extract;
+mod merge;
 mod mysql;
 mod postgres;
 mod session;

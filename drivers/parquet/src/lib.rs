@@ -11,7 +11,7 @@ mod write;
 
 pub use ingest::{ingest, inspect, DataFacts, IngestError, UploadFormat};
 pub use stats::{column_stats, ColumnStats};
-pub use write::{sweep_temp_files, temp_path, AtomicParquet, Layout};
+pub use write::{sweep_temp_files, temp_path, AtomicParquet, Layout, OldFile};
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -4,6 +4,11 @@
 //! flushes it to disk and renames it over the old file in one step. Dropping the writer
 //! without committing (an error, a cancelled task) removes the temporary file; a process
 //! killed mid-write leaves one behind, which [`sweep_temp_files`] removes at the next start.
+//!
+//! A new file can also be spliced from an old one ([`AtomicParquet::splice_row_group`]): a
+//! row group whose columns are the old file's column chunks as they are, where nothing in
+//! them changed, and newly encoded values where something did. An incremental merge that
+//! touches a few rows then re-encodes a few columns instead of the whole file.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -12,10 +17,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
+use svc_plugin_api::arrow::array::{Array as _, ArrayRef};
 use svc_plugin_api::arrow::datatypes::SchemaRef;
+use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions,
+};
+use svc_plugin_api::datafusion::parquet::arrow::arrow_writer::{
+    compute_leaves, ArrowRowGroupWriterFactory,
+};
 use svc_plugin_api::datafusion::parquet::arrow::ArrowWriter;
 use svc_plugin_api::datafusion::parquet::basic::{Compression, ZstdLevel};
+use svc_plugin_api::datafusion::parquet::column::writer::ColumnCloseResult;
+use svc_plugin_api::datafusion::parquet::errors::ParquetError;
+use svc_plugin_api::datafusion::parquet::file::metadata::PageIndexPolicy;
+use svc_plugin_api::datafusion::parquet::file::page_index::column_index::ColumnIndexMetaData;
 use svc_plugin_api::datafusion::parquet::file::properties::WriterProperties;
+use svc_plugin_api::datafusion::parquet::file::writer::SerializedFileWriter;
 use svc_plugin_api::datafusion::parquet::schema::types::ColumnPath;
 use svc_plugin_api::{DriverError, RecordBatch, Result, SyncReport};
 
@@ -72,8 +89,49 @@ impl Default for Layout<'_> {
 pub struct AtomicParquet {
     target: PathBuf,
     temp: PathBuf,
-    writer: Option<ArrowWriter<Hashing>>,
+    writer: Option<Writer>,
+    schema: SchemaRef,
+    row_group_rows: usize,
     rows: u64,
+}
+
+/// What writes the file: arrow's writer, which cuts row groups itself, until a row group is
+/// spliced; from then on the file writer under it, which takes whole row groups.
+enum Writer {
+    Batches(ArrowWriter<Hashing>),
+    Groups {
+        file: SerializedFileWriter<Hashing>,
+        encoders: ArrowRowGroupWriterFactory,
+    },
+}
+
+/// An existing parquet file whose column chunks a new file may reuse: opened once, with its
+/// footer and page index read.
+pub struct OldFile {
+    file: File,
+    metadata: ArrowReaderMetadata,
+}
+
+impl OldFile {
+    /// Opens `path` and reads its footer and page index.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| io_error("cannot open", path, e))?;
+        // The page index travels with a copied chunk, where the old file has one.
+        let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+        let metadata = ArrowReaderMetadata::load(&file, options)
+            .map_err(|e| io_error("cannot read", path, e))?;
+        Ok(Self { file, metadata })
+    }
+
+    /// The file, to read row groups from.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Its footer, schema and page index.
+    pub fn metadata(&self) -> &ArrowReaderMetadata {
+        &self.metadata
+    }
 }
 
 impl std::fmt::Debug for AtomicParquet {
@@ -132,22 +190,165 @@ impl AtomicParquet {
             target: target.to_owned(),
             temp,
             writer: None,
+            schema: schema.clone(),
+            row_group_rows: layout.row_group_rows.max(1),
             rows: 0,
         };
-        this.writer = Some(
+        this.writer = Some(Writer::Batches(
             ArrowWriter::try_new(sink, schema, Some(props))
                 .map_err(|e| io_error("cannot start parquet in", &this.temp, e))?,
-        );
+        ));
         Ok(this)
     }
 
     /// Appends rows.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        let writer = self.writer.as_mut().expect("a writer until commit");
-        writer
-            .write(batch)
-            .map_err(|e| io_error("cannot write", &self.temp, e))?;
-        self.rows += batch.num_rows() as u64;
+        if let Some(Writer::Batches(writer)) = self.writer.as_mut() {
+            writer
+                .write(batch)
+                .map_err(|e| io_error("cannot write", &self.temp, e))?;
+            self.rows += batch.num_rows() as u64;
+            return Ok(());
+        }
+        // Whole row groups from here on: the batch is cut into groups of its own.
+        let step = self.row_group_rows;
+        for at in (0..batch.num_rows()).step_by(step) {
+            let part = batch.slice(at, step.min(batch.num_rows() - at));
+            let columns: Vec<_> = part.columns().iter().cloned().map(Some).collect();
+            self.encode_row_group(None, &columns, part.num_rows())?;
+        }
+        Ok(())
+    }
+
+    /// Appends row group `group` of `old` with some columns replaced: `replaced` holds, for
+    /// each of the schema's columns, new values for the group, or `None` to keep the old
+    /// column chunk's bytes as they are. New values may drop rows only when every column
+    /// is replaced. The old file must have this file's schema ([`AtomicParquet::can_splice`]).
+    pub fn splice_row_group(
+        &mut self,
+        old: &OldFile,
+        group: usize,
+        replaced: &[Option<ArrayRef>],
+    ) -> Result<()> {
+        // Replaced values may hold fewer rows than the old group (rows removed).
+        let rows = match replaced.iter().flatten().next() {
+            Some(values) => values.len(),
+            None => {
+                let rows = old.metadata.metadata().row_group(group).num_rows();
+                usize::try_from(rows).unwrap_or(0)
+            }
+        };
+        if replaced.iter().flatten().any(|v| v.len() != rows) {
+            return Err(DriverError::internal(
+                "a spliced row group's new columns differ in length",
+            ));
+        }
+        if rows != old.metadata.metadata().row_group(group).num_rows() as usize
+            && replaced.iter().any(Option::is_none)
+        {
+            return Err(DriverError::internal(
+                "a spliced row group keeps old columns but not the old rows",
+            ));
+        }
+        self.encode_row_group(Some((old, group)), replaced, rows)
+    }
+
+    /// Whether row groups of `old` can be spliced into this file: the same parquet schema.
+    pub fn can_splice(&mut self, old: &OldFile) -> bool {
+        match self.groups() {
+            Ok(Writer::Groups { file, .. }) => {
+                file.schema_descr() == old.metadata.metadata().file_metadata().schema_descr()
+            }
+            _ => false,
+        }
+    }
+
+    /// The file writer, once whole row groups are written (switching to it if need be).
+    fn groups(&mut self) -> Result<&mut Writer> {
+        if let Some(Writer::Batches(_)) = &self.writer {
+            let Some(Writer::Batches(batches)) = self.writer.take() else {
+                unreachable!("matched above")
+            };
+            let (file, encoders) = batches.into_serialized_writer().map_err(|e| {
+                // No writer is left for the drop to see: the partial file goes now.
+                let _ = std::fs::remove_file(&self.temp);
+                io_error("cannot write", &self.temp, e)
+            })?;
+            self.writer = Some(Writer::Groups { file, encoders });
+        }
+        Ok(self.writer.as_mut().expect("just set"))
+    }
+
+    /// Writes one row group of `rows` rows: each column encoded from `columns`, or (where
+    /// `None`) copied from `old`'s row group.
+    fn encode_row_group(
+        &mut self,
+        old: Option<(&OldFile, usize)>,
+        columns: &[Option<ArrayRef>],
+        rows: usize,
+    ) -> Result<()> {
+        let (temp, schema) = (self.temp.clone(), self.schema.clone());
+        let failed = |e: ParquetError| io_error("cannot write", &temp, e);
+        let Writer::Groups { file, encoders } = self.groups()? else {
+            unreachable!("groups() switches to row groups")
+        };
+        let mut writers = encoders
+            .create_column_writers(file.flushed_row_groups().len())
+            .map_err(failed)?
+            .into_iter();
+        // A column is one leaf unless nested: its leaves are those rooted at it.
+        let descriptor = file.schema_descr();
+        let mut leaves = vec![0; schema.fields().len()];
+        for l in 0..descriptor.num_columns() {
+            leaves[descriptor.get_column_root_idx(l)] += 1;
+        }
+        let mut group = file.next_row_group().map_err(failed)?;
+        let mut leaf = 0;
+        for ((field, column), leaves) in schema.fields().iter().zip(columns).zip(leaves) {
+            match (column, old) {
+                (Some(values), _) => {
+                    let parts = compute_leaves(field, values).map_err(failed)?;
+                    for part in parts {
+                        let mut writer = writers.next().expect("a writer per leaf");
+                        writer.write(&part).map_err(failed)?;
+                        writer
+                            .close()
+                            .map_err(failed)?
+                            .append_to_row_group(&mut group)
+                            .map_err(failed)?;
+                    }
+                }
+                (None, Some((old, index))) => {
+                    let meta = old.metadata.metadata();
+                    for l in leaf..leaf + leaves {
+                        writers.next();
+                        let chunk = meta.row_group(index).column(l);
+                        let column_index = meta
+                            .column_index()
+                            .and_then(|i| i.get(index)?.get(l))
+                            .filter(|i| !matches!(i, ColumnIndexMetaData::NONE))
+                            .cloned();
+                        let offset_index = meta
+                            .offset_index()
+                            .and_then(|i| i.get(index)?.get(l))
+                            .cloned();
+                        let close = ColumnCloseResult {
+                            bytes_written: chunk.compressed_size() as u64,
+                            rows_written: rows as u64,
+                            metadata: chunk.clone(),
+                            bloom_filter: None,
+                            column_index,
+                            offset_index,
+                        };
+                        group.append_column(&old.file, close).map_err(failed)?;
+                    }
+                }
+                (None, None) => unreachable!("new rows are always encoded"),
+            }
+            leaf += leaves;
+        }
+        group.close().map_err(failed)?;
+        self.rows += rows as u64;
         Ok(())
     }
 
@@ -158,15 +359,20 @@ impl AtomicParquet {
 
     /// Bytes of the file flushed so far (row groups still in memory not counted).
     pub fn bytes(&self) -> u64 {
-        self.writer.as_ref().map_or(0, |w| w.bytes_written() as u64)
+        match &self.writer {
+            Some(Writer::Batches(w)) => w.bytes_written() as u64,
+            Some(Writer::Groups { file, .. }) => file.bytes_written() as u64,
+            None => 0,
+        }
     }
 
     /// Finishes the file, makes it durable and puts it in place of the old one.
     pub fn commit(mut self) -> Result<SyncReport> {
-        let writer = self.writer.take().expect("a writer until commit");
-        let mut sink = writer
-            .into_inner()
-            .map_err(|e| io_error("cannot finish", &self.temp, e))?;
+        let sink = match self.writer.take().expect("a writer until commit") {
+            Writer::Batches(w) => w.into_inner(),
+            Writer::Groups { file, .. } => file.into_inner(),
+        };
+        let mut sink = sink.map_err(|e| io_error("cannot finish", &self.temp, e))?;
         sink.flush()
             .map_err(|e| io_error("cannot flush", &self.temp, e))?;
         let Hashing { inner, hash, bytes } = sink;

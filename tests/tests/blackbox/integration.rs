@@ -328,9 +328,13 @@ fn incremental_syncs_merge_by_key_and_full_syncs_reconcile_deletes() {
              FROM generate_series(1, 1000) g",
         ],
     );
+    // Row groups of 100 rows: the copy has ten, so a merge can leave most as they are.
     let s = Server::start_with(
         Backend::Sqlite,
-        &[("SVC_INTEGRATION_SHOP_URL", source.as_str())],
+        &[
+            ("SVC_INTEGRATION_SHOP_URL", source.as_str()),
+            ("SVC_INTEGRATION_SHOP_ROW_GROUP_ROWS", "100"),
+        ],
     );
     let admin = s.admin_token();
     register(
@@ -359,6 +363,15 @@ fn incremental_syncs_merge_by_key_and_full_syncs_reconcile_deletes() {
     assert_eq!(state["rows"], 1005, "deletes wait for a full sync: {state}");
     assert!(
         notes.iter().any(|n| n.contains("15 new or changed rows")),
+        "{notes:?}"
+    );
+    // Ids 500–509 sit in the 5th and 6th row groups: only there are `name` and `updated_at`
+    // encoded again; the other eight groups, and `id` everywhere, keep their bytes.
+    assert!(
+        notes.iter().any(|n| n.contains(
+            "merge: 8 of 10 row groups copied as they were, 4 of 30 column chunks encoded \
+             again, 5 rows added"
+        )),
         "{notes:?}"
     );
     assert_eq!(

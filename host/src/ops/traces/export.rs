@@ -2,15 +2,14 @@
 //! (http/protobuf), configured by the standard `OTEL_*` variables.
 //!
 //! It runs outside the async runtime, so a slow collector delays only this thread. Spans
-//! wait in bounded per-thread shards ([`Queue`]) that the exporter empties every schedule
-//! delay, or sooner when a batch is full or a flush is asked: a finished span is encoded
-//! into its own thread's shard, never handed to another thread (a channel woke the exporter
-//! for each span — a futex call and a context switch per span, most of what a traced request
-//! cost). A span that finds its shard full is dropped and counted (reported with the next
-//! export).
+//! wait in a bounded queue that the exporter empties every schedule delay, or sooner when a
+//! batch is full or a flush is asked: a finished span is encoded on its own thread and
+//! appended under a lock nobody holds for long, never a wake-up of another thread (a channel
+//! woke the exporter for each span — a futex call and a context switch per span, most of what
+//! a traced request cost). A span that finds the queue full is dropped and counted (reported
+//! with the next export).
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -159,77 +158,38 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Finished spans waiting for the exporter, encoded, in a shard per thread that ends spans,
-/// and the exporter's flush bookkeeping.
-///
-/// A span is encoded into its own thread's shard under that shard's lock, which only the
-/// exporter also takes, once a batch: the lock and the bytes stay in that core's cache. One
-/// queue shared by the runtime's workers made every span move its lock and its bytes between
-/// cores, and (while spans were encoded under it) made the workers wait on each other in
-/// the kernel.
+/// Finished spans waiting for the exporter, encoded, and its flush bookkeeping.
 #[derive(Debug)]
 pub(super) struct Queue {
-    /// Tells this queue's shards from another's in a thread's slot.
-    id: u64,
-    control: Mutex<Control>,
+    state: Mutex<State>,
     /// The exporter waits on this: a full batch or a flush asked.
     wake: Condvar,
     /// Flushers wait on this: a flush done.
     flushed: Condvar,
-    /// The most spans one thread's shard holds; past it, that thread's spans are dropped.
     max_queue: usize,
     max_batch: usize,
-    origin: Origin,
 }
 
 #[derive(Debug)]
-struct Control {
-    shards: Vec<Arc<Mutex<Shard>>>,
-    /// A shard filled a batch since the exporter last took the spans.
-    full: bool,
-    /// The anchor a new shard starts with.
+struct State {
+    spans: otlp::Encoded,
+    /// What times the spans as they are queued: read afresh each time the exporter takes
+    /// them, so it is a schedule delay old at most.
     anchor: Anchor,
+    /// Spans dropped on a full queue since the last export.
+    dropped: u64,
     /// Flushes asked, and the last one the exporter has done (tickets).
     flush_asked: u64,
     flush_done: u64,
 }
 
-/// One thread's spans.
-#[derive(Debug)]
-struct Shard {
-    spans: otlp::Encoded,
-    /// What times the spans as they are queued: renewed each time the exporter takes them,
-    /// so it is a schedule delay old at most.
-    anchor: Anchor,
-    /// Constant attributes, encoded once per thread.
-    constants: otlp::Constants,
-    /// Spans dropped on a full shard since the last export.
-    dropped: u64,
-}
-
-/// A thread's shard, and which queue it belongs to (a process has one queue, but tests may
-/// make more).
-type Local = Option<(u64, Arc<Mutex<Shard>>)>;
-
-thread_local! {
-    static SHARD: RefCell<Local> = const { RefCell::new(None) };
-}
-
-/// The next queue's id.
-static QUEUES: AtomicU64 = AtomicU64::new(0);
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Queue {
     pub fn new(max_queue: usize, max_batch: usize, origin: &Origin) -> Self {
         Self {
-            id: QUEUES.fetch_add(1, Ordering::Relaxed),
-            control: Mutex::new(Control {
-                shards: Vec::new(),
-                full: false,
+            state: Mutex::new(State {
+                spans: otlp::Encoded::new(origin),
                 anchor: Anchor::now(),
+                dropped: 0,
                 flush_asked: 0,
                 flush_done: 0,
             }),
@@ -237,121 +197,63 @@ impl Queue {
             flushed: Condvar::new(),
             max_queue,
             max_batch,
-            origin: origin.clone(),
         }
     }
 
-    /// Queues a finished span, encoded into this thread's shard; wakes the exporter only when
-    /// the shard holds a full batch.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues a finished span, encoded; wakes the exporter only when a batch is full.
+    ///
+    /// The span is encoded on this thread between two short holds of the lock (one to read
+    /// the anchor, one to append the bytes): encoding under the lock made the runtime's
+    /// workers, which end spans at the same time, wait on each other in the kernel.
     pub fn push(&self, span: &Finished) {
-        // A span ended while the thread's slots are being torn down is let go.
-        let _ = SHARD.try_with(|local| {
-            let mut local = local.borrow_mut();
-            if !matches!(&*local, Some((queue, _)) if *queue == self.id) {
-                *local = Some((self.id, self.register()));
-            }
-            let Some((_, shard)) = &*local else {
-                unreachable!("registered above")
-            };
-            let mut shard = lock(shard);
-            if shard.spans.len() >= self.max_queue {
-                shard.dropped += 1;
+        thread_local! {
+            /// This thread's constant attributes and the buffer a span is encoded into.
+            static LOCAL: RefCell<(otlp::Constants, Vec<u8>)> = RefCell::default();
+        }
+        let anchor = {
+            let mut state = self.lock();
+            // A full queue drops the span before the work of encoding it.
+            if state.spans.len() >= self.max_queue {
+                state.dropped += 1;
                 return;
             }
-            let Shard {
-                spans,
-                anchor,
-                constants,
-                ..
-            } = &mut *shard;
-            spans.push(span, anchor, constants);
-            if spans.len() == self.max_batch {
-                drop(shard);
-                lock(&self.control).full = true;
+            state.anchor
+        };
+        LOCAL.with(|local| {
+            let (constants, field) = &mut *local.borrow_mut();
+            field.clear();
+            otlp::encode_span(span, &anchor, constants, field);
+            let mut state = self.lock();
+            if state.spans.len() >= self.max_queue {
+                state.dropped += 1;
+                return;
+            }
+            state.spans.append(field);
+            if state.spans.len() == self.max_batch {
                 self.wake.notify_one();
             }
         });
     }
 
-    /// A new shard for the calling thread.
-    fn register(&self) -> Arc<Mutex<Shard>> {
-        let mut control = lock(&self.control);
-        let shard = Arc::new(Mutex::new(Shard {
-            spans: otlp::Encoded::new(&self.origin),
-            anchor: control.anchor,
-            constants: otlp::Constants::default(),
-            dropped: 0,
-        }));
-        control.shards.push(shard.clone());
-        shard
-    }
-
-    /// Waits until a shard holds a full batch, a flush is asked or `delay` has passed; the
-    /// last flush asked, which the spans taken next fulfil.
-    fn wait(&self, delay: Duration) -> u64 {
-        let mut control = lock(&self.control);
-        if !control.full && control.flush_done >= control.flush_asked {
-            control = self
-                .wake
-                .wait_timeout(control, delay)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        control.full = false;
-        control.flush_asked
-    }
-
-    /// Takes every shard's spans as requests of at most a batch each, handed to `send` with
-    /// how many spans each holds, and renews the shards' anchor; how many spans were dropped
-    /// since the last time. The shards' spans are gathered into `batch` first, so threads
-    /// share requests: a request per shard cost a post per thread each schedule delay.
-    fn take(&self, batch: &mut otlp::Encoded, mut send: impl FnMut(Bytes, usize)) -> u64 {
-        let (shards, anchor) = {
-            let mut control = lock(&self.control);
-            // Shards of threads that have ended, once emptied, are let go.
-            control
-                .shards
-                .retain(|shard| Arc::strong_count(shard) > 1 || lock(shard).spans.len() > 0);
-            control.anchor = Anchor::now();
-            (control.shards.clone(), control.anchor)
-        };
-        let mut dropped = 0;
-        for shard in &shards {
-            let mut shard = lock(shard);
-            dropped += std::mem::take(&mut shard.dropped);
-            batch.take_from(&mut shard.spans);
-            shard.anchor = anchor;
-        }
-        for (request, count) in batch.take_requests(&self.origin, self.max_batch) {
-            send(request, count);
-        }
-        dropped
-    }
-
-    /// Says the flush `ticket` (and every one before it) is done.
-    fn done(&self, ticket: u64) {
-        let mut control = lock(&self.control);
-        if control.flush_done < ticket {
-            control.flush_done = ticket;
-            self.flushed.notify_all();
-        }
-    }
-
     /// Exports every span queued so far, waiting at most `timeout`; whether it was done.
     fn flush(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut control = lock(&self.control);
-        control.flush_asked += 1;
-        let ticket = control.flush_asked;
+        let mut state = self.lock();
+        state.flush_asked += 1;
+        let ticket = state.flush_asked;
         self.wake.notify_one();
-        while control.flush_done < ticket {
+        while state.flush_done < ticket {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
             }
-            control = self
+            state = self
                 .flushed
-                .wait_timeout(control, left)
+                .wait_timeout(state, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
@@ -420,18 +322,37 @@ fn run(settings: &Settings, queue: &Queue) {
         client,
         failing: false,
     };
-    // Where the shards' spans are gathered each round.
-    let mut batch = otlp::Encoded::new(&settings.origin);
+    // Swapped with the queue's spans each round, so both keep the room they grew to.
+    let mut spans = otlp::Encoded::new(&settings.origin);
     loop {
-        let ticket = queue.wait(settings.delay);
-        let dropped = queue.take(&mut batch, |request, count| sender.send(request, count));
+        let (dropped, ticket) = {
+            let mut state = queue.lock();
+            if state.spans.len() < settings.max_batch && state.flush_done >= state.flush_asked {
+                state = queue
+                    .wake
+                    .wait_timeout(state, settings.delay)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            let dropped = std::mem::take(&mut state.dropped);
+            std::mem::swap(&mut state.spans, &mut spans);
+            state.anchor = Anchor::now();
+            (dropped, state.flush_asked)
+        };
         if dropped > 0 {
             tracing::warn!(
                 dropped,
-                "trace spans dropped: a thread's queue was full (OTEL_BSP_MAX_QUEUE_SIZE)"
+                "trace spans dropped: the exporter's queue was full (OTEL_BSP_MAX_QUEUE_SIZE)"
             );
         }
-        queue.done(ticket);
+        for (request, count) in spans.take_requests(&settings.origin, settings.max_batch) {
+            sender.send(request, count);
+        }
+        let mut state = queue.lock();
+        if state.flush_done < ticket {
+            state.flush_done = ticket;
+            queue.flushed.notify_all();
+        }
     }
 }
 
@@ -486,113 +407,6 @@ mod tests {
                 .find(|(name, _)| *name == k)
                 .map(|(_, v)| (*v).to_owned())
         })
-    }
-
-    fn span() -> Finished {
-        Finished {
-            trace_id: svc_trace::TraceId::random(),
-            span_id: svc_trace::SpanId::random(),
-            parent: None,
-            name: "auth.resolve".into(),
-            kind: svc_trace::Kind::Internal,
-            start: svc_trace::Ticks::now(),
-            end: svc_trace::Ticks::now(),
-            attributes: vec![("http.route", svc_trace::Value::from("/api/v2/sample"))],
-        }
-    }
-
-    fn origin() -> Origin {
-        Origin {
-            service_name: "svc-test".into(),
-            service_version: "1.2.3",
-        }
-    }
-
-    /// How many times each id's bytes occur in the requests.
-    fn occurrences(requests: &[Bytes], id: &[u8; 8]) -> usize {
-        requests
-            .iter()
-            .map(|r| r.windows(8).filter(|w| w == id).count())
-            .sum()
-    }
-
-    #[test]
-    fn spans_from_every_thread_are_taken_once_in_batches_and_ended_threads_let_go() {
-        let origin = origin();
-        let queue = Arc::new(Queue::new(1_000, 4, &origin));
-        let threads: Vec<_> = (0..3)
-            .map(|t| {
-                let queue = queue.clone();
-                std::thread::spawn(move || {
-                    (0..10 + t)
-                        .map(|_| {
-                            let span = span();
-                            queue.push(&span);
-                            span.span_id.0
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let ids: Vec<[u8; 8]> = threads
-            .into_iter()
-            .flat_map(|t| t.join().unwrap())
-            .collect();
-        assert_eq!(ids.len(), 33);
-        // A thread filled a batch, so the exporter is not left to sleep out its delay.
-        assert_eq!(queue.wait(Duration::from_secs(60)), 0);
-        let mut batch = otlp::Encoded::new(&origin);
-        let mut requests = Vec::new();
-        let dropped = queue.take(&mut batch, |request, count| {
-            assert!((1..=4).contains(&count), "{count} spans in a batch of 4");
-            requests.push(request);
-        });
-        assert_eq!(dropped, 0);
-        // The threads' spans share requests: 33 spans make 8 full batches and one of 1.
-        assert_eq!(requests.len(), 9);
-        for id in &ids {
-            assert_eq!(occurrences(&requests, id), 1);
-        }
-        // Every thread has ended and its shard is empty: the next take lets them go.
-        assert_eq!(lock(&queue.control).shards.len(), 3);
-        let mut again = 0;
-        queue.take(&mut batch, |_, _| again += 1);
-        assert_eq!(again, 0, "every span was taken once");
-        assert!(lock(&queue.control).shards.is_empty());
-    }
-
-    #[test]
-    fn a_full_shard_drops_and_counts_and_a_flush_is_answered() {
-        let origin = origin();
-        let queue = Queue::new(5, 512, &origin);
-        let ids: Vec<[u8; 8]> = (0..8)
-            .map(|_| {
-                let span = span();
-                queue.push(&span);
-                span.span_id.0
-            })
-            .collect();
-        let mut batch = otlp::Encoded::new(&origin);
-        let mut requests = Vec::new();
-        assert_eq!(queue.take(&mut batch, |r, _| requests.push(r)), 3);
-        let kept: Vec<usize> = ids.iter().map(|id| occurrences(&requests, id)).collect();
-        assert_eq!(kept, [1, 1, 1, 1, 1, 0, 0, 0], "the first five are kept");
-        // After a take the shard has room again, and a flush asked is seen by the exporter.
-        queue.push(&span());
-        std::thread::scope(|scope| {
-            let flushing = scope.spawn(|| queue.flush(Duration::from_secs(30)));
-            let ticket = loop {
-                let ticket = queue.wait(Duration::from_millis(10));
-                if ticket > 0 {
-                    break ticket;
-                }
-            };
-            let mut taken = 0;
-            queue.take(&mut batch, |_, n| taken += n);
-            assert_eq!(taken, 1);
-            queue.done(ticket);
-            assert!(flushing.join().unwrap(), "the flush was answered");
-        });
     }
 
     #[test]

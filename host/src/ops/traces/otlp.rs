@@ -80,20 +80,10 @@ impl Encoded {
         self.ends.len()
     }
 
-    /// Encodes `span` after the spans waiting, its times made Unix time by `anchor`.
-    pub fn push(&mut self, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
-        encode_span(span, anchor, constants, &mut self.bytes);
+    /// Appends one span's field, as [`encode_span`] wrote it.
+    pub fn append(&mut self, field: &[u8]) {
+        self.bytes.extend_from_slice(field);
         self.ends.push(self.bytes.len());
-    }
-
-    /// Moves `other`'s spans after these, leaving `other` empty with the room it grew to.
-    pub fn take_from(&mut self, other: &mut Encoded) {
-        let at = self.bytes.len();
-        self.bytes.extend_from_slice(&other.bytes[other.head..]);
-        self.ends
-            .extend(other.ends.iter().map(|end| end - other.head + at));
-        other.bytes.truncate(other.head);
-        other.ends.clear();
     }
 
     /// The waiting spans as `ExportTraceServiceRequest`s of at most `max` spans each, with
@@ -135,7 +125,7 @@ impl Encoded {
 
 /// Appends `span` to `out` as a whole `ScopeSpans.spans` field (key, length, `Span`), its
 /// times made Unix time by `anchor`.
-fn encode_span(span: &Finished, anchor: &Anchor, constants: &mut Constants, out: &mut Vec<u8>) {
+pub fn encode_span(span: &Finished, anchor: &Anchor, constants: &mut Constants, out: &mut Vec<u8>) {
     if span.attributes.is_empty() {
         // Most spans: every length is known up front, so the span goes in as one block
         // (its field's key and length, the fixed fields, the name's key and length) and
@@ -619,6 +609,13 @@ mod tests {
         reference.0
     }
 
+    /// Queues `span` as the exporter's queue does: encoded apart, then appended.
+    fn push(queued: &mut Encoded, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
+        let mut field = Vec::new();
+        encode_span(span, anchor, constants, &mut field);
+        queued.append(&field);
+    }
+
     fn origin() -> Origin {
         Origin {
             service_name: "svc-test".into(),
@@ -639,7 +636,7 @@ mod tests {
             let batch = spans(n);
             let anchor = Anchor::now();
             for span in &batch {
-                queued.push(span, &anchor, &mut constants);
+                push(&mut queued, span, &anchor, &mut constants);
             }
             assert_eq!(queued.len(), n);
             let requests = queued.take_requests(&origin, n);
@@ -681,42 +678,6 @@ mod tests {
     }
 
     #[test]
-    fn spans_taken_from_other_queues_follow_in_order_and_leave_them_empty() {
-        let origin = origin();
-        let (spans, anchor) = (spans(30), Anchor::now());
-        let mut constants = Constants::default();
-        let (mut batch, mut a, mut b) = (
-            Encoded::new(&origin),
-            Encoded::new(&origin),
-            Encoded::new(&origin),
-        );
-        for span in &spans[..10] {
-            batch.push(span, &anchor, &mut constants);
-        }
-        for span in &spans[10..12] {
-            a.push(span, &anchor, &mut constants);
-        }
-        for span in &spans[12..] {
-            b.push(span, &anchor, &mut constants);
-        }
-        batch.take_from(&mut a);
-        batch.take_from(&mut b);
-        assert_eq!((batch.len(), a.len(), b.len()), (30, 0, 0));
-        let requests = batch.take_requests(&origin, 16);
-        for ((request, n), expected) in requests.iter().zip(spans.chunks(16)) {
-            assert_eq!(*n, expected.len());
-            assert_eq!(request.as_ref(), reference_request(expected, &anchor));
-        }
-        // An emptied queue takes spans again as a new one does.
-        a.push(&spans[0], &anchor, &mut constants);
-        let requests = a.take_requests(&origin, 16);
-        let [(request, 1)] = requests.as_slice() else {
-            panic!("one request of one span");
-        };
-        assert_eq!(request.as_ref(), reference_request(&spans[..1], &anchor));
-    }
-
-    #[test]
     fn requests_hold_at_most_the_batch_size_and_every_span_once() {
         let origin = origin();
         let (batch, anchor) = (spans(23), Anchor::now());
@@ -724,7 +685,7 @@ mod tests {
         let mut queued = Encoded::new(&origin);
         for _round in 0..2 {
             for span in &batch {
-                queued.push(span, &anchor, &mut constants);
+                push(&mut queued, span, &anchor, &mut constants);
             }
             let requests = queued.take_requests(&origin, 10);
             assert_eq!(

@@ -470,11 +470,11 @@ mod tests {
         for (group, column) in [(1, 0), (1, 1), (1, 2), (0, 0), (0, 2)] {
             assert_eq!(
                 chunk(&before, group, column),
-                chunk(&after, group, column),
+                chunk(after, group, column),
                 "group {group} column {column}"
             );
         }
-        assert_ne!(chunk(&before, 0, 1), chunk(&after, 0, 1));
+        assert_ne!(chunk(&before, 0, 1), chunk(after, 0, 1));
         let _ = std::fs::remove_dir_all(dir);
     }
 }

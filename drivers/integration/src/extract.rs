@@ -36,8 +36,9 @@ use crate::config::{Connection, Dialect};
 use crate::session::Session;
 use crate::source::{plain_column, Source};
 
-/// Batches in flight between the source reader and the parquet writer.
-const IN_FLIGHT: usize = 4;
+/// Batches (or, in a merge, planned row groups) in flight between a reader and the parquet
+/// writer.
+pub(crate) const IN_FLIGHT: usize = 4;
 
 /// A table's keys: what identifies a row and what orders changes.
 #[derive(Debug, Clone, Default)]

@@ -24,10 +24,7 @@ use svc_plugin_api::datafusion::parquet::arrow::arrow_reader::{
 use svc_plugin_api::datafusion::parquet::arrow::ProjectionMask;
 use svc_plugin_api::{DriverError, RecordBatch, Result, SyncReport};
 
-use crate::extract::{corrupt, open, Target};
-
-/// Row groups planned ahead of the one being written.
-const IN_FLIGHT: usize = 4;
+use crate::extract::{corrupt, open, Target, IN_FLIGHT};
 
 /// A new copy: the old one with each changed key's row replaced by its last fetched version
 /// (in place), then the fetched rows whose keys are new. Without a key, the old rows and all

@@ -123,11 +123,6 @@ impl OldFile {
         Ok(Self { file, metadata })
     }
 
-    /// The file, to read row groups from.
-    pub fn file(&self) -> &File {
-        &self.file
-    }
-
     /// Its footer, schema and page index.
     pub fn metadata(&self) -> &ArrowReaderMetadata {
         &self.metadata

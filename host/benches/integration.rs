@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use reqwest::blocking::Client;
 use serde_json::{json, Value};
 
-use common::Server;
+use common::{children_cpu_seconds, named_cpu_seconds, Server};
 use svc_store::testing::TempDir;
 
 const COLUMNS: &str = "id int8 PRIMARY KEY, a int4, b int4, c int8, d float8, e float8, f float4, \
@@ -137,7 +137,11 @@ fn main() {
     let mut cx_s = Vec::new();
     let mut copy_s = Vec::new();
     let mut parquet_bytes = 0u64;
+    // CPU microseconds a row, per round: (database, reader) for each of the three.
+    let (mut copy_cpu, mut cx_cpu, mut svc_cpu) = (Vec::new(), Vec::new(), Vec::new());
+    let per_row = |secs: f64| secs * 1e6 / rows as f64;
     for round in 1..=2 {
+        let (pg, kids) = (named_cpu_seconds("postgres"), children_cpu_seconds());
         let t = Instant::now();
         let out = Command::new("sh")
             .args([
@@ -151,8 +155,13 @@ fn main() {
             .unwrap();
         assert!(out.success());
         copy_s.push(t.elapsed().as_secs_f64());
+        copy_cpu.push((
+            per_row(named_cpu_seconds("postgres") - pg),
+            per_row(children_cpu_seconds() - kids),
+        ));
 
         if have_cx {
+            let (pg, kids) = (named_cpu_seconds("postgres"), children_cpu_seconds());
             let out = Command::new(&cx_python)
                 .args([
                     "-c",
@@ -170,6 +179,10 @@ fn main() {
             match parts.as_slice() {
                 [secs, n, rss] => {
                     cx_s.push(secs.parse::<f64>().unwrap());
+                    cx_cpu.push((
+                        per_row(named_cpu_seconds("postgres") - pg),
+                        per_row(children_cpu_seconds() - kids),
+                    ));
                     println!(
                         "round {round}: connectorx {n} rows in {secs} s, peak RSS {} MiB",
                         rss.parse::<u64>().unwrap_or(0) / 1024
@@ -182,16 +195,18 @@ fn main() {
             }
         }
 
-        let (secs, bytes, peak) = svc_sync(&db.url, "big", rows);
-        parquet_bytes = bytes;
-        svc_s.push(secs);
+        let synced = svc_sync(&db.url, "big", rows);
+        parquet_bytes = synced.parquet_bytes;
+        svc_s.push(synced.secs);
+        svc_cpu.push((per_row(synced.pg_cpu), per_row(synced.svc_cpu)));
         println!(
-            "round {round}: COPY binary to /dev/null {:.2} s; svc sync {secs:.2} s \
+            "round {round}: COPY binary to /dev/null {:.2} s; svc sync {:.2} s \
              ({:.0} rows/s, {:.1} MB/s of parquet), server peak RSS {} MiB",
             copy_s[copy_s.len() - 1],
-            rows as f64 / secs,
-            bytes as f64 / 1e6 / secs,
-            peak / 1024
+            synced.secs,
+            rows as f64 / synced.secs,
+            synced.parquet_bytes as f64 / 1e6 / synced.secs,
+            synced.peak_kib / 1024
         );
     }
     let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
@@ -218,8 +233,9 @@ fn main() {
             svc / cx
         );
     }
-    let (_, _, small_peak) = svc_sync(&db.url, "tenth", rows / 10);
-    let (_, _, big_peak) = svc_sync(&db.url, "big", rows);
+    cpu_account(&copy_cpu, &cx_cpu, &svc_cpu);
+    let small_peak = svc_sync(&db.url, "tenth", rows / 10).peak_kib;
+    let big_peak = svc_sync(&db.url, "big", rows).peak_kib;
     println!(
         "  server peak RSS: {} MiB syncing {} rows, {} MiB syncing {rows} rows (target <= 512 MiB, flat)",
         small_peak / 1024,
@@ -229,6 +245,32 @@ fn main() {
 
     incremental(&db.url, rows);
     mariadb();
+}
+
+/// Where the CPU goes, per row: the database's side and the reader's, for each way of
+/// reading the table, and the rate the machine's cores could reach if the CPU were the only
+/// limit (cores ÷ the two sides' sum). A rate above that needs more cores, whatever the
+/// reader does: the database's own part alone bounds it at cores ÷ its share.
+fn cpu_account(copy: &[(f64, f64)], cx: &[(f64, f64)], svc: &[(f64, f64)]) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    println!("  CPU per row (medians over rounds; {cores} cores; database side = every postgres process):");
+    for (name, rounds) in [
+        ("COPY binary (psql)", copy),
+        ("connectorx", cx),
+        ("svc sync", svc),
+    ] {
+        if rounds.is_empty() {
+            continue;
+        }
+        let pg = common::spread(&rounds.iter().map(|r| r.0).collect::<Vec<_>>()).0;
+        let reader = common::spread(&rounds.iter().map(|r| r.1).collect::<Vec<_>>()).0;
+        println!(
+            "    {name:<20} database {pg:.2} µs + reader {reader:.2} µs = {:.2} µs  \
+             -> CPU-bound ceiling {:>9.0} rows/s on {cores} cores",
+            pg + reader,
+            cores * 1e6 / (pg + reader)
+        );
+    }
 }
 
 fn mysql(url: &str, sql: &str) -> bool {
@@ -321,7 +363,12 @@ fn mariadb() {
         } else {
             None
         };
-        let (secs, bytes, peak) = svc_sync_from(&name, &url, "big", rows);
+        let Synced {
+            secs,
+            parquet_bytes: bytes,
+            peak_kib: peak,
+            ..
+        } = svc_sync_from(&name, &url, "big", rows);
         println!(
             "round {round}: svc sync {secs:.2} s ({:.0} rows/s, {:.1} MB/s of parquet, server \
              peak RSS {} MiB); mysql client to /dev/null {client:.2} s ({:.0} rows/s); {}",
@@ -342,29 +389,43 @@ fn mariadb() {
     mysql(&admin, &format!("DROP DATABASE {name}"));
 }
 
-/// A fresh server syncs `table` once: seconds, parquet bytes, the server's peak RSS (KiB).
-fn svc_sync(url: &str, table: &str, rows: u64) -> (f64, u64, u64) {
+/// One sync's figures.
+struct Synced {
+    secs: f64,
+    parquet_bytes: u64,
+    /// The server's peak RSS, KiB.
+    peak_kib: u64,
+    /// CPU seconds the server and the database spent on the sync.
+    svc_cpu: f64,
+    pg_cpu: f64,
+}
+
+/// A fresh server syncs `table` once.
+fn svc_sync(url: &str, table: &str, rows: u64) -> Synced {
     svc_sync_from("public", url, table, rows)
 }
 
 /// [`svc_sync`] of `schema.table`.
-fn svc_sync_from(schema: &str, url: &str, table: &str, rows: u64) -> (f64, u64, u64) {
+fn svc_sync_from(schema: &str, url: &str, table: &str, rows: u64) -> Synced {
     let id = format!("bench_{table}");
     let (_dir, server, token, http) = registered(
         url,
         json!({"id": id, "source_type": "integration", "bucket": "bench",
                "source_table": format!("{schema}.{table}"), "query_mode": "materialized"}),
     );
+    let (svc_cpu, pg_cpu) = (server.cpu_seconds(), named_cpu_seconds("postgres"));
     let t = Instant::now();
     let state = sync(&http, &server.base, &token, &id, false);
     let secs = t.elapsed().as_secs_f64();
     assert_eq!(state["status"], "ok", "{state}");
     assert_eq!(state["rows"], rows, "{state}");
-    (
+    Synced {
         secs,
-        state["size_bytes"].as_u64().unwrap_or(0),
-        server.peak_rss_kib(),
-    )
+        parquet_bytes: state["size_bytes"].as_u64().unwrap_or(0),
+        peak_kib: server.peak_rss_kib(),
+        svc_cpu: server.cpu_seconds() - svc_cpu,
+        pg_cpu: named_cpu_seconds("postgres") - pg_cpu,
+    }
 }
 
 /// A fresh server with the bench connection and one table registered by `body`: its data

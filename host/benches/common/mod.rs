@@ -11,7 +11,10 @@ use reqwest::blocking::Client;
 mod stats;
 // Each bench uses some of the helpers (as with `dead_code` above).
 #[allow(unused_imports)]
-pub use stats::{cpu_ticks, spread, status_mib, steal_since};
+pub use stats::{
+    children_cpu_seconds, cpu_ticks, named_cpu_seconds, process_cpu_seconds, spread, status_mib,
+    steal_since,
+};
 
 /// The server binary Cargo built for this bench.
 pub const SERVER: &str = env!("CARGO_BIN_EXE_svc-server");
@@ -30,12 +33,27 @@ impl Server {
 
     /// Starts with extra environment variables.
     pub fn start_with(dir: &Path, env: &[(&str, &str)]) -> Self {
+        Self::start_on(dir, env, None)
+    }
+
+    /// Starts with extra environment variables, on the CPUs `cpus` names (a `taskset` list
+    /// such as `0` or `0,1`) when given. The server sizes its runtime to the CPUs it may use.
+    pub fn start_on(dir: &Path, env: &[(&str, &str)], cpus: Option<&str>) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new(SERVER)
+        let mut command = match cpus {
+            Some(cpus) => {
+                // taskset execs the server, so the child's pid is the server's.
+                let mut c = Command::new("taskset");
+                c.args(["-c", cpus, SERVER]);
+                c
+            }
+            None => Command::new(SERVER),
+        };
+        let child = command
             .args([
                 "--data-dir",
                 dir.to_str().unwrap(),
@@ -90,21 +108,7 @@ impl Server {
 
     /// CPU time the server has used so far (user + system), in seconds.
     pub fn cpu_seconds(&self) -> f64 {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // Fields after the command name (which may hold spaces) start at its closing paren.
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace().collect())
-            .unwrap_or_default();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the paren.
-        (ticks(11) + ticks(12)) / 100.0
+        process_cpu_seconds(&self.child.id().to_string())
     }
 
     pub fn peak_rss_kib(&self) -> u64 {

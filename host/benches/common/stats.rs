@@ -15,6 +15,60 @@ pub fn status_mib(process: &str, field: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// Fields of `/proc/<process>/stat` after the command name (which may hold spaces), so
+/// the first is the state (field 3 of the line).
+fn stat_fields(process: &str) -> Vec<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{process}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .map(|v| v.parse().unwrap_or(0))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Clock ticks a second of `/proc` CPU times (USER_HZ, 100 on Linux everywhere).
+const TICKS: f64 = 100.0;
+
+/// CPU time (user + system) a process has used, in seconds; 0 when it is gone.
+pub fn process_cpu_seconds(process: &str) -> f64 {
+    let f = stat_fields(process);
+    // utime and stime are fields 14 and 15 of the line.
+    (f.get(11).unwrap_or(&0) + f.get(12).unwrap_or(&0)) as f64 / TICKS
+}
+
+/// CPU time of the children this process has waited for (psql, python…), in seconds.
+pub fn children_cpu_seconds() -> f64 {
+    let f = stat_fields("self");
+    // cutime and cstime are fields 16 and 17.
+    (f.get(13).unwrap_or(&0) + f.get(14).unwrap_or(&0)) as f64 / TICKS
+}
+
+/// CPU time every process named `name` has used, with what its exited children used (as
+/// their parents waited for them), in seconds. For PostgreSQL this counts every backend,
+/// the ones that ended too: the postmaster waits for each, so its children's time holds
+/// theirs. A difference of two readings is what the server spent in between.
+pub fn named_cpu_seconds(name: &str) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    let mut ticks = 0;
+    for entry in dir.flatten() {
+        let pid = entry.file_name();
+        let Some(pid) = pid.to_str().filter(|p| p.bytes().all(|b| b.is_ascii_digit())) else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let f = stat_fields(pid);
+        ticks += f.iter().skip(11).take(4).sum::<u64>();
+    }
+    ticks as f64 / TICKS
+}
+
 /// The machine's CPU time counters (`/proc/stat`): (steal, total) in ticks.
 pub fn cpu_ticks() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();

@@ -15,11 +15,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use svc_trace::{Anchor, Finished};
 
 use super::otlp::{self, Origin};
+use super::post::Poster;
 
 /// Where and how spans are exported.
 #[derive(Debug, Clone)]
@@ -313,13 +314,9 @@ impl Drop for Exporter {
 /// The exporter's loop: every schedule delay, or sooner when woken, it takes what is queued
 /// and posts it in batches.
 fn run(settings: &Settings, queue: &Queue) {
-    let client = reqwest::blocking::Client::builder()
-        .timeout(settings.timeout)
-        .build()
-        .unwrap_or_default();
     let mut sender = Sender {
         settings,
-        client,
+        poster: Poster::new(&settings.endpoint, &settings.headers, settings.timeout),
         failing: false,
     };
     // Swapped with the queue's spans each round, so both keep the room they grew to.
@@ -359,27 +356,15 @@ fn run(settings: &Settings, queue: &Queue) {
 /// Posts batches; says when exports start failing and when they recover, not per batch.
 struct Sender<'a> {
     settings: &'a Settings,
-    client: reqwest::blocking::Client,
+    poster: Poster,
     failing: bool,
 }
 
 impl Sender<'_> {
     /// Posts one request holding `spans` spans.
     fn send(&mut self, body: Bytes, spans: usize) {
-        let answer = self
-            .client
-            .post(&self.settings.endpoint)
-            .headers(self.settings.headers.clone())
-            .header(CONTENT_TYPE, "application/x-protobuf")
-            .body(body)
-            .send();
-        let failure = match answer {
-            Ok(r) if r.status().is_success() => None,
-            Ok(r) => Some(format!("the collector answered {}", r.status())),
-            Err(e) => Some(e.without_url().to_string()),
-        };
-        match failure {
-            Some(error) if !self.failing => {
+        match self.poster.post(body) {
+            Err(error) if !self.failing => {
                 self.failing = true;
                 tracing::warn!(
                     endpoint = %self.settings.endpoint,
@@ -388,7 +373,7 @@ impl Sender<'_> {
                     "trace export failed; spans are dropped until the collector answers"
                 );
             }
-            None if self.failing => {
+            Ok(()) if self.failing => {
                 self.failing = false;
                 tracing::info!(endpoint = %self.settings.endpoint, "trace export recovered");
             }

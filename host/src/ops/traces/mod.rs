@@ -27,6 +27,7 @@
 mod context;
 mod export;
 mod otlp;
+mod post;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};

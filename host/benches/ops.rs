@@ -295,7 +295,10 @@ fn pin_self(cpus: &str) {
         .stdout(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    assert!(ok, "taskset (util-linux) could not pin the bench to CPUs {cpus}");
+    assert!(
+        ok,
+        "taskset (util-linux) could not pin the bench to CPUs {cpus}"
+    );
 }
 
 /// The three settings' cached-sample throughput under wrk, in interleaved rounds, each

@@ -56,7 +56,10 @@ pub fn named_cpu_seconds(name: &str) -> f64 {
     let mut ticks = 0;
     for entry in dir.flatten() {
         let pid = entry.file_name();
-        let Some(pid) = pid.to_str().filter(|p| p.bytes().all(|b| b.is_ascii_digit())) else {
+        let Some(pid) = pid
+            .to_str()
+            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        else {
             continue;
         };
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();

@@ -339,10 +339,15 @@ mod tests {
         ));
         match path.as_str() {
             // No length known: hyper sends it chunked.
-            "/chunked" => Response::builder().body(Body::from_async_read(std::io::Cursor::new(
-                vec![b'x'; 70_000],
-            ))),
-            "/close" => Response::builder().header("connection", "close").body("bye"),
+            "/chunked" => {
+                Response::builder().body(Body::from_async_read(std::io::Cursor::new(vec![
+                    b'x';
+                    70_000
+                ])))
+            }
+            "/close" => Response::builder()
+                .header("connection", "close")
+                .body("bye"),
             "/fail" => Response::builder()
                 .status(StatusCode::SERVICE_UNAVAILABLE)
                 .body("later"),
@@ -404,14 +409,25 @@ mod tests {
         let Poster::Plain(p) = &poster else {
             unreachable!()
         };
-        let local = p.connection.as_ref().unwrap().get_ref().local_addr().unwrap();
+        let local = p
+            .connection
+            .as_ref()
+            .unwrap()
+            .get_ref()
+            .local_addr()
+            .unwrap();
         poster.post(body(10)).unwrap();
         let Poster::Plain(p) = &poster else {
             unreachable!()
         };
         // The same connection carried the next request too.
         assert_eq!(
-            p.connection.as_ref().unwrap().get_ref().local_addr().unwrap(),
+            p.connection
+                .as_ref()
+                .unwrap()
+                .get_ref()
+                .local_addr()
+                .unwrap(),
             local
         );
         let seen = seen.lock().unwrap();
@@ -435,7 +451,10 @@ mod tests {
         let Poster::Plain(p) = &closing else {
             unreachable!()
         };
-        assert!(p.connection.is_none(), "a closing answer drops the connection");
+        assert!(
+            p.connection.is_none(),
+            "a closing answer drops the connection"
+        );
         closing.post(body(8)).unwrap();
         let lengths: Vec<usize> = seen.lock().unwrap().iter().map(|s| s.1).collect();
         assert_eq!(lengths, [5, 6, 7, 8]);

@@ -1,6 +1,9 @@
 //! Figures about a run that need nothing but the standard library, so that benches of
 //! other crates can include this file too (`#[path]`): the machine's steal and the spread
-//! of repeated measurements, and a process's memory.
+//! of repeated measurements, and a process's memory and CPU time.
+
+// Each bench that includes this file uses some of it.
+#![allow(dead_code)]
 
 /// A field of a process's `/proc/<process>/status` (`VmRSS:`, `VmHWM:`…), in MiB; 0 when
 /// unreadable. `process` is a pid or `self`.

@@ -33,7 +33,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{cpu_ticks, percentile, steal_since, Server};
+use common::{command_on, cpu_ticks, percentile, steal_since, Server};
 use reqwest::blocking::Client;
 use serde_json::json;
 use svc_plugin_api::arrow::array::{ArrayRef, Int64Array, StringArray};
@@ -259,15 +259,7 @@ fn sample_url(s: &Server) -> String {
 
 /// Requests per second of `wrk` against `url` for `seconds`, on `cpus` when given.
 fn wrk(url: &str, token: &str, seconds: u64, cpus: Option<&str>) -> f64 {
-    let mut command = match cpus {
-        Some(cpus) => {
-            let mut c = Command::new("taskset");
-            c.args(["-c", cpus, "wrk"]);
-            c
-        }
-        None => Command::new("wrk"),
-    };
-    let out = command
+    let out = command_on("wrk", cpus)
         .args([
             "-t2",
             "-c16",

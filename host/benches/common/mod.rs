@@ -44,16 +44,7 @@ impl Server {
             .local_addr()
             .unwrap()
             .port();
-        let mut command = match cpus {
-            Some(cpus) => {
-                // taskset execs the server, so the child's pid is the server's.
-                let mut c = Command::new("taskset");
-                c.args(["-c", cpus, SERVER]);
-                c
-            }
-            None => Command::new(SERVER),
-        };
-        let child = command
+        let child = command_on(SERVER, cpus)
             .args([
                 "--data-dir",
                 dir.to_str().unwrap(),
@@ -137,6 +128,19 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A command running `program`, on the CPUs `cpus` names (a `taskset` list) when given.
+/// taskset execs the program, so a child's pid is the program's.
+pub fn command_on(program: &str, cpus: Option<&str>) -> Command {
+    match cpus {
+        Some(cpus) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpus, program]);
+            c
+        }
+        None => Command::new(program),
     }
 }
 

@@ -12,8 +12,8 @@ mod stats;
 // Each bench uses some of the helpers (as with `dead_code` above).
 #[allow(unused_imports)]
 pub use stats::{
-    children_cpu_seconds, cpu_ticks, named_cpu_seconds, process_cpu_seconds, spread, status_mib,
-    steal_since,
+    children_cpu_seconds, cpu_ticks, median_interval, named_cpu_seconds, process_cpu_seconds,
+    spread, status_mib, steal_since,
 };
 
 /// The server binary Cargo built for this bench.

@@ -108,3 +108,24 @@ pub fn spread(samples: &[f64]) -> (f64, f64, f64) {
     };
     (median, s[0], s[n - 1])
 }
+
+/// A distribution-free 95 % confidence interval for the median of samples: the order
+/// statistics the binomial distribution puts outside with at most 2.5 % each side. Needs no
+/// assumption about how the samples spread, which for wrk rounds on a shared machine is
+/// anything but normal. None under six samples, where no such interval exists.
+pub fn median_interval(samples: &[f64]) -> Option<(f64, f64)> {
+    let n = samples.len();
+    if n < 6 {
+        return None;
+    }
+    let mut s = samples.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    // The largest k with P(Binomial(n, ½) < k) ≤ 2.5 %: [s(k), s(n+1−k)], 1-based.
+    let (mut below, mut term, mut k) = (0.0, 0.5f64.powi(n as i32), 0);
+    while below + term <= 0.025 {
+        below += term;
+        term *= (n - k) as f64 / (k + 1) as f64;
+        k += 1;
+    }
+    Some((s[k.max(1) - 1], s[n - k.max(1)]))
+}

@@ -9,8 +9,12 @@
 //! over the same files laid out as `~/.claude/projects`; the median, min and max of each and
 //! the machine's steal during them are printed. Install ccusage with
 //! `npm install ccusage@20.0.24` in `~/.cache/svc-npm` (20.0.26 lacks its linux-x64 native
-//! package, so it installs but cannot run). Then the last store measures an unchanged run
-//! and one changed file; with `SVC_TEST_DATABASE_URL` set, one cold run on PostgreSQL follows.
+//! package, so it installs but cannot run). Each round also measures the floors of
+//! [`floor`] over the same files: reading and hashing them, validating every line as JSON
+//! (serde_json), and the same validation by simdjson where Debian's `libsimdjson-dev` is
+//! installed — what any pipeline that must count malformed lines could reach here. Then the
+//! last store measures an unchanged run and one changed file; with `SVC_TEST_DATABASE_URL`
+//! set, one cold run on PostgreSQL follows.
 //!
 //! The bench uses the server's allocator (mimalloc), so its figures are the server's.
 
@@ -27,6 +31,8 @@ use svc_telemetry::{EventSegments, Pipeline, Trigger};
 
 #[path = "../../benches/common/stats.rs"]
 mod stats;
+
+mod floor;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -172,7 +178,13 @@ fn main() {
     );
     println!("peak RSS before processing: {:.0} MiB", peak_rss_mib());
     let projects = claude_projects(&corpus_dir);
+    let files = floor::files(&corpus_dir);
+    let simdjson = floor::build_simdjson(&tmp.0)
+        .map_err(|why| println!("simdjson floor skipped: {why}"))
+        .ok();
     let (mut svc, mut cc, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut reading, mut validating, mut simd, mut simd_ratios) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut last = None;
     let steal_before = stats::cpu_ticks();
     for round in 1..=rounds {
@@ -185,9 +197,29 @@ fn main() {
             bytes,
         ));
         svc.push(rate);
-        if let Some(theirs) = ccusage(&projects, bytes) {
+        let theirs = ccusage(&projects, bytes);
+        if let Some(theirs) = theirs {
             cc.push(theirs);
             ratios.push(rate / theirs);
+        }
+        reading.push(floor::reading(&files));
+        validating.push(floor::validating(&files));
+        let (write_secs, written) = floor::writing(&data, &tmp.0.join(format!("floor-{round}")));
+        println!(
+            "every event ({written}) written once as one segment, one thread: {:.0} ms",
+            write_secs * 1e3
+        );
+        if let Some((rate, bad)) = simdjson.as_deref().and_then(|b| floor::simdjson(b, &files)) {
+            println!("simdjson, every line validated: {rate:.1} MB/s ({bad} malformed lines)");
+            simd.push(rate);
+            // The least CPU any pipeline spends: validate every line (simdjson, on every
+            // core) and write the events once. Spread over the cores with nothing idle, that
+            // is its shortest run; ccusage's time over it is the best ratio it could show.
+            let cores = floor::threads() as f64;
+            let least_cpu = bytes as f64 / 1e6 / rate * cores + write_secs;
+            if let Some(theirs) = theirs {
+                simd_ratios.push(bytes as f64 / 1e6 / theirs / (least_cpu / cores));
+            }
         }
         last = Some((pipeline, data));
     }
@@ -198,6 +230,14 @@ fn main() {
         shown(&svc),
         shown(&cc),
         shown(&ratios)
+    );
+    println!(
+        "floors on {} threads, same rounds: reading + hashing {} MB/s; every line validated by serde_json {} MB/s, by simdjson {} MB/s; the best any pipeline could show against ccusage (simdjson's validation and one write of the events, nothing else), per round: {}× (the target needs 5)",
+        floor::threads(),
+        shown(&reading),
+        shown(&validating),
+        shown(&simd),
+        shown(&simd_ratios)
     );
     if let Some((pipeline, data)) = last {
         rt.block_on(incremental("sqlite", &pipeline, &data));

@@ -1,7 +1,8 @@
 //! What operators' instruments cost, through release `svc-server`s:
 //!
 //! 1. cached-sample throughput (`wrk`) with metrics on vs off, and with tracing on (spans
-//!    exported to a local OTLP sink) vs off, in interleaved rounds; medians per setting,
+//!    exported to a local OTLP sink) vs off, and tracing on with no trace sampled (what
+//!    every request pays when tracing is on), in interleaved rounds; medians per setting,
 //!    so drift on a shared machine lands on every setting alike, each round on fresh servers
 //!    (targets: ≤ 3% each). With wrk on the same two cores throughput swings ±20% between
 //!    rounds, so the verdict is read from the server's CPU time per request, compared round
@@ -314,12 +315,21 @@ fn throughput(
         Setting::new("metrics on", &[]),
         Setting::new("metrics off", &[("SVC_METRICS", "off")]),
         Setting::new("tracing on", &[("OTEL_EXPORTER_OTLP_ENDPOINT", sink)]),
+        // What tracing costs a request whose trace is not recorded, against what a recorded
+        // one costs: the share of the cost that is the exporter's, not the request's.
+        Setting::new(
+            "none sampled",
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", sink),
+                ("OTEL_TRACES_SAMPLER", "always_off"),
+            ],
+        ),
     ];
     let steal = cpu_ticks();
     for round in 0..rounds as usize {
         // Rotate the order each round, so drift lands on every setting alike.
         for i in 0..settings.len() {
-            let s = &mut settings[(i + round) % 3];
+            let s = &mut settings[(i + round) % 4];
             let dir = root.join(format!(
                 "{}-{}-{round}",
                 s.name.replace(' ', "-"),
@@ -371,6 +381,12 @@ fn throughput(
     paired(
         "tracing (metrics on in both)",
         &settings[2],
+        &settings[0],
+        judge,
+    );
+    paired(
+        "tracing, no trace sampled",
+        &settings[3],
         &settings[0],
         judge,
     );

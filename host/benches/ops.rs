@@ -315,8 +315,8 @@ fn throughput(
         Setting::new("metrics on", &[]),
         Setting::new("metrics off", &[("SVC_METRICS", "off")]),
         Setting::new("tracing on", &[("OTEL_EXPORTER_OTLP_ENDPOINT", sink)]),
-        // What tracing costs a request whose trace is not recorded, against what a recorded
-        // one costs: the share of the cost that is the exporter's, not the request's.
+        // Tracing on, but no trace recorded: what every request pays for the trace context,
+        // apart from what recording, encoding and exporting its spans costs.
         Setting::new(
             "none sampled",
             &[
@@ -326,10 +326,11 @@ fn throughput(
         ),
     ];
     let steal = cpu_ticks();
+    let count = settings.len();
     for round in 0..rounds as usize {
         // Rotate the order each round, so drift lands on every setting alike.
-        for i in 0..settings.len() {
-            let s = &mut settings[(i + round) % 4];
+        for i in 0..count {
+            let s = &mut settings[(i + round) % count];
             let dir = root.join(format!(
                 "{}-{}-{round}",
                 s.name.replace(' ', "-"),

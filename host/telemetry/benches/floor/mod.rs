@@ -1,6 +1,7 @@
-//! Floors for the pipeline: what reading the corpus costs before svc does anything of its
-//! own. The issue asks for ≥ 5× ccusage; these say how fast any pipeline that must do the
-//! same reading could go on this machine, so a miss can be told from a ceiling.
+//! Floors for the pipeline: what reading the corpus and keeping its events cost before svc
+//! does anything of its own. The issue asks for ≥ 5× ccusage; these say how fast any
+//! pipeline that must do the same could go on this machine, so a miss can be told from a
+//! ceiling.
 //!
 //! - reading: every file read into memory, hashed (xxh3) and split at newlines — what the
 //!   incremental skip needs, and less than any extraction;

@@ -698,28 +698,31 @@ enum Measure {
     CpuPerRequest,
 }
 
+impl Measure {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Throughput => "throughput",
+            Self::CpuPerRequest => "CPU per request",
+        }
+    }
+}
+
 /// The cost of `with` against `without` round by round (their servers ran back to back, so
 /// what drifted between rounds cancels), in server CPU per request and in throughput: the
 /// median of the rounds' costs with its 95 % interval. The verdict is read from the
 /// interval, not one run's median: met when all of it is within 3 %, missed when all of it
 /// is above, and otherwise not told apart from the target by this many rounds.
 fn paired(what: &str, with: &Setting, without: &Setting, judge: Measure) {
-    // CPU per request costs when it grows, throughput when it shrinks.
-    let costs = |with: &[f64], without: &[f64], cost_grows: bool| -> Vec<f64> {
+    // Percent change per round; CPU per request costs when it grows (sign 1), throughput
+    // when it shrinks (sign -1).
+    let costs = |with: &[f64], without: &[f64], sign: f64| -> Vec<f64> {
         with.iter()
             .zip(without)
-            .map(|(w, wo)| {
-                let grown = (w - wo) / wo * 100.0;
-                if cost_grows {
-                    grown
-                } else {
-                    -grown
-                }
-            })
+            .map(|(w, wo)| sign * (w - wo) / wo * 100.0)
             .collect()
     };
-    let cpu = costs(&with.cpu_us, &without.cpu_us, true);
-    let rps = costs(&with.rps, &without.rps, false);
+    let cpu = costs(&with.cpu_us, &without.cpu_us, 1.0);
+    let rps = costs(&with.rps, &without.rps, -1.0);
     let show = |costs: &[f64]| {
         let (median, _, _) = common::spread(costs);
         match common::median_interval(costs) {
@@ -741,10 +744,7 @@ fn paired(what: &str, with: &Setting, without: &Setting, judge: Measure) {
         "{what} cost, round by round: {} more server CPU per request, {} of throughput (target ≤ 3%, judged on {}): {verdict}",
         show(&cpu),
         show(&rps),
-        match judge {
-            Measure::Throughput => "throughput",
-            Measure::CpuPerRequest => "CPU per request",
-        }
+        judge.name()
     );
 }
 

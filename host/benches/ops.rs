@@ -11,7 +11,12 @@
 //!    identical settings here, more than the 3% being judged.
 //!    `SVC_BENCH_PLACEMENT=split` puts each server alone on core 0 (a runtime of one worker)
 //!    and wrk and the sink on core 1 instead: what tracing costs without a second worker to
-//!    contend with (its rounds swung as widely here);
+//!    contend with (its rounds swung as widely here). `SVC_BENCH_PLACEMENT=paced` puts each
+//!    server alone on core 0 and asks it a fixed `SVC_BENCH_RATE` (5,000) requests a second
+//!    from core 1, judged on CPU per request: no saturation, so no batching that moves with
+//!    the load's timing. Each setting's CPU is also split: the
+//!    kernel's share, the exporter thread's, and context switches per request — what
+//!    callgrind cannot see;
 //! 2. the same three settings counted in instructions per cached sample under `callgrind`
 //!    (when `valgrind` is installed), for the whole process and for the request path alone
 //!    (see [`counted`]): a count does not move with the machine's load, so the costs it gives
@@ -23,7 +28,7 @@
 //!
 //!   cargo bench -p svc-host --bench ops
 //!
-//! `SVC_BENCH_ROUNDS` (5) rounds of `SVC_BENCH_SECONDS` (5) seconds per setting;
+//! `SVC_BENCH_ROUNDS` (5) rounds of `SVC_BENCH_SECONDS` (5) seconds per setting (0: skip);
 //! `SVC_BENCH_COUNTED` (1000) requests counted per setting under callgrind (0: skip);
 //! `SVC_BENCH_KEEP=1` keeps their dumps (`counted-<setting>-<scope>/cg.*`) to annotate.
 
@@ -71,6 +76,9 @@ fn write_table(dir: &Path) {
         .unwrap();
     w.close().unwrap();
 }
+
+/// The name the server gives its trace exporter's thread.
+const EXPORTER_THREAD: &str = "svc-otlp";
 
 /// Spans the sink has been sent, over every connection.
 static SPANS_RECEIVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -176,21 +184,31 @@ enum Placement {
     /// throughput is then bounded by the server's own core, with no second worker to
     /// contend with.
     Split,
+    /// The server alone on core 0, asked a fixed number of requests a second from core 1
+    /// (where the sink runs too), well under what it can answer. Saturated, a server's CPU
+    /// per request moves with how its work happens to batch (how many requests one wake-up
+    /// finds), and that batching moves with the load's own timing: ±10 % between rounds of
+    /// one setting. Paced, every setting does the same work at the same rhythm.
+    Paced,
 }
 
 impl Placement {
     fn server_cpus(self) -> Option<&'static str> {
-        (self == Self::Split).then_some("0")
+        (self != Self::Shared).then_some("0")
     }
 
     fn load_cpus(self) -> Option<&'static str> {
-        (self == Self::Split).then_some("1")
+        (self != Self::Shared).then_some("1")
     }
 
-    fn describe(self) -> &'static str {
+    fn describe(self) -> String {
         match self {
-            Self::Shared => "servers, wrk and the sink sharing every core",
-            Self::Split => "each server alone on core 0, wrk and the sink on core 1",
+            Self::Shared => "wrk -t2 -c16; servers, wrk and the sink sharing every core".into(),
+            Self::Split => "wrk -t2 -c16; each server alone on core 0, wrk and the sink on core 1".into(),
+            Self::Paced => format!(
+                "each server alone on core 0, asked {} req/s from {PACED_CONNECTIONS} connections on core 1 with the sink",
+                paced_rate()
+            ),
         }
     }
 }
@@ -204,6 +222,12 @@ struct Setting {
     cpu_us: Vec<f64>,
     /// Spans the sink received per request answered, per round.
     spans: Vec<f64>,
+    /// Of the CPU per request, the kernel's microseconds, per round.
+    sys_us: Vec<f64>,
+    /// Of the CPU per request, the trace exporter thread's microseconds, per round.
+    exporter_us: Vec<f64>,
+    /// Context switches of the server's threads per request, per round.
+    switches: Vec<f64>,
 }
 
 impl Setting {
@@ -214,6 +238,9 @@ impl Setting {
             rps: Vec::new(),
             cpu_us: Vec::new(),
             spans: Vec::new(),
+            sys_us: Vec::new(),
+            exporter_us: Vec::new(),
+            switches: Vec::new(),
         }
     }
 
@@ -283,6 +310,52 @@ fn wrk(url: &str, token: &str, seconds: u64, cpus: Option<&str>) -> f64 {
         .unwrap_or_else(|| panic!("no Requests/sec in:\n{text}"))
 }
 
+/// Connections the paced load keeps open, each asking in turn.
+const PACED_CONNECTIONS: u64 = 16;
+
+/// Requests a second the paced load asks (`SVC_BENCH_RATE`).
+fn paced_rate() -> u64 {
+    env_u64("SVC_BENCH_RATE", 5000)
+}
+
+/// Requests per second answered when `url` is asked at [`paced_rate`] for `seconds`, from
+/// this process (pinned to the load's core). Each connection asks at its own fixed times,
+/// staggered; an answer that comes late delays that connection's next request, never
+/// bunches them.
+fn paced(url: &str, token: &str, seconds: u64) -> f64 {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::new();
+        let period = Duration::from_secs_f64(PACED_CONNECTIONS as f64 / paced_rate() as f64);
+        let start = tokio::time::Instant::now();
+        let end = start + Duration::from_secs(seconds);
+        let connections = (0..PACED_CONNECTIONS).map(|i| {
+            let (client, url, token) = (client.clone(), url.to_owned(), token.to_owned());
+            tokio::spawn(async move {
+                let first = start + period.mul_f64(i as f64 / PACED_CONNECTIONS as f64);
+                let mut ticks = tokio::time::interval_at(first, period);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut answered = 0u64;
+                while ticks.tick().await < end {
+                    let r = client.get(&url).bearer_auth(&token).send().await.unwrap();
+                    assert_eq!(r.status().as_u16(), 200);
+                    r.bytes().await.unwrap();
+                    answered += 1;
+                }
+                answered
+            })
+        });
+        let mut answered = 0;
+        for connection in connections.collect::<Vec<_>>() {
+            answered += connection.await.unwrap();
+        }
+        answered as f64 / start.elapsed().as_secs_f64()
+    })
+}
+
 /// Pins every thread of this process (the sink's among them, and the ones it starts
 /// later) to `cpus`.
 fn pin_self(cpus: &str) {
@@ -338,13 +411,28 @@ fn throughput(
             ));
             let running = Running::start(s, &dir, http, cpus);
             let url = sample_url(&running.server);
-            wrk(&url, &running.token, 2, load);
-            let cpu = running.server.cpu_seconds();
+            let load_for = |seconds| match placement {
+                Placement::Paced => paced(&url, &running.token, seconds),
+                Placement::Shared | Placement::Split => wrk(&url, &running.token, seconds, load),
+            };
+            load_for(2);
+            let before = running.server.usage();
+            let exporter = running.server.thread_cpu_seconds(EXPORTER_THREAD);
             let spans = SPANS_RECEIVED.load(Ordering::Relaxed);
-            let rps = wrk(&url, &running.token, seconds, load);
-            let used = running.server.cpu_seconds() - cpu;
+            let rps = load_for(seconds);
+            let after = running.server.usage();
+            let requests = rps * seconds as f64;
+            let per_request = |v: f64| v * 1e6 / requests;
             s.rps.push(rps);
-            s.cpu_us.push(used * 1e6 / (rps * seconds as f64));
+            s.cpu_us.push(per_request(
+                after.user + after.sys - before.user - before.sys,
+            ));
+            s.sys_us.push(per_request(after.sys - before.sys));
+            s.exporter_us.push(per_request(
+                running.server.thread_cpu_seconds(EXPORTER_THREAD) - exporter,
+            ));
+            s.switches
+                .push(after.switches.saturating_sub(before.switches) as f64 / requests);
             // Spans still queued when the server is killed (a batch or so, against hundreds
             // of thousands a round) go uncounted; the warm-up's last batch counts instead.
             drop(running);
@@ -354,7 +442,7 @@ fn throughput(
         }
     }
     println!(
-        "cached sample (wrk -t2 -c16, {rounds} rounds of {seconds}s on fresh servers, medians; {}; steal {:.1}%):",
+        "cached sample ({rounds} rounds of {seconds}s on fresh servers, medians; {}; steal {:.1}%):",
         placement.describe(),
         steal_since(steal)
     );
@@ -372,11 +460,23 @@ fn throughput(
                 .join(", ")
         );
     }
+    // Where each setting's CPU goes: what callgrind cannot count (the kernel's share, waits
+    // on locks shown as switches) and the exporter's own thread, apart from the workers.
+    println!("  where the CPU per request goes (medians):");
+    for s in &settings {
+        println!(
+            "    {:<12} {:>6.1} µs in the kernel, {:>5.2} µs on the exporter thread, {:.2} context switches per request",
+            s.name,
+            median(&s.sys_us),
+            median(&s.exporter_us),
+            median(&s.switches),
+        );
+    }
     // Split, throughput is the measure (the server has one core to itself); shared, the
     // CPU per request is the steadier of the two.
     let judge = match placement {
         Placement::Split => Measure::Throughput,
-        Placement::Shared => Measure::CpuPerRequest,
+        Placement::Shared | Placement::Paced => Measure::CpuPerRequest,
     };
     paired("metrics", &settings[0], &settings[1], judge);
     paired(
@@ -405,13 +505,16 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let placement = match std::env::var("SVC_BENCH_PLACEMENT").as_deref() {
         Ok("split") if cores >= 2 => Placement::Split,
+        Ok("paced") if cores >= 2 => Placement::Paced,
         _ => Placement::Shared,
     };
-    if placement == Placement::Split {
-        pin_self(placement.load_cpus().unwrap());
+    if let Some(load) = placement.load_cpus() {
+        pin_self(load);
     }
-    throughput(placement, &root, &sink, &http, rounds, seconds);
-    if placement == Placement::Split {
+    if rounds > 0 {
+        throughput(placement, &root, &sink, &http, rounds, seconds);
+    }
+    if placement.load_cpus().is_some() {
         pin_self(&format!("0-{}", cores - 1));
     }
 

@@ -13,7 +13,7 @@ mod stats;
 #[allow(unused_imports)]
 pub use stats::{
     children_cpu_seconds, cpu_ticks, median_interval, named_cpu_seconds, process_cpu_seconds,
-    spread, status_mib, steal_since,
+    process_usage, spread, status_mib, steal_since, thread_cpu_seconds, Usage,
 };
 
 /// The server binary Cargo built for this bench.
@@ -100,6 +100,16 @@ impl Server {
     /// CPU time the server has used so far (user + system), in seconds.
     pub fn cpu_seconds(&self) -> f64 {
         process_cpu_seconds(&self.child.id().to_string())
+    }
+
+    /// Its CPU split and context switches so far.
+    pub fn usage(&self) -> Usage {
+        process_usage(&self.child.id().to_string())
+    }
+
+    /// CPU seconds its live threads named `name` have used.
+    pub fn thread_cpu_seconds(&self, name: &str) -> f64 {
+        thread_cpu_seconds(&self.child.id().to_string(), name)
     }
 
     pub fn peak_rss_kib(&self) -> u64 {

@@ -41,6 +41,62 @@ pub fn process_cpu_seconds(process: &str) -> f64 {
     (f.get(11).unwrap_or(&0) + f.get(12).unwrap_or(&0)) as f64 / TICKS
 }
 
+/// How a process has run: its CPU time split into user and kernel, and how often its live
+/// threads were switched out (each wait on a lock or a socket, each preemption).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    /// User CPU seconds, every thread's (the ended ones' too).
+    pub user: f64,
+    /// Kernel CPU seconds, every thread's.
+    pub sys: f64,
+    /// Context switches of the threads alive now, voluntary and not.
+    pub switches: u64,
+}
+
+/// How `process` has run so far ([`Usage`]); zeros when it is gone.
+pub fn process_usage(process: &str) -> Usage {
+    let f = stat_fields(process);
+    let switches = threads(process)
+        .map(|task| {
+            let status = std::fs::read_to_string(format!("/proc/{process}/task/{task}/status"))
+                .unwrap_or_default();
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum();
+    Usage {
+        user: *f.get(11).unwrap_or(&0) as f64 / TICKS,
+        sys: *f.get(12).unwrap_or(&0) as f64 / TICKS,
+        switches,
+    }
+}
+
+/// CPU seconds (user + kernel) the live threads of `process` named `name` have used.
+pub fn thread_cpu_seconds(process: &str, name: &str) -> f64 {
+    threads(process)
+        .filter(|task| {
+            std::fs::read_to_string(format!("/proc/{process}/task/{task}/comm"))
+                .is_ok_and(|comm| comm.trim_end() == name)
+        })
+        .map(|task| {
+            let f = stat_fields(&format!("{process}/task/{task}"));
+            (f.get(11).unwrap_or(&0) + f.get(12).unwrap_or(&0)) as f64 / TICKS
+        })
+        .sum()
+}
+
+/// The ids of a process's live threads.
+fn threads(process: &str) -> impl Iterator<Item = String> {
+    std::fs::read_dir(format!("/proc/{process}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().into_string().ok())
+}
+
 /// CPU time of the children this process has waited for (psql, python…), in seconds.
 pub fn children_cpu_seconds() -> f64 {
     let f = stat_fields("self");

@@ -80,9 +80,9 @@ impl Encoded {
         self.ends.len()
     }
 
-    /// Appends one span's field, as [`encode_span`] wrote it.
-    pub fn append(&mut self, field: &[u8]) {
-        self.bytes.extend_from_slice(field);
+    /// Encodes `span` after the waiting spans ([`encode_span`]).
+    pub fn push(&mut self, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
+        encode_span(span, anchor, constants, &mut self.bytes);
         self.ends.push(self.bytes.len());
     }
 
@@ -609,13 +609,6 @@ mod tests {
         reference.0
     }
 
-    /// Queues `span` as the exporter's queue does: encoded apart, then appended.
-    fn push(queued: &mut Encoded, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
-        let mut field = Vec::new();
-        encode_span(span, anchor, constants, &mut field);
-        queued.append(&field);
-    }
-
     fn origin() -> Origin {
         Origin {
             service_name: "svc-test".into(),
@@ -636,7 +629,7 @@ mod tests {
             let batch = spans(n);
             let anchor = Anchor::now();
             for span in &batch {
-                push(&mut queued, span, &anchor, &mut constants);
+                queued.push(span, &anchor, &mut constants);
             }
             assert_eq!(queued.len(), n);
             let requests = queued.take_requests(&origin, n);
@@ -685,7 +678,7 @@ mod tests {
         let mut queued = Encoded::new(&origin);
         for _round in 0..2 {
             for span in &batch {
-                push(&mut queued, span, &anchor, &mut constants);
+                queued.push(span, &anchor, &mut constants);
             }
             let requests = queued.take_requests(&origin, 10);
             assert_eq!(

@@ -164,10 +164,10 @@ fn percent_decode(s: &str) -> String {
 /// spans; and what wakes the exporter and answers flushes.
 ///
 /// A shard per thread, not one queue: with one queue, the runtime's workers took turns on its
-/// lock and its buffer for every span (two locks, six spans a request), and the cache lines
-/// those live on crossed between the cores each time. A shard's lock is taken by its own
-/// thread and, once a round, by the exporter, so it stays in its thread's cache. Callgrind
-/// cannot see that cost (it runs one thread at a time); the server's CPU per request can.
+/// lock and its buffer for every span (two locks a span, four spans a cached sample), and the
+/// cache lines those live on crossed between the cores each time — contention callgrind,
+/// running one thread at a time, cannot count. A shard's lock is taken by its own thread and,
+/// once a round, by the exporter, so it stays in its thread's cache.
 #[derive(Debug)]
 pub(super) struct Queue {
     /// This queue among others in one process (tests start several): a thread's shard

@@ -34,7 +34,8 @@ fn stat_fields(process: &str) -> Vec<u64> {
 /// Clock ticks a second of `/proc` CPU times (USER_HZ, 100 on Linux everywhere).
 const TICKS: f64 = 100.0;
 
-/// CPU time (user + system) a process has used, in seconds; 0 when it is gone.
+/// CPU time (user + system) a process has used, in seconds; 0 when it is gone. `process` is
+/// a pid, `self`, or `<pid>/task/<tid>` for one of its threads.
 pub fn process_cpu_seconds(process: &str) -> f64 {
     let f = stat_fields(process);
     // utime and stime are fields 14 and 15 of the line.
@@ -81,10 +82,7 @@ pub fn thread_cpu_seconds(process: &str, name: &str) -> f64 {
             std::fs::read_to_string(format!("/proc/{process}/task/{task}/comm"))
                 .is_ok_and(|comm| comm.trim_end() == name)
         })
-        .map(|task| {
-            let f = stat_fields(&format!("{process}/task/{task}"));
-            (f.get(11).unwrap_or(&0) + f.get(12).unwrap_or(&0)) as f64 / TICKS
-        })
+        .map(|task| process_cpu_seconds(&format!("{process}/task/{task}")))
         .sum()
 }
 

@@ -240,6 +240,10 @@ impl Queue {
         self.control.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn shards(&self) -> MutexGuard<'_, Vec<Arc<Shard>>> {
+        self.shards.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Queues a finished span, encoded in this thread's shard; wakes the exporter only when
     /// the shard holds a full batch.
     pub fn push(&self, span: &Finished) {
@@ -287,7 +291,7 @@ impl Queue {
             constants: otlp::Constants::default(),
             dropped: 0,
         })));
-        let mut shards = self.shards.lock().unwrap_or_else(|e| e.into_inner());
+        let mut shards = self.shards();
         shards.push(shard.clone());
         self.shard_count.store(shards.len(), Ordering::Relaxed);
         shard
@@ -307,11 +311,7 @@ impl Queue {
         let anchor = Anchor::now();
         let mut dropped = 0;
         // The list is not held while posting: a thread's first span would wait on it.
-        let shards = self
-            .shards
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let shards = self.shards().clone();
         for shard in &shards {
             let requests = {
                 let mut state = shard.lock();
@@ -324,7 +324,7 @@ impl Queue {
             }
         }
         drop(shards);
-        let mut shards = self.shards.lock().unwrap_or_else(|e| e.into_inner());
+        let mut shards = self.shards();
         // Only the list holds the shard of a thread that has ended; it goes once empty (its
         // thread may have pushed after the drain above, before it ended).
         shards.retain(|shard| Arc::strong_count(shard) > 1 || shard.lock().spans.len() > 0);

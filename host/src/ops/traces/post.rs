@@ -498,11 +498,13 @@ mod tests {
                 }
                 let mut body = vec![0; length];
                 reader.read_exact(&mut body).unwrap();
+                // Counted before answering: the poster returns as soon as it reads the
+                // answer, and the test reads the count right after the last post.
+                *count.lock().unwrap() += 1;
                 reader
                     .get_mut()
                     .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                     .unwrap();
-                *count.lock().unwrap() += 1;
                 // Dropped here: closed after the answer.
             }
         });

@@ -34,6 +34,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpListener;
 use std::path::Path;
@@ -225,8 +226,9 @@ struct Setting {
     spans: Vec<f64>,
     /// Of the CPU per request, the kernel's microseconds, per round.
     sys_us: Vec<f64>,
-    /// Of the CPU per request, the trace exporter thread's microseconds, per round.
-    exporter_us: Vec<f64>,
+    /// Of the CPU per request, each thread name's microseconds, per round (the trace
+    /// exporter's, `svc-otlp`, among them).
+    threads: BTreeMap<String, Vec<f64>>,
     /// Context switches of the server's threads per request, per round.
     switches: Vec<f64>,
 }
@@ -240,7 +242,7 @@ impl Setting {
             cpu_us: Vec::new(),
             spans: Vec::new(),
             sys_us: Vec::new(),
-            exporter_us: Vec::new(),
+            threads: BTreeMap::new(),
             switches: Vec::new(),
         }
     }
@@ -418,7 +420,7 @@ fn throughput(
             };
             load_for(2);
             let before = running.server.usage();
-            let exporter = running.server.thread_cpu_seconds(EXPORTER_THREAD);
+            let threads = running.server.cpu_ns_by_thread();
             let spans = SPANS_RECEIVED.load(Ordering::Relaxed);
             let rps = load_for(seconds);
             let after = running.server.usage();
@@ -429,9 +431,13 @@ fn throughput(
                 after.user + after.sys - before.user - before.sys,
             ));
             s.sys_us.push(per_request(after.sys - before.sys));
-            s.exporter_us.push(per_request(
-                running.server.thread_cpu_seconds(EXPORTER_THREAD) - exporter,
-            ));
+            for (name, ns) in running.server.cpu_ns_by_thread() {
+                let ran = ns.saturating_sub(threads.get(&name).copied().unwrap_or(0));
+                s.threads
+                    .entry(name)
+                    .or_default()
+                    .push(per_request(ran as f64 / 1e9));
+            }
             s.switches
                 .push(after.switches.saturating_sub(before.switches) as f64 / requests);
             // Spans still queued when the server is killed (a batch or so, against hundreds
@@ -461,6 +467,11 @@ fn throughput(
                 .join(", ")
         );
     }
+    println!("  server CPU µs per request, round by round:");
+    for s in &settings {
+        let rounds: Vec<String> = s.cpu_us.iter().map(|c| format!("{c:.1}")).collect();
+        println!("    {:<12} {}", s.name, rounds.join(", "));
+    }
     // Where each setting's CPU goes: what callgrind cannot count (the kernel's share, waits
     // on locks shown as switches) and the exporter's own thread, apart from the workers.
     println!("  where the CPU per request goes (medians):");
@@ -469,9 +480,23 @@ fn throughput(
             "    {:<12} {:>6.1} µs in the kernel, {:>5.2} µs on the exporter thread, {:.2} context switches per request",
             s.name,
             median(&s.sys_us),
-            median(&s.exporter_us),
+            s.threads.get(EXPORTER_THREAD).map_or(0.0, |v| median(v)),
             median(&s.switches),
         );
+    }
+    // Which threads' CPU moves between rounds: a round's figure is their sum.
+    println!("  µs per request by thread name, median (min–max over rounds):");
+    for s in &settings {
+        let threads: Vec<String> = s
+            .threads
+            .iter()
+            .filter(|(_, v)| median(v) >= 0.05)
+            .map(|(name, v)| {
+                let (median, min, max) = common::spread(v);
+                format!("{name} {median:.1} ({min:.1}–{max:.1})")
+            })
+            .collect();
+        println!("    {:<12} {}", s.name, threads.join(", "));
     }
     // Split, throughput is the measure (the server has one core to itself); shared, the
     // CPU per request is the steadier of the two.
@@ -827,6 +852,16 @@ fn paired(what: &str, with: &Setting, without: &Setting, judge: Measure) {
     };
     let cpu = costs(&with.cpu_us, &without.cpu_us, 1.0);
     let rps = costs(&with.rps, &without.rps, -1.0);
+    // The user-space part alone, as a share of the whole: what callgrind counts, less the
+    // kernel's wake-up and socket work that moves with how requests happen to batch.
+    let user =
+        |s: &Setting| -> Vec<f64> { s.cpu_us.iter().zip(&s.sys_us).map(|(c, k)| c - k).collect() };
+    let user_cost: Vec<f64> = user(with)
+        .iter()
+        .zip(user(without))
+        .zip(&without.cpu_us)
+        .map(|((w, wo), whole)| (w - wo) / whole * 100.0)
+        .collect();
     let show = |costs: &[f64]| {
         let (median, _, _) = common::spread(costs);
         match common::median_interval(costs) {
@@ -849,6 +884,10 @@ fn paired(what: &str, with: &Setting, without: &Setting, judge: Measure) {
         show(&cpu),
         show(&rps),
         judge.name()
+    );
+    println!(
+        "  of which user space, as a share of the whole CPU per request: {}",
+        show(&user_cost)
     );
 }
 

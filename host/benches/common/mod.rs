@@ -12,8 +12,8 @@ mod stats;
 // Each bench uses some of the helpers (as with `dead_code` above).
 #[allow(unused_imports)]
 pub use stats::{
-    children_cpu_seconds, cpu_ticks, median_interval, named_cpu_seconds, process_cpu_seconds,
-    process_usage, spread, status_mib, steal_since, thread_cpu_seconds, Usage,
+    children_cpu_seconds, cpu_ns_by_thread, cpu_ticks, median_interval, named_cpu_seconds,
+    process_cpu_seconds, process_usage, spread, status_mib, steal_since, Usage,
 };
 
 /// The server binary Cargo built for this bench.
@@ -107,9 +107,9 @@ impl Server {
         process_usage(&self.child.id().to_string())
     }
 
-    /// CPU seconds its live threads named `name` have used.
-    pub fn thread_cpu_seconds(&self, name: &str) -> f64 {
-        thread_cpu_seconds(&self.child.id().to_string(), name)
+    /// CPU nanoseconds its live threads have run, by thread name ([`cpu_ns_by_thread`]).
+    pub fn cpu_ns_by_thread(&self) -> std::collections::BTreeMap<String, u64> {
+        cpu_ns_by_thread(&self.child.id().to_string())
     }
 
     pub fn peak_rss_kib(&self) -> u64 {

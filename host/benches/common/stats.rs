@@ -75,15 +75,29 @@ pub fn process_usage(process: &str) -> Usage {
     }
 }
 
-/// CPU seconds (user + kernel) the live threads of `process` named `name` have used.
-pub fn thread_cpu_seconds(process: &str, name: &str) -> f64 {
-    threads(process)
-        .filter(|task| {
-            std::fs::read_to_string(format!("/proc/{process}/task/{task}/comm"))
-                .is_ok_and(|comm| comm.trim_end() == name)
-        })
-        .map(|task| process_cpu_seconds(&format!("{process}/task/{task}")))
-        .sum()
+/// CPU nanoseconds the live threads of `process` have run, summed by thread name (`comm`):
+/// where a process's CPU goes, from `schedstat`'s nanoseconds (`stat` counts 10 ms ticks,
+/// too coarse for a thread that runs a few milliseconds a second). A thread that ends takes
+/// its time with it.
+pub fn cpu_ns_by_thread(process: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut groups = std::collections::BTreeMap::new();
+    for task in threads(process) {
+        let at = format!("/proc/{process}/task/{task}");
+        let (Ok(comm), Ok(schedstat)) = (
+            std::fs::read_to_string(format!("{at}/comm")),
+            std::fs::read_to_string(format!("{at}/schedstat")),
+        ) else {
+            continue;
+        };
+        // schedstat: time on the CPU (ns), time waiting to run (ns), slices.
+        let ran: u64 = schedstat
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        *groups.entry(comm.trim_end().to_owned()).or_insert(0) += ran;
+    }
+    groups
 }
 
 /// The ids of a process's live threads.

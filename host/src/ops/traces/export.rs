@@ -202,6 +202,11 @@ struct ShardState {
     constants: otlp::Constants,
     /// Spans dropped on a full shard since the last export.
     dropped: u64,
+    /// Whether this shard has woken the exporter for a full batch since its last drain.
+    /// One wake-up a batch: the exporter drains every shard when it runs, and until it gets
+    /// a core, which on a busy machine takes milliseconds, each further span would take the
+    /// control lock and make a futex call for nothing.
+    woke: bool,
 }
 
 impl Shard {
@@ -275,7 +280,9 @@ impl Queue {
                 ..
             } = &mut *state;
             spans.push(span, anchor, constants);
-            spans.len() >= self.max_batch.min(room)
+            let wake = !state.woke && state.spans.len() >= self.max_batch.min(room);
+            state.woke |= wake;
+            wake
         });
         if matches!(full, Ok(true)) {
             self.control().full = true;
@@ -290,6 +297,7 @@ impl Queue {
             anchor: Anchor::now(),
             constants: otlp::Constants::default(),
             dropped: 0,
+            woke: false,
         })));
         let mut shards = self.shards();
         shards.push(shard.clone());
@@ -317,6 +325,7 @@ impl Queue {
                 let mut state = shard.lock();
                 state.anchor = anchor;
                 dropped += std::mem::take(&mut state.dropped);
+                state.woke = false;
                 state.spans.take_requests(&self.origin, self.max_batch)
             };
             for (request, count) in requests {
@@ -528,7 +537,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_shard_drops_and_counts_and_a_full_batch_wakes_the_exporter() {
+    fn a_full_shard_drops_and_counts_and_each_full_batch_wakes_the_exporter_once() {
         let queue = Queue::new(30, 10, &origin());
         for _ in 0..9 {
             queue.push(&span());
@@ -536,10 +545,21 @@ mod tests {
         assert!(!queue.control().full, "not a batch yet");
         queue.push(&span());
         assert!(queue.control().full, "a batch of 10");
+        // The exporter takes the wake-up; it has not drained yet.
+        queue.control().full = false;
+        queue.push(&span());
+        assert!(!queue.control().full, "one wake-up a batch, not one a span");
         for _ in 0..30 {
             queue.push(&span());
         }
-        assert_eq!(drain(&queue), (vec![10, 10, 10], 10), "past the queue's 30");
+        assert_eq!(drain(&queue), (vec![10, 10, 10], 11), "past the queue's 30");
+        for _ in 0..10 {
+            queue.push(&span());
+        }
+        assert!(
+            queue.control().full,
+            "a drained shard wakes for its next batch"
+        );
     }
 
     fn settings(vars: &[(&str, &str)]) -> Result<Option<Settings>, String> {

@@ -15,7 +15,8 @@
 //!    server alone on core 0 and asks it a fixed `SVC_BENCH_RATE` (5,000) requests a second
 //!    from core 1, judged on CPU per request: no saturation, so no batching that moves with
 //!    the load's timing (each request pays a wake-up instead). Each setting's CPU is also
-//!    split: the kernel's share, the exporter thread's, and context switches per request —
+//!    split: the kernel's share, the exporter thread's, context switches per request, and
+//!    each thread name's share with its spread over the rounds (which threads' CPU moves) —
 //!    what callgrind cannot see;
 //! 2. the same three settings counted in instructions per cached sample under `callgrind`
 //!    (when `valgrind` is installed), for the whole process and for the request path alone

@@ -491,11 +491,9 @@ fn throughput(
         let threads: Vec<String> = s
             .threads
             .iter()
-            .filter(|(_, v)| median(v) >= 0.05)
-            .map(|(name, v)| {
-                let (median, min, max) = common::spread(v);
-                format!("{name} {median:.1} ({min:.1}–{max:.1})")
-            })
+            .map(|(name, v)| (name, common::spread(v)))
+            .filter(|(_, (median, _, _))| *median >= 0.05)
+            .map(|(name, (median, min, max))| format!("{name} {median:.1} ({min:.1}–{max:.1})"))
             .collect();
         println!("    {:<12} {}", s.name, threads.join(", "));
     }

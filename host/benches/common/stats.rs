@@ -37,9 +37,16 @@ const TICKS: f64 = 100.0;
 /// CPU time (user + system) a process has used, in seconds; 0 when it is gone. `process` is
 /// a pid, `self`, or `<pid>/task/<tid>` for one of its threads.
 pub fn process_cpu_seconds(process: &str) -> f64 {
+    let (user, sys) = user_and_sys_seconds(process);
+    user + sys
+}
+
+/// A process's user and kernel CPU seconds: `utime` and `stime`, fields 14 and 15 of its
+/// `stat` line.
+fn user_and_sys_seconds(process: &str) -> (f64, f64) {
     let f = stat_fields(process);
-    // utime and stime are fields 14 and 15 of the line.
-    (f.get(11).unwrap_or(&0) + f.get(12).unwrap_or(&0)) as f64 / TICKS
+    let seconds = |i: usize| *f.get(i).unwrap_or(&0) as f64 / TICKS;
+    (seconds(11), seconds(12))
 }
 
 /// How a process has run: its CPU time split into user and kernel, and how often its live
@@ -56,7 +63,7 @@ pub struct Usage {
 
 /// How `process` has run so far ([`Usage`]); zeros when it is gone.
 pub fn process_usage(process: &str) -> Usage {
-    let f = stat_fields(process);
+    let (user, sys) = user_and_sys_seconds(process);
     let switches = threads(process)
         .map(|task| {
             let status = std::fs::read_to_string(format!("/proc/{process}/task/{task}/status"))
@@ -69,8 +76,8 @@ pub fn process_usage(process: &str) -> Usage {
         })
         .sum();
     Usage {
-        user: *f.get(11).unwrap_or(&0) as f64 / TICKS,
-        sys: *f.get(12).unwrap_or(&0) as f64 / TICKS,
+        user,
+        sys,
         switches,
     }
 }

@@ -30,6 +30,8 @@
 //!   cargo bench -p svc-host --bench ops
 //!
 //! `SVC_BENCH_ROUNDS` (5) rounds of `SVC_BENCH_SECONDS` (5) seconds per setting (0: skip);
+//! `SVC_BENCH_SETTINGS` (all four) names the settings to run, comma-separated, e.g.
+//! `metrics on,tracing on` to judge tracing alone in twice the rounds per minute;
 //! `SVC_BENCH_COUNTED` (1000) requests counted per setting under callgrind (0: skip);
 //! `SVC_BENCH_KEEP=1` keeps their dumps (`counted-<setting>-<scope>/cg.*`) to annotate.
 
@@ -388,7 +390,7 @@ fn throughput(
 ) {
     let cpus = placement.server_cpus();
     let load = placement.load_cpus();
-    let mut settings = [
+    let mut settings = vec![
         Setting::new("metrics on", &[]),
         Setting::new("metrics off", &[("SVC_METRICS", "off")]),
         Setting::new("tracing on", &[("OTEL_EXPORTER_OTLP_ENDPOINT", sink)]),
@@ -402,6 +404,15 @@ fn throughput(
             ],
         ),
     ];
+    // Fewer settings, more rounds in the same time: the interval narrows with the rounds.
+    if let Ok(only) = std::env::var("SVC_BENCH_SETTINGS") {
+        let wanted: Vec<&str> = only.split(',').map(str::trim).collect();
+        settings.retain(|s| wanted.contains(&s.name));
+        assert!(
+            !settings.is_empty(),
+            "SVC_BENCH_SETTINGS names none of: metrics on, metrics off, tracing on, none sampled"
+        );
+    }
     let steal = cpu_ticks();
     let count = settings.len();
     for round in 0..rounds as usize {
@@ -503,19 +514,16 @@ fn throughput(
         Placement::Split => Measure::Throughput,
         Placement::Shared | Placement::Paced => Measure::CpuPerRequest,
     };
-    paired("metrics", &settings[0], &settings[1], judge);
-    paired(
-        "tracing (metrics on in both)",
-        &settings[2],
-        &settings[0],
-        judge,
-    );
-    paired(
-        "tracing, no trace sampled",
-        &settings[3],
-        &settings[0],
-        judge,
-    );
+    let find = |name: &str| settings.iter().find(|s| s.name == name);
+    for (what, with, without) in [
+        ("metrics", "metrics on", "metrics off"),
+        ("tracing (metrics on in both)", "tracing on", "metrics on"),
+        ("tracing, no trace sampled", "none sampled", "metrics on"),
+    ] {
+        if let (Some(with), Some(without)) = (find(with), find(without)) {
+            paired(what, with, without, judge);
+        }
+    }
 }
 
 fn main() {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use moka::sync::Cache;
+use svc_core::hash::CacheHasher;
 
 use crate::api::discovery::{CachedCatalog, CachedSample, SchemaResponse};
 
@@ -13,15 +14,15 @@ use crate::api::discovery::{CachedCatalog, CachedSample, SchemaResponse};
 #[derive(Clone)]
 pub struct DiscoveryCaches {
     /// Schema responses by table id.
-    pub schema: Cache<String, Arc<SchemaResponse>>,
+    pub schema: Cache<String, Arc<SchemaResponse>, CacheHasher>,
     /// Sample responses by `(table_id, n)`; never holds internal tables.
-    pub sample: Cache<(String, usize), Arc<CachedSample>>,
+    pub sample: Cache<(String, usize), Arc<CachedSample>, CacheHasher>,
     /// Local tables' WHERE examples, by file version (a new file is read afresh).
     pub examples: svc_catalog::examples::LocalExamples,
     /// Catalog bodies by caller view ([`CachedCatalog::key`]): dropped whole by any table's
     /// flush, and kept at most [`CATALOG_TTL`] for what changes without one (freshness
     /// labels age, local files change size).
-    pub catalog: Cache<(usize, usize), Arc<CachedCatalog>>,
+    pub catalog: Cache<(usize, usize), Arc<CachedCatalog>, CacheHasher>,
 }
 
 /// How long a catalog body is served before it is rebuilt.
@@ -43,17 +44,17 @@ impl Default for DiscoveryCaches {
             schema: Cache::builder()
                 .max_capacity(512)
                 .time_to_live(Duration::from_secs(3600))
-                .build(),
+                .build_with_hasher(CacheHasher::default()),
             sample: Cache::builder()
                 .max_capacity(512)
                 .time_to_live(Duration::from_secs(3600))
                 .support_invalidation_closures()
-                .build(),
+                .build_with_hasher(CacheHasher::default()),
             examples: Default::default(),
             catalog: Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(CATALOG_TTL)
-                .build(),
+                .build_with_hasher(CacheHasher::default()),
         }
     }
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use moka::sync::Cache;
+use svc_core::hash::CacheHasher;
 use svc_core::{Error, Result};
 use svc_store::groups::Group;
 use svc_store::registry::RegistryRow;
@@ -66,7 +67,7 @@ impl RegistrySnapshot {
 /// (and the emptying after it) came after the insert.
 #[derive(Clone)]
 struct Flushed<K, V> {
-    cache: Cache<K, V>,
+    cache: Cache<K, V, CacheHasher>,
     generation: Arc<AtomicU64>,
 }
 
@@ -80,7 +81,7 @@ where
             cache: Cache::builder()
                 .max_capacity(capacity)
                 .time_to_live(ttl)
-                .build(),
+                .build_with_hasher(CacheHasher::default()),
             generation: Arc::default(),
         }
     }

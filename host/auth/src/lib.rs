@@ -23,6 +23,7 @@ use jwt::{Claims, JwtKeys, TokenType};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use svc_core::clock::{format_ts, new_id, parse_ts};
+use svc_core::hash::CacheHasher;
 use svc_store::audit::{Actor, ClientKind};
 use svc_store::tokens::PatRow;
 use svc_store::users::{Identity, User};
@@ -130,9 +131,9 @@ pub struct Authenticator {
     /// the same secret accepts the same CSRF tokens and cursors).
     seal_key: [u8; 32],
     store: Store,
-    identities: moka::sync::Cache<IdentityKey, Arc<Identity>>,
+    identities: moka::sync::Cache<IdentityKey, Arc<Identity>, CacheHasher>,
     /// Tokens whose signature has been checked, by their exact text (see [`Verified`]).
-    verified: moka::sync::Cache<String, Arc<Verified>>,
+    verified: moka::sync::Cache<String, Arc<Verified>, CacheHasher>,
 }
 
 /// A token whose signature this process has checked, kept so the next request with the same
@@ -173,11 +174,11 @@ impl Authenticator {
             identities: moka::sync::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(IDENTITY_TTL)
-                .build(),
+                .build_with_hasher(CacheHasher::default()),
             verified: moka::sync::Cache::builder()
                 .max_capacity(VERIFIED_CAPACITY)
                 .time_to_idle(VERIFIED_IDLE)
-                .build(),
+                .build_with_hasher(CacheHasher::default()),
         }
     }
 

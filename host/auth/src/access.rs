@@ -32,7 +32,7 @@ use crate::{Caller, IDENTITY_TTL};
 #[derive(Debug, Default)]
 pub struct RegistrySnapshot {
     rows: Vec<RegistryRow>,
-    by_id: HashMap<String, usize>,
+    by_id: HashMap<String, usize, CacheHasher>,
 }
 
 impl RegistrySnapshot {

@@ -1,5 +1,6 @@
 //! The hasher of svc's in-memory caches and indexes on the request path (tokens, identities,
-//! grants, samples, schemas, the registry snapshot's index by table id).
+//! grants, samples, schemas, the registry snapshot's index by table id, the shapes of traces'
+//! root spans).
 //!
 //! foldhash, seeded at random per cache. The standard library's SipHash cost a cached sample
 //! about two thousand instructions over the token and the cache keys, and what it guards

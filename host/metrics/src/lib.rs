@@ -261,7 +261,7 @@ pub mod http {
         }
     }
 
-    use super::shards::METHODS;
+    pub use super::shards::METHODS;
 
     /// The method's label: the standard methods, or `_OTHER` as the conventions say.
     pub fn method_label(method: &str) -> &'static str {

@@ -25,7 +25,8 @@ pub(crate) static ON: AtomicBool = AtomicBool::new(false);
 /// status. All are from closed sets, so they are `'static` (route templates are interned).
 pub(crate) type HttpLabels = (&'static str, Option<&'static str>, &'static str);
 
-pub(crate) const METHODS: [&str; 8] = [
+/// The method labels: the standard methods, then `_OTHER` for any other.
+pub const METHODS: [&str; 8] = [
     "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "_OTHER",
 ];
 const CACHES: usize = Cache::ALL.len();

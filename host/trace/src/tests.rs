@@ -47,8 +47,8 @@ fn children_hang_under_the_span_current_where_they_were_made() {
         .build()
         .unwrap();
     let mut root = Span::root(trace_id, Some(caller), "request", Kind::Server);
-    root.set("http.request.method", "GET");
-    root.set("http.response.status_code", 200u16);
+    root.share(Shared::leak(vec![("http.request.method", "GET".into())]));
+    root.set("request_id", "r-1".to_owned());
     let context = root.context();
     rt.block_on(
         async {
@@ -67,6 +67,11 @@ fn children_hang_under_the_span_current_where_they_were_made() {
         .in_context(context),
     );
     root.rename("GET /things");
+    // The set it ends with replaces the one it started with.
+    root.share(Shared::leak(vec![
+        ("http.request.method", "GET".into()),
+        ("http.response.status_code", 200u16.into()),
+    ]));
     drop(root);
 
     let spans = of_trace(trace_id);
@@ -81,10 +86,11 @@ fn children_hang_under_the_span_current_where_they_were_made() {
     assert!(step.start <= inner.start && inner.end <= step.end);
     assert!(step.end <= root.end);
     assert_eq!(
-        root.attributes,
+        root.all_attributes().cloned().collect::<Vec<_>>(),
         vec![
             ("http.request.method", Value::from("GET")),
             ("http.response.status_code", Value::Int(200)),
+            ("request_id", Value::from("r-1".to_owned())),
         ]
     );
     assert_eq!(current(), None, "nothing stays current after the work");
@@ -124,6 +130,7 @@ fn an_unsampled_trace_and_work_outside_any_span_record_nothing() {
     let mut child = Span::child("under nothing");
     assert!(!child.is_recording());
     child.set("ignored", true);
+    child.share(Shared::leak(vec![("ignored", true.into())]));
     assert_eq!(child.context(), None);
 }
 
@@ -203,4 +210,18 @@ fn ticks_become_the_unix_time_they_were_read_at() {
     // A moment after the anchor (another core's counter) is after it, not clamped to it.
     let later = Ticks::now();
     assert!(anchor.unix_ns(later) >= anchor.unix_ns(end));
+}
+
+#[test]
+fn a_shared_set_is_encoded_once_and_kept() {
+    let set = Shared::leak(vec![("http.response.status_code", 200u16.into())]);
+    let mut encodings = 0;
+    for _ in 0..3 {
+        let encoded = set.encoded(|attributes| {
+            encodings += 1;
+            vec![attributes.len() as u8].into_boxed_slice()
+        });
+        assert_eq!(encoded, [1]);
+    }
+    assert_eq!(encodings, 1);
 }

@@ -200,6 +200,8 @@ struct Span {
     /// Unix time in nanoseconds.
     start: u64,
     end: u64,
+    /// Each attribute's key and value, the value as text.
+    attributes: Vec<(String, String)>,
 }
 
 impl Receiver {
@@ -251,6 +253,18 @@ fn unix_ns() -> u64 {
         .as_nanos() as u64
 }
 
+/// An attribute's value as text: a string as it is, a number in decimal.
+fn attribute_text(value: Option<opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    match value.and_then(|v| v.value) {
+        Some(V::StringValue(s)) => s,
+        Some(V::IntValue(i)) => i.to_string(),
+        Some(V::BoolValue(b)) => b.to_string(),
+        Some(V::DoubleValue(d)) => d.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
 /// HTTP/1.1 with keep-alive, just enough for an exporter's POSTs.
 fn serve_otlp(conn: std::net::TcpStream, sink: &Mutex<Vec<Span>>) {
     let mut writer = conn.try_clone().unwrap();
@@ -289,6 +303,11 @@ fn serve_otlp(conn: std::net::TcpStream, sink: &Mutex<Vec<Span>>) {
                         name: s.name,
                         start: s.start_time_unix_nano,
                         end: s.end_time_unix_nano,
+                        attributes: s
+                            .attributes
+                            .into_iter()
+                            .map(|kv| (kv.key, attribute_text(kv.value)))
+                            .collect(),
                     });
                 }
             }
@@ -340,6 +359,18 @@ fn a_request_is_one_trace_whose_id_is_the_audit_correlation_id() {
         .find(|s| s.parent_span_id == caller_span)
         .unwrap_or_else(|| panic!("no span under the caller's: {spans:?}"));
     assert_eq!(root.name, "POST /api/query");
+    let mut attributes = root.attributes.clone();
+    attributes.sort();
+    assert_eq!(
+        attributes,
+        [
+            ("http.request.method", "POST"),
+            ("http.response.status_code", "200"),
+            ("http.route", "/api/query"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+        "the root span's attributes, each once"
+    );
     let expected = [
         "auth.resolve",
         "engine.plan",

@@ -198,8 +198,6 @@ struct ShardState {
     /// What times the spans as they are queued: read afresh each time the exporter drains
     /// the shard, so it is a schedule delay old at most.
     anchor: Anchor,
-    /// This thread's constant attributes, encoded.
-    constants: otlp::Constants,
     /// Spans dropped on a full shard since the last export.
     dropped: u64,
     /// Whether this shard has woken the exporter for a full batch since its last drain.
@@ -273,13 +271,8 @@ impl Queue {
                 state.dropped += 1;
                 return false;
             }
-            let ShardState {
-                spans,
-                anchor,
-                constants,
-                ..
-            } = &mut *state;
-            spans.push(span, anchor, constants);
+            let ShardState { spans, anchor, .. } = &mut *state;
+            spans.push(span, anchor);
             let wake = !state.woke && state.spans.len() >= self.max_batch.min(room);
             state.woke |= wake;
             wake
@@ -295,7 +288,6 @@ impl Queue {
         let shard = Arc::new(Shard(Mutex::new(ShardState {
             spans: otlp::Encoded::new(&self.origin),
             anchor: Anchor::now(),
-            constants: otlp::Constants::default(),
             dropped: 0,
             woke: false,
         })));
@@ -491,6 +483,7 @@ mod tests {
             kind: svc_trace::Kind::Server,
             start: svc_trace::Ticks::now(),
             end: svc_trace::Ticks::now(),
+            shared: None,
             attributes: vec![("http.response.status_code", svc_trace::Value::Int(200))],
         }
     }

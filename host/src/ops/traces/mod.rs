@@ -30,7 +30,6 @@ mod otlp;
 mod post;
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{OnceLock, RwLock};
 
 use context::{RemoteParent, Sampler, TraceId};
@@ -83,8 +82,7 @@ pub fn request_span(
 ) -> (tracing::Span, svc_trace::Span, String) {
     let (root, id) = match SAMPLER.get() {
         Some(sampler) => {
-            let remote = headers
-                .get(&TRACEPARENT)
+            let remote = traceparent(headers)
                 .and_then(|v| v.to_str().ok())
                 .and_then(RemoteParent::parse);
             let trace_id = remote.map_or_else(TraceId::random, |p| p.trace_id);
@@ -95,7 +93,7 @@ pub fn request_span(
                     method,
                     svc_trace::Kind::Server,
                 );
-                root.set("http.request.method", method);
+                root.share(started(method));
                 root
             } else {
                 svc_trace::Span::none()
@@ -136,63 +134,102 @@ pub fn finish_span(
     if !root.is_recording() {
         return;
     }
-    if let Some(route) = route {
-        root.set("http.route", route);
-        root.rename(root_name(method, route));
-    }
-    root.set("http.response.status_code", status);
-}
-
-/// The W3C trace context header, named once (a name given as text is parsed per lookup).
-static TRACEPARENT: poem::http::HeaderName = poem::http::HeaderName::from_static("traceparent");
-
-/// `{method} {route}`, made once per pair and kept: both come from bounded sets (method
-/// labels and route templates), and formatting the name cost a traced request more than
-/// its clock reads.
-fn root_name(method: &'static str, route: &'static str) -> &'static str {
-    type Names = HashMap<[usize; 4], &'static str, BuildHasherDefault<AddressHasher>>;
-    static NAMES: OnceLock<RwLock<Names>> = OnceLock::new();
-    let names = NAMES.get_or_init(RwLock::default);
-    let key = address_key(method, route);
-    if let Some(&name) = names.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return name;
-    }
-    let mut names = names.write().unwrap_or_else(|e| e.into_inner());
-    names
-        .entry(key)
-        .or_insert_with(|| Box::leak(format!("{method} {route}").into_boxed_str()))
-}
-
-/// A pair of constant strings as their addresses and lengths: the same constant is the same
-/// string, so this keys a pair without reading or hashing its text.
-fn address_key(a: &'static str, b: &'static str) -> [usize; 4] {
-    [a.as_ptr() as usize, a.len(), b.as_ptr() as usize, b.len()]
-}
-
-/// Hashes addresses and lengths with one multiply each (SipHash, the default, cost more
-/// than the formatting it saves; nothing here comes from a caller, so flooding is moot).
-#[derive(Default)]
-struct AddressHasher(u64);
-
-impl Hasher for AddressHasher {
-    /// A word at a time: an array of addresses arrives here as its bytes, and a multiply per
-    /// byte cost more than the lookup it serves.
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_usize(u64::from_ne_bytes(word) as usize);
+    match answered(method, route, status) {
+        Some(shape) => {
+            root.rename(shape.name);
+            root.share(shape.attributes);
+        }
+        // Past the table's bound: the same, made for this span alone.
+        None => {
+            if let Some(route) = route {
+                root.set("http.route", route);
+                root.rename(format!("{method} {route}"));
+            }
+            root.set("http.response.status_code", status);
         }
     }
-
-    fn write_usize(&mut self, n: usize) {
-        self.0 = (self.0.rotate_left(5) ^ n as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
+
+/// The caller's `traceparent`, found by comparing names: a request carries a few headers,
+/// and passing over them cost less than hashing this name for a lookup (callgrind: about
+/// 170 instructions a request, traceparent or not).
+fn traceparent(headers: &poem::http::HeaderMap) -> Option<&poem::http::HeaderValue> {
+    const NAME: &str = "traceparent";
+    headers
+        .iter()
+        .find(|(name, _)| name.as_str().len() == NAME.len() && name.as_str() == NAME)
+        .map(|(_, value)| value)
+}
+
+/// The attributes a root span starts with: its method, one set per method label.
+fn started(method: &'static str) -> &'static svc_trace::Shared {
+    use svc_metrics::http::METHODS;
+    static SETS: OnceLock<Vec<&'static svc_trace::Shared>> = OnceLock::new();
+    let sets = SETS.get_or_init(|| {
+        METHODS
+            .iter()
+            .map(|m| svc_trace::Shared::leak(vec![("http.request.method", (*m).into())]))
+            .collect()
+    });
+    // A label not in the list cannot happen (labels come from it); it reads as the last.
+    let at = METHODS.iter().position(|m| *m == method);
+    sets[at.unwrap_or(METHODS.len() - 1)]
+}
+
+/// What an answered request's root span ends as: its name and attributes.
+struct Shape {
+    name: &'static str,
+    attributes: &'static svc_trace::Shared,
+}
+
+/// The shape of a root span answered with `status` on `route`, made once per (method,
+/// route, status) and kept: all three come from bounded sets (method labels, route
+/// templates, the statuses svc sends), and naming the span and setting its attributes one
+/// at a time cost a traced request more than its clock reads. None past [`MAX_SHAPES`].
+fn answered(
+    method: &'static str,
+    route: Option<&'static str>,
+    status: u16,
+) -> Option<&'static Shape> {
+    type Shapes = HashMap<[usize; 5], &'static Shape, svc_core::hash::CacheHasher>;
+    static SHAPES: OnceLock<RwLock<Shapes>> = OnceLock::new();
+    let shapes = SHAPES.get_or_init(RwLock::default);
+    // The method and route by address and length: the same constant is the same text, so
+    // this keys them without reading or hashing their text.
+    let template = route.unwrap_or_default();
+    let key = [
+        method.as_ptr() as usize,
+        method.len(),
+        template.as_ptr() as usize,
+        template.len(),
+        usize::from(status),
+    ];
+    if let Some(&shape) = shapes.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Some(shape);
+    }
+    let mut shapes = shapes.write().unwrap_or_else(|e| e.into_inner());
+    if shapes.len() >= MAX_SHAPES && !shapes.contains_key(&key) {
+        return None;
+    }
+    Some(*shapes.entry(key).or_insert_with(|| {
+        let mut attributes = vec![("http.request.method", method.into())];
+        let name: &'static str = match route {
+            Some(route) => {
+                attributes.push(("http.route", route.into()));
+                Box::leak(format!("{method} {route}").into_boxed_str())
+            }
+            None => method,
+        };
+        attributes.push(("http.response.status_code", status.into()));
+        Box::leak(Box::new(Shape {
+            name,
+            attributes: svc_trace::Shared::leak(attributes),
+        }))
+    }))
+}
+
+/// Root span shapes kept at most; past that, a span's are made for it alone.
+const MAX_SHAPES: usize = 4096;
 
 /// The `traceparent` an MCP call carries in `params._meta`, if any (the MCP convention for
 /// trace context, since a client's HTTP transport may not let it set headers).
@@ -219,17 +256,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_root_name_is_made_once_per_method_and_route() {
-        let first = root_name("GET", "/api/v2/sample/{table_id}");
-        assert_eq!(first, "GET /api/v2/sample/{table_id}");
+    fn a_root_shape_is_made_once_per_method_route_and_status() {
+        let route = "/api/v2/sample/{table_id}";
+        let first = answered("GET", Some(route), 200).unwrap();
+        assert_eq!(first.name, "GET /api/v2/sample/{table_id}");
+        assert_eq!(
+            first.attributes.attributes(),
+            [
+                ("http.request.method", "GET".into()),
+                ("http.route", route.into()),
+                ("http.response.status_code", 200u16.into()),
+            ]
+        );
         assert!(std::ptr::eq(
             first,
-            root_name("GET", "/api/v2/sample/{table_id}")
+            answered("GET", Some(route), 200).unwrap()
         ));
+        let other = answered("GET", Some(route), 404).unwrap();
+        assert!(!std::ptr::eq(first, other));
+        assert_eq!(other.name, first.name);
+        let unrouted = answered("POST", None, 404).unwrap();
+        assert_eq!(unrouted.name, "POST");
         assert_eq!(
-            root_name("POST", "/api/v2/sample/{table_id}"),
-            "POST /api/v2/sample/{table_id}"
+            unrouted.attributes.attributes(),
+            [
+                ("http.request.method", "POST".into()),
+                ("http.response.status_code", 404u16.into()),
+            ]
         );
+        assert_eq!(
+            started("DELETE").attributes(),
+            [("http.request.method", "DELETE".into())]
+        );
+    }
+
+    #[test]
+    fn traceparent_is_found_whatever_the_other_headers() {
+        let mut headers = poem::http::HeaderMap::new();
+        assert!(traceparent(&headers).is_none());
+        headers.insert("x-request-id", "abc".parse().unwrap());
+        headers.insert("tracestate", "k=v".parse().unwrap());
+        headers.insert(poem::http::header::HOST, "svc".parse().unwrap());
+        assert!(traceparent(&headers).is_none());
+        headers.insert("TraceParent", "00-x".parse().unwrap());
+        assert_eq!(traceparent(&headers).unwrap(), "00-x");
     }
 
     #[test]

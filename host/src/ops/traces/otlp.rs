@@ -7,11 +7,6 @@
 //! are those of `opentelemetry/proto/trace/v1/trace.proto` and `common/v1/common.proto`; the
 //! black-box tests decode what this writes with the OpenTelemetry project's own types.
 
-use std::borrow::Cow;
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
 use bytes::Bytes;
 
 use svc_trace::{Anchor, Finished, Kind, Value};
@@ -19,7 +14,7 @@ use svc_trace::{Anchor, Finished, Kind, Value};
 /// A server span that answered 5xx failed; the conventions leave 4xx unset on servers.
 fn failed(span: &Finished) -> bool {
     span.kind == Kind::Server
-        && span.attributes.iter().any(|(k, v)| {
+        && span.all_attributes().any(|(k, v)| {
             *k == "http.response.status_code" && matches!(v, Value::Int(s) if *s >= 500)
         })
 }
@@ -81,8 +76,8 @@ impl Encoded {
     }
 
     /// Encodes `span` after the waiting spans ([`encode_span`]).
-    pub fn push(&mut self, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
-        encode_span(span, anchor, constants, &mut self.bytes);
+    pub fn push(&mut self, span: &Finished, anchor: &Anchor) {
+        encode_span(span, anchor, &mut self.bytes);
         self.ends.push(self.bytes.len());
     }
 
@@ -125,21 +120,30 @@ impl Encoded {
 
 /// Appends `span` to `out` as a whole `ScopeSpans.spans` field (key, length, `Span`), its
 /// times made Unix time by `anchor`.
-pub fn encode_span(span: &Finished, anchor: &Anchor, constants: &mut Constants, out: &mut Vec<u8>) {
+pub fn encode_span(span: &Finished, anchor: &Anchor, out: &mut Vec<u8>) {
     if span.attributes.is_empty() {
         // Most spans: every length is known up front, so the span goes in as one block
-        // (its field's key and length, the fixed fields, the name's key and length) and
-        // the name's bytes.
+        // (its field's key and length, the fixed fields, the name's key and length), the
+        // name's bytes, and the shared attributes' bytes.
         let name = span.name.as_bytes();
-        let (fixed, used) = fixed(span, anchor);
+        let shared = shared(span);
+        let status: &[u8] = if failed(span) { &STATUS } else { &[] };
         let mut block = Block::default();
         // ScopeSpans.spans
-        block.put(&[(2 << 3) | 2], 1);
-        block.varint((used + field_len(5, name.len())) as u64);
-        block.put(&fixed, used);
+        block.byte((2 << 3) | 2);
+        let len = fixed_len(span) + field_len(5, name.len()) + shared.len() + status.len();
+        block.varint(len as u64);
+        block.fixed(span, anchor);
         block.name_prefix(name.len());
         out.extend_from_slice(block.bytes());
         out.extend_from_slice(name);
+        // Most spans have neither: an empty copy is still a call to `memcpy`.
+        if !shared.is_empty() {
+            out.extend_from_slice(shared);
+        }
+        if !status.is_empty() {
+            out.extend_from_slice(status);
+        }
         return;
     }
     // The field's key, then room for its length, guessed so the body rarely moves: most
@@ -147,7 +151,7 @@ pub fn encode_span(span: &Finished, anchor: &Anchor, constants: &mut Constants, 
     const ROOM: usize = 2;
     let at = out.len() + 1;
     out.extend_from_slice(&[(2 << 3) | 2, 0, 0]);
-    Cursor { buf: out }.span(span, anchor, constants);
+    Cursor { buf: out }.span(span, anchor);
     let body = at + ROOM;
     let len = out.len() - body;
     let (digits, used) = varint_bytes(len as u64);
@@ -158,6 +162,19 @@ pub fn encode_span(span: &Finished, anchor: &Anchor, constants: &mut Constants, 
         out.truncate(at + used + len);
     }
     out[at..at + used].copy_from_slice(&digits[..used]);
+}
+
+/// The span's shared attributes as whole `Span.attributes` fields, encoded once per set.
+fn shared(span: &Finished) -> &[u8] {
+    let Some(set) = span.shared else { return &[] };
+    set.encoded(|attributes| {
+        let mut encoded = Vec::new();
+        let mut w = Cursor { buf: &mut encoded };
+        for (key, value) in attributes {
+            w.attribute(9, key, value);
+        }
+        encoded.into_boxed_slice()
+    })
 }
 
 /// Writes one `ExportTraceServiceRequest` holding `spans` (fields written by
@@ -233,43 +250,6 @@ fn attribute_field_len(key: &str, value: &Value) -> usize {
     field_len(1, attribute_len(key, value))
 }
 
-/// Span attributes whose key and value are both constants (a method, a route template, a
-/// status code), encoded once per pair as the whole field (key, length, `KeyValue`). They
-/// come from bounded sets and repeat on every request, and encoding one cost more than the
-/// rest of its span.
-#[derive(Debug, Default)]
-pub struct Constants(HashMap<[usize; 4], Box<[u8]>, BuildHasherDefault<super::AddressHasher>>);
-
-impl Constants {
-    /// Pairs kept at most; past that, attributes are encoded each time.
-    const MAX: usize = 4096;
-    /// Whole numbers up to this are constants too: status codes repeat on every request.
-    const MAX_CODE: i64 = 999;
-
-    /// The encoded attribute, when it is a constant pair (made on first sight).
-    fn get(&mut self, key: &'static str, value: &Value) -> Option<&[u8]> {
-        let id = match value {
-            Value::Str(Cow::Borrowed(text)) => super::address_key(key, text),
-            // A small whole number (a status code) is keyed by its value: no text sits at
-            // address 0, so it cannot be mistaken for a pair of strings.
-            Value::Int(code @ 0..=Self::MAX_CODE) => {
-                [key.as_ptr() as usize, key.len(), 0, *code as usize]
-            }
-            _ => return None,
-        };
-        let kept = self.0.len();
-        match self.0.entry(id) {
-            Entry::Occupied(e) => Some(e.into_mut()),
-            Entry::Vacant(e) if kept < Self::MAX => {
-                let mut encoded = Vec::with_capacity(attribute_field_len(key, value));
-                Cursor { buf: &mut encoded }.attribute(9, key, value);
-                Some(e.insert(encoded.into_boxed_slice()))
-            }
-            Entry::Vacant(_) => None,
-        }
-    }
-}
-
 /// `trace_id` (field 1) and `span_id` (field 2), each a key, a length and the bytes.
 const IDS: usize = 2 + 16 + 2 + 8;
 /// `parent_span_id` (field 4).
@@ -337,19 +317,16 @@ impl Cursor<'_> {
     }
 
     /// A `Span` body: the fixed fields, the name, the attributes, the status.
-    fn span(&mut self, span: &Finished, anchor: &Anchor, constants: &mut Constants) {
+    fn span(&mut self, span: &Finished, anchor: &Anchor) {
         let name = span.name.as_bytes();
-        let (fixed, used) = fixed(span, anchor);
         let mut block = Block::default();
-        block.put(&fixed, used);
+        block.fixed(span, anchor);
         block.name_prefix(name.len());
         self.put(block.bytes());
         self.put(name);
+        self.put(shared(span));
         for (key, value) in &span.attributes {
-            match constants.get(key, value) {
-                Some(encoded) => self.put(encoded),
-                None => self.attribute(9, key, value),
-            }
+            self.attribute(9, key, value);
         }
         if failed(span) {
             self.put(&STATUS);
@@ -360,38 +337,11 @@ impl Cursor<'_> {
 /// The most bytes a span's fixed-size fields take (with a parent).
 const FIXED_MAX: usize = IDS + PARENT + KIND_AND_TIMES + FLAGS.len();
 
-/// `trace_id` (1), `span_id` (2), `parent_span_id` (4), `kind` (6), the start and end times
-/// (7, 8) and `flags` (16): every field of a known size, as one block at fixed offsets, and
-/// how many of its bytes are used (fewer without a parent). They go before the name, out of
-/// number order, so they are one copy; protobuf readers take fields in any order.
-fn fixed(span: &Finished, anchor: &Anchor) -> ([u8; FIXED_MAX], usize) {
-    let mut tail = [0u8; KIND_AND_TIMES + FLAGS.len()];
-    tail[0] = 6 << 3;
-    tail[1] = span.kind as u8;
-    tail[2] = (7 << 3) | 1;
-    tail[3..11].copy_from_slice(&anchor.unix_ns(span.start).to_le_bytes());
-    tail[11] = (8 << 3) | 1;
-    tail[12..20].copy_from_slice(&anchor.unix_ns(span.end).to_le_bytes());
-    tail[20..].copy_from_slice(&FLAGS);
-    let mut block = [0u8; FIXED_MAX];
-    block[0] = (1 << 3) | 2;
-    block[1] = 16;
-    block[2..18].copy_from_slice(&span.trace_id.0);
-    block[18] = (2 << 3) | 2;
-    block[19] = 8;
-    block[20..IDS].copy_from_slice(&span.span_id.0);
+/// The bytes a span's fixed-size fields take ([`Block::fixed`]): fewer without a parent.
+fn fixed_len(span: &Finished) -> usize {
     match span.parent {
-        Some(parent) => {
-            block[IDS] = (4 << 3) | 2;
-            block[IDS + 1] = 8;
-            block[IDS + 2..IDS + PARENT].copy_from_slice(&parent.0);
-            block[IDS + PARENT..].copy_from_slice(&tail);
-            (block, FIXED_MAX)
-        }
-        None => {
-            block[IDS..IDS + tail.len()].copy_from_slice(&tail);
-            (block, IDS + tail.len())
-        }
+        Some(_) => FIXED_MAX,
+        None => FIXED_MAX - PARENT,
     }
 }
 
@@ -419,11 +369,9 @@ impl Block {
         &self.bytes[..self.len]
     }
 
-    /// The first `used` bytes of `bytes`, copied whole (a copy of a known size is a few
-    /// moves, one of a varying size a call).
-    fn put<const N: usize>(&mut self, bytes: &[u8; N], used: usize) {
-        self.bytes[self.len..self.len + N].copy_from_slice(bytes);
-        self.len += used;
+    fn byte(&mut self, b: u8) {
+        self.bytes[self.len] = b;
+        self.len += 1;
     }
 
     fn varint(&mut self, mut v: u64) {
@@ -436,9 +384,39 @@ impl Block {
         self.len += 1;
     }
 
+    /// `trace_id` (1), `span_id` (2), `parent_span_id` (4), `kind` (6), the start and end
+    /// times (7, 8) and `flags` (16): every field of a known size, written in place
+    /// ([`fixed_len`] bytes). They go before the name, out of number order, so they are
+    /// stores into this block rather than copies; protobuf readers take fields in any order.
+    fn fixed(&mut self, span: &Finished, anchor: &Anchor) {
+        let b = &mut self.bytes[self.len..self.len + FIXED_MAX];
+        b[0] = (1 << 3) | 2;
+        b[1] = 16;
+        b[2..18].copy_from_slice(&span.trace_id.0);
+        b[18] = (2 << 3) | 2;
+        b[19] = 8;
+        b[20..IDS].copy_from_slice(&span.span_id.0);
+        let mut at = IDS;
+        if let Some(parent) = span.parent {
+            b[at] = (4 << 3) | 2;
+            b[at + 1] = 8;
+            b[at + 2..at + PARENT].copy_from_slice(&parent.0);
+            at += PARENT;
+        }
+        let tail = &mut b[at..at + KIND_AND_TIMES + FLAGS.len()];
+        tail[0] = 6 << 3;
+        tail[1] = span.kind as u8;
+        tail[2] = (7 << 3) | 1;
+        tail[3..11].copy_from_slice(&anchor.unix_ns(span.start).to_le_bytes());
+        tail[11] = (8 << 3) | 1;
+        tail[12..20].copy_from_slice(&anchor.unix_ns(span.end).to_le_bytes());
+        tail[20..].copy_from_slice(&FLAGS);
+        self.len += at + tail.len();
+    }
+
     /// The name's key and length; its bytes follow the block.
     fn name_prefix(&mut self, len: usize) {
-        self.put(&[(5 << 3) | 2], 1);
+        self.byte((5 << 3) | 2);
         self.varint(len as u64);
     }
 }
@@ -457,11 +435,20 @@ mod tests {
             kind,
             start: svc_trace::Ticks::now(),
             end: svc_trace::Ticks::now(),
+            shared: None,
             attributes: vec![("http.response.status_code", Value::Int(status))],
         };
         assert!(failed(&span(Kind::Server, 503)));
         assert!(!failed(&span(Kind::Server, 404)));
         assert!(!failed(&span(Kind::Internal, 500)));
+        // The status may come in a shared set.
+        let mut shared = span(Kind::Server, 200);
+        shared.attributes.clear();
+        shared.shared = Some(svc_trace::Shared::leak(vec![(
+            "http.response.status_code",
+            Value::Int(502),
+        )]));
+        assert!(failed(&shared));
     }
 
     /// The wire format the slow, obviously right way, to check the encoder against: a field
@@ -539,7 +526,7 @@ mod tests {
             self.key(16, 5);
             self.0.extend_from_slice(&1u32.to_le_bytes());
             self.bytes(5, span.name.as_bytes());
-            for (key, value) in &span.attributes {
+            for (key, value) in span.all_attributes() {
                 self.attribute(9, key, value);
             }
             if failed(span) {
@@ -549,6 +536,16 @@ mod tests {
     }
 
     fn spans(n: usize) -> Vec<Finished> {
+        // Sets shared by many spans, as a server span's method, route and status are.
+        let ok = svc_trace::Shared::leak(vec![
+            ("http.request.method", Value::from("GET")),
+            ("http.route", Value::from("/api/v2/sample/{table_id}")),
+            ("http.response.status_code", Value::Int(200)),
+        ]);
+        let failing = svc_trace::Shared::leak(vec![
+            ("http.request.method", Value::from("POST")),
+            ("http.response.status_code", Value::Int(500)),
+        ]);
         (0..n)
             .map(|i| Finished {
                 trace_id: svc_trace::TraceId::random(),
@@ -567,6 +564,12 @@ mod tests {
                 },
                 start: svc_trace::Ticks::now(),
                 end: svc_trace::Ticks::now(),
+                // Alone, with no attributes of its own, and before some.
+                shared: match i % 6 {
+                    1 | 3 => Some(ok),
+                    4 | 5 => Some(failing),
+                    _ => None,
+                },
                 // Bodies under 128 bytes (a one-byte length) with no attributes and with one.
                 attributes: match i % 4 {
                     3 => Vec::new(),
@@ -619,9 +622,7 @@ mod tests {
     #[test]
     fn the_encoder_writes_what_the_reference_writes() {
         let origin = origin();
-        // Kept across batches, as the queue keeps them: constant attributes are encoded the
-        // first time they are seen and copied after, and the room spans took is reused.
-        let mut constants = Constants::default();
+        // Kept across batches, as the queue keeps it: the room spans took is reused.
         let mut queued = Encoded::new(&origin);
         assert!(queued.take_requests(&origin, 512).is_empty());
         // From one span to requests whose outer lengths take three varint bytes.
@@ -629,7 +630,7 @@ mod tests {
             let batch = spans(n);
             let anchor = Anchor::now();
             for span in &batch {
-                queued.push(span, &anchor, &mut constants);
+                queued.push(span, &anchor);
             }
             assert_eq!(queued.len(), n);
             let requests = queued.take_requests(&origin, n);
@@ -674,11 +675,10 @@ mod tests {
     fn requests_hold_at_most_the_batch_size_and_every_span_once() {
         let origin = origin();
         let (batch, anchor) = (spans(23), Anchor::now());
-        let mut constants = Constants::default();
         let mut queued = Encoded::new(&origin);
         for _round in 0..2 {
             for span in &batch {
-                queued.push(span, &anchor, &mut constants);
+                queued.push(span, &anchor);
             }
             let requests = queued.take_requests(&origin, 10);
             assert_eq!(

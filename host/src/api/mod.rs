@@ -515,7 +515,7 @@ async fn pipeline<E: Endpoint>(
 async fn adopt_mcp_traceparent(req: &mut Request, max_body: Option<usize>) {
     if req.uri().path() != "/mcp"
         || req.method() != poem::http::Method::POST
-        || req.headers().contains_key("traceparent")
+        || crate::ops::traces::traceparent(req.headers()).is_some()
     {
         return;
     }

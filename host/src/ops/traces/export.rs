@@ -271,8 +271,8 @@ impl Queue {
                 state.dropped += 1;
                 return false;
             }
-            let ShardState { spans, anchor, .. } = &mut *state;
-            spans.push(span, anchor);
+            let state = &mut *state;
+            state.spans.push(span, &state.anchor);
             let wake = !state.woke && state.spans.len() >= self.max_batch.min(room);
             state.woke |= wake;
             wake

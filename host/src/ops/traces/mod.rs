@@ -153,7 +153,7 @@ pub fn finish_span(
 /// The caller's `traceparent`, found by comparing names: a request carries a few headers,
 /// and passing over them cost less than hashing this name for a lookup (callgrind: about
 /// 170 instructions a request, traceparent or not).
-fn traceparent(headers: &poem::http::HeaderMap) -> Option<&poem::http::HeaderValue> {
+pub(crate) fn traceparent(headers: &poem::http::HeaderMap) -> Option<&poem::http::HeaderValue> {
     const NAME: &str = "traceparent";
     headers
         .iter()

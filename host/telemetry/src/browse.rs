@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use chrono::{Duration, NaiveDate, Utc};
 use serde::Serialize;
@@ -287,11 +287,16 @@ pub struct DayActive {
 /// Reads the telemetry for administrators; holds the store (for the audit timings), the
 /// internal driver (for the event files) and one DataFusion context, whose runtime caches
 /// the event files' parquet footers between reads (packs and segments are immutable).
+///
+/// The context is made on the first read and shared by every clone: making one registers
+/// every built-in function, planner and optimiser rule, which at start-up faulted in about
+/// 10 MB of the binary's code (perf, page faults of an idle release server) for a page an
+/// administrator may never open.
 #[derive(Clone)]
 pub struct Browser {
     store: Store,
     events: InternalDriver,
-    context: SessionContext,
+    context: Arc<OnceLock<SessionContext>>,
     /// None when configured off: every read scans.
     index: Option<EventIndex>,
 }
@@ -439,7 +444,7 @@ impl Browser {
         Self {
             store,
             events,
-            context: SessionContext::new(),
+            context: Arc::default(),
             index: Some(EventIndex::new(DEFAULT_MAX_EVENTS)),
         }
     }
@@ -470,13 +475,24 @@ impl Browser {
             .map_err(Error::internal)?
     }
 
+    /// The context reads go through, made on first use.
+    fn context(&self) -> &SessionContext {
+        self.context.get_or_init(SessionContext::new)
+    }
+
+    /// Whether the context has been made (by this browser or a clone).
+    #[cfg(test)]
+    pub(crate) fn has_context(&self) -> bool {
+        self.context.get().is_some()
+    }
+
     async fn frame(&self) -> Result<DataFrame, Error> {
         let provider = self
             .events
             .event_provider(None)
             .await
             .map_err(|e| Error::internal(e.message))?;
-        self.context.read_table(provider).map_err(df_error)
+        self.context().read_table(provider).map_err(df_error)
     }
 
     /// The events with what distinct owners and sessions are counted over: the hidden keys
@@ -492,7 +508,7 @@ impl Browser {
             Some(provider) => {
                 let [username_hash, session_id_hash] = KEY_COLUMNS;
                 Counted {
-                    events: self.context.read_table(provider).map_err(df_error)?,
+                    events: self.context().read_table(provider).map_err(df_error)?,
                     users: col(username_hash),
                     sessions: col(session_id_hash),
                 }
@@ -765,7 +781,7 @@ impl Browser {
                     // No batches, so no schema to sort by.
                     return Ok(Page::of(group_by, Vec::new(), 0, limit, offset));
                 }
-                let grouped = self.context.read_batches(buckets).map_err(df_error)?;
+                let grouped = self.context().read_batches(buckets).map_err(df_error)?;
                 let by = match column {
                     "bucket" | "invocations" | "distinct_users" | "distinct_sessions"
                     | "errors" => column,

@@ -110,6 +110,11 @@ async fn the_index_counts_what_the_scans_count_on_both_backends() {
         let (data, owners) = corpus(&store).await;
         let indexed = Browser::new(store.clone(), &data.0);
         let scanned = Browser::new(store.clone(), &data.0).index_at_most(0);
+        let scanned_clone = scanned.clone();
+        assert!(
+            !scanned.has_context(),
+            "the DataFusion context is made on the first read, not with the browser"
+        );
         // An index too small for the corpus answers nothing and the scans answer instead.
         let small = Browser::new(store.clone(), &data.0).index_at_most(10);
 
@@ -124,6 +129,10 @@ async fn the_index_counts_what_the_scans_count_on_both_backends() {
                 "facets of {window} minutes"
             );
         }
+        assert!(
+            scanned_clone.has_context(),
+            "a clone shares the context its original made"
+        );
         let week = indexed.kpis(&filters(10_080)).await.unwrap();
         assert!(week.events_total > 500 && week.errors > 0, "{week:?}");
         let overflowing = small.kpis(&filters(10_080)).await.unwrap();

@@ -1,7 +1,7 @@
 //! A small typed client for the BigQuery REST API v2: `jobs.query` with
 //! `getQueryResults` paging, dry runs, and `tables.get`. Errors become typed driver errors.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -180,7 +180,7 @@ impl Pages {
             .expect("fetch only runs for a job with an id");
         let c = &self.client;
         let mut req = c
-            .http
+            .http()
             .get(format!(
                 "{}/projects/{}/queries/{job_id}",
                 c.base(),
@@ -213,7 +213,9 @@ pub enum SqlOrigin {
 /// The REST client.
 #[derive(Debug, Clone)]
 pub struct Client {
-    http: reqwest::Client,
+    /// Built on the first call: every server makes this driver, most never call a warehouse,
+    /// and building an HTTP client runs (and keeps resident) about 1 MiB of code.
+    http: Arc<OnceLock<reqwest::Client>>,
     config: Arc<WarehouseConfig>,
     credentials: Arc<Credentials>,
 }
@@ -221,16 +223,22 @@ pub struct Client {
 impl Client {
     /// A client for a configured warehouse.
     pub fn new(config: Arc<WarehouseConfig>) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(HTTP_TIMEOUT)
-            .build()
-            .expect("a TLS-less reqwest client builds");
         let credentials = Arc::new(Credentials::from_config(&config));
         Self {
-            http,
+            http: Arc::default(),
             config,
             credentials,
         }
+    }
+
+    /// The HTTP client, shared by every clone.
+    fn http(&self) -> &reqwest::Client {
+        self.http.get_or_init(|| {
+            reqwest::Client::builder()
+                .timeout(HTTP_TIMEOUT)
+                .build()
+                .expect("a TLS-less reqwest client builds")
+        })
     }
 
     fn base(&self) -> String {
@@ -244,7 +252,7 @@ impl Client {
     // One span per call to the warehouse: in a trace, the time the source took.
     async fn send(&self, rb: reqwest::RequestBuilder, origin: SqlOrigin) -> Result<Value> {
         async {
-            let rb = match self.credentials.bearer(&self.http).await? {
+            let rb = match self.credentials.bearer(self.http()).await? {
                 Some(token) => rb.bearer_auth(token),
                 None => rb,
             };
@@ -340,7 +348,7 @@ impl Client {
             body["location"] = json!(location);
         }
         let url = format!("{}/projects/{}/queries", self.base(), self.job_project());
-        parse(self.send(self.http.post(url).json(&body), origin).await?)
+        parse(self.send(self.http().post(url).json(&body), origin).await?)
     }
 
     /// Starts `sql` and returns a reader over its result pages, at most `max_rows` rows.
@@ -403,7 +411,7 @@ impl Client {
             "{}/projects/{project}/datasets/{dataset}/tables/{table}",
             self.base()
         );
-        parse(self.send(self.http.get(url), SqlOrigin::Server).await?)
+        parse(self.send(self.http().get(url), SqlOrigin::Server).await?)
     }
 }
 

@@ -374,15 +374,23 @@ pub fn app(
     metrics: Option<svc_metrics::Exporter>,
 ) -> impl Endpoint<Output = Response> {
     let svc = service(&state);
-    // The document is generated once, for the route names and as `/api/openapi.json`'s body.
-    let spec = bytes::Bytes::from(svc.spec());
+    // The document is generated once, on first use: for `/api/openapi.json`'s body and for
+    // the names of routes with parameters.
+    let document = {
+        let state = state.clone();
+        let body = Arc::new(std::sync::OnceLock::<bytes::Bytes>::new());
+        move || {
+            body.get_or_init(|| bytes::Bytes::from(service(&state).spec()))
+                .clone()
+        }
+    };
     let routes = Arc::new(crate::ops::metrics::RouteTemplates::from_openapi(
-        std::str::from_utf8(&spec).unwrap_or_default(),
+        document.clone(),
     ));
     let spec = poem::endpoint::make_sync(move |_| {
         Response::builder()
             .content_type("application/json; charset=utf-8")
-            .body(spec.clone())
+            .body(document())
     });
     let max_body = state.config.max_body_bytes;
     let trust_proxy = state.config.trust_proxy;

@@ -94,29 +94,35 @@ pub fn keep_up(exporter: Exporter) {
 }
 
 /// Route templates as operators read them (`/api/v2/schema/{table_id}`), from the patterns the
-/// router matched. poem-openapi numbers its parameters (`:param0`), so its routes are named
-/// from the OpenAPI document's paths; the rest (pages) have their `:name` written `{name}`.
+/// router matched. poem-openapi numbers its parameters (`:param0`), so those routes are named
+/// from the OpenAPI document's paths; the rest (pages, and API routes without parameters) name
+/// themselves, with a `:name` written `{name}`. The document is read on the first numbered
+/// pattern, not at start-up: generating it runs a few MiB of code an idle server never needs.
 /// A pattern is named once and the name kept for the life of the process (`'static`, so a
 /// request's metric labels need no reference counting): the set is the router's, so it stays
 /// small.
-#[derive(Debug, Default)]
 pub struct RouteTemplates {
     named: RwLock<HashMap<Arc<str>, &'static str>>,
+    /// The OpenAPI document's text, asked for once.
+    document: Box<dyn Fn() -> bytes::Bytes + Send + Sync>,
+    seeded: std::sync::Once,
+}
+
+impl std::fmt::Debug for RouteTemplates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteTemplates")
+            .field("named", &self.named)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RouteTemplates {
-    /// Seeded with every path of the OpenAPI document (`paths` of `spec_json`).
-    pub fn from_openapi(spec_json: &str) -> Self {
-        let paths = serde_json::from_str::<serde_json::Value>(spec_json)
-            .ok()
-            .and_then(|doc| doc.get("paths")?.as_object().cloned())
-            .unwrap_or_default();
-        let named = paths
-            .keys()
-            .map(|path| (Arc::from(numbered(path)), intern(path.clone())))
-            .collect();
+    /// Names numbered patterns from the `paths` of the OpenAPI document `document` returns.
+    pub fn from_openapi(document: impl Fn() -> bytes::Bytes + Send + Sync + 'static) -> Self {
         Self {
-            named: RwLock::new(named),
+            named: RwLock::default(),
+            document: Box::new(document),
+            seeded: std::sync::Once::new(),
         }
     }
 
@@ -124,6 +130,10 @@ impl RouteTemplates {
     pub fn name(&self, pattern: &Arc<str>) -> &'static str {
         if let Some(&named) = self.named.read().expect("route names").get(pattern) {
             return named;
+        }
+        if has_numbered_parameter(pattern) && !self.seeded.is_completed() {
+            self.seeded.call_once(|| self.seed());
+            return self.name(pattern);
         }
         let mut known = self.named.write().expect("route names");
         if let Some(&named) = known.get(pattern) {
@@ -133,6 +143,30 @@ impl RouteTemplates {
         known.insert(pattern.clone(), named);
         named
     }
+
+    /// Adds every path of the document under its numbered pattern.
+    fn seed(&self) {
+        let document = (self.document)();
+        let paths = serde_json::from_slice::<serde_json::Value>(&document)
+            .ok()
+            .and_then(|doc| doc.get("paths")?.as_object().cloned())
+            .unwrap_or_default();
+        let mut known = self.named.write().expect("route names");
+        for path in paths.keys() {
+            known
+                .entry(Arc::from(numbered(path)))
+                .or_insert_with(|| intern(path.clone()));
+        }
+    }
+}
+
+/// Whether a pattern has a parameter poem-openapi numbered (`:param0`).
+fn has_numbered_parameter(pattern: &str) -> bool {
+    pattern.split('/').any(|segment| {
+        segment
+            .strip_prefix(":param")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
 }
 
 /// A route name kept for the life of the process.
@@ -175,8 +209,20 @@ mod tests {
     #[test]
     fn routes_are_named_from_the_document_or_their_own_parameter_names() {
         let doc = r#"{"paths": {"/api/v2/schema/{table_id}": {}, "/api/tokens/{id}": {}}}"#;
-        let routes = RouteTemplates::from_openapi(doc);
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = asked.clone();
+        let routes = RouteTemplates::from_openapi(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            bytes::Bytes::from_static(doc.as_bytes())
+        });
         let name = |p: &str| routes.name(&Arc::from(p));
+        let times_asked = || asked.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(name("/mcp"), "/mcp");
+        assert_eq!(
+            times_asked(),
+            0,
+            "a pattern without parameters needs no document"
+        );
         assert_eq!(name("/api/v2/schema/:param0"), "/api/v2/schema/{table_id}");
         assert_eq!(name("/api/tokens/:param0"), "/api/tokens/{id}");
         assert_eq!(
@@ -184,6 +230,6 @@ mod tests {
             "/admin/sessions/{username}/{file}"
         );
         assert_eq!(name("/static/*path"), "/static/{path}");
-        assert_eq!(name("/mcp"), "/mcp");
+        assert_eq!(times_asked(), 1, "the document is read once");
     }
 }

@@ -13,7 +13,8 @@
 //! taken while steal is high are not comparable.
 //!
 //! `cargo bench -p svc-host --bench request_path`; `SVC_BENCH_PASSES` (default 2),
-//! `SVC_BENCH_SECONDS` (15) and `SVC_BENCH_WARMUP` (5) set the passes and each run's length.
+//! `SVC_BENCH_SECONDS` (15) and `SVC_BENCH_WARMUP` (5) set the passes and each run's length;
+//! `SVC_BENCH_PASSES=0` measures the idle memory alone.
 //! Needs `wrk`.
 
 mod common;
@@ -253,10 +254,12 @@ fn main() {
     }
     let steal = steal_since(started);
 
-    println!(
-        "request path ({passes} passes of {warmup} s warm-up + {seconds} s, wrk -t2, alternating with the floor; steal {steal:.1}%):"
-    );
-    for sc in &scenarios {
+    if passes > 0 {
+        println!(
+            "request path ({passes} passes of {warmup} s warm-up + {seconds} s, wrk -t2, alternating with the floor; steal {steal:.1}%):"
+        );
+    }
+    for sc in scenarios.iter().filter(|sc| !sc.runs.is_empty()) {
         let rps: Vec<f64> = sc.runs.iter().map(|l| l.rps).collect();
         let p99: Vec<f64> = sc.runs.iter().map(|l| l.p99_ms).collect();
         let floor: Vec<f64> = sc.floor.iter().map(|l| l.rps).collect();

@@ -214,7 +214,7 @@ pub enum SqlOrigin {
 #[derive(Debug, Clone)]
 pub struct Client {
     /// Built on the first call: every server makes this driver, most never call a warehouse,
-    /// and building an HTTP client runs (and keeps resident) about 1 MiB of code.
+    /// and building an HTTP client sets up TLS, whose code and memory an idle server kept.
     http: Arc<OnceLock<reqwest::Client>>,
     config: Arc<WarehouseConfig>,
     credentials: Arc<Credentials>,

@@ -258,22 +258,22 @@ fn main() {
         println!(
             "request path ({passes} passes of {warmup} s warm-up + {seconds} s, wrk -t2, alternating with the floor; steal {steal:.1}%):"
         );
-    }
-    for sc in scenarios.iter().filter(|sc| !sc.runs.is_empty()) {
-        let rps: Vec<f64> = sc.runs.iter().map(|l| l.rps).collect();
-        let p99: Vec<f64> = sc.runs.iter().map(|l| l.p99_ms).collect();
-        let floor: Vec<f64> = sc.floor.iter().map(|l| l.rps).collect();
-        let errors: u64 = sc.runs.iter().map(|l| l.errors).sum();
-        let (rps_med, rps_min, rps_max) = spread(&rps);
-        let (p99_med, p99_min, p99_max) = spread(&p99);
-        let (floor_med, _, _) = spread(&floor);
-        println!(
-            "  {} c={}: {rps_med:.0} req/s (min {rps_min:.0}, max {rps_max:.0}) = {:.0}% of the floor's {floor_med:.0}; p99 {p99_med:.2} ms (min {p99_min:.2}, max {p99_max:.2}){}",
-            sc.name,
-            sc.connections,
-            100.0 * rps_med / floor_med,
-            if errors > 0 { format!("; {errors} errors") } else { String::new() }
-        );
+        for sc in &scenarios {
+            let rps: Vec<f64> = sc.runs.iter().map(|l| l.rps).collect();
+            let p99: Vec<f64> = sc.runs.iter().map(|l| l.p99_ms).collect();
+            let floor: Vec<f64> = sc.floor.iter().map(|l| l.rps).collect();
+            let errors: u64 = sc.runs.iter().map(|l| l.errors).sum();
+            let (rps_med, rps_min, rps_max) = spread(&rps);
+            let (p99_med, p99_min, p99_max) = spread(&p99);
+            let (floor_med, _, _) = spread(&floor);
+            println!(
+                "  {} c={}: {rps_med:.0} req/s (min {rps_min:.0}, max {rps_max:.0}) = {:.0}% of the floor's {floor_med:.0}; p99 {p99_med:.2} ms (min {p99_min:.2}, max {p99_max:.2}){}",
+                sc.name,
+                sc.connections,
+                100.0 * rps_med / floor_med,
+                if errors > 0 { format!("; {errors} errors") } else { String::new() }
+            );
+        }
     }
 
     // Idle memory: a fresh server, 10 s after it answers.

@@ -4,8 +4,9 @@
 //! system allocator returns them to the kernel and faults them back in each time, mimalloc
 //! keeps them.
 //!
-//! Besides `plugin-api`'s FFI module, the one place the workspace's `unsafe_code = deny` is
-//! lifted: setting an allocator option is a C call, and it must run before `main`.
+//! Besides `plugin-api`'s FFI module and `ops::code_pages`, the one place the workspace's
+//! `unsafe_code = deny` is lifted: setting an allocator option is a C call, and it must run
+//! before `main`.
 #![allow(unsafe_code)]
 
 #[global_allocator]

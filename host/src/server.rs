@@ -266,6 +266,11 @@ pub async fn serve(store_args: StoreArgs, args: ServeArgs) -> anyhow::Result<()>
     let connections = Connections::new(connection_limits(&args));
     let acceptor = LimitedAcceptor::new(acceptor, connections.clone());
     let app = crate::api::app(state.clone(), connections, exporter);
+    let released = crate::ops::code_pages::release();
+    tracing::debug!(
+        kib = released / 1024,
+        "start-up code let go of (it stays in the page cache)"
+    );
     poem::Server::new_with_acceptor(acceptor)
         .run_with_graceful_shutdown(app, shutdown_signal(), Some(Duration::from_secs(30)))
         .await?;

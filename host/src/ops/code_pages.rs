@@ -14,10 +14,11 @@
 //!
 //! Only mappings with no anonymous pages are dropped: a page the loader wrote (relocated
 //! data) would come back as the unrelocated file, so any mapping holding one is left alone.
-//! The parts are read from `/proc/self/smaps`; on a system without it nothing is done.
+//! The parts are read from `/proc/self/smaps`; on a system without it, or for a binary whose
+//! path has a space or was replaced on disk (smaps names it otherwise), nothing is done.
 //!
-//! One of the two places the workspace's `unsafe_code = deny` is lifted in this crate (the
-//! other is the binary's allocator): `madvise` is a C call.
+//! One of the two places in this package where the workspace's `unsafe_code = deny` is
+//! lifted (the other is the server binary's allocator): `madvise` is a C call.
 #![allow(unsafe_code)]
 
 /// A part of the binary's mapping: its address range.

@@ -66,59 +66,65 @@ extern "C" {
 /// The mappings of `exe` in `smaps` that are not writable and hold no anonymous page, with
 /// the bytes each holds resident.
 fn clean_parts(smaps: &str, exe: &str) -> Vec<(Part, usize)> {
-    let mut parts = Vec::new();
-    // The mapping being read: its range when it is a read-only mapping of `exe`, and what it
-    // holds resident so far.
-    let mut current: Option<(Part, usize)> = None;
-    let mut anonymous = false;
-    let mut finish = |current: &mut Option<(Part, usize)>, anonymous: bool| {
-        if let Some(part) = current.take().filter(|_| !anonymous) {
-            parts.push(part);
-        }
-    };
+    mappings(smaps)
+        .into_iter()
+        .filter(|m| m.path == exe && !m.writable && m.anonymous == 0)
+        .map(|m| (m.part, m.resident))
+        .collect()
+}
+
+/// One mapping as `smaps` describes it.
+struct Mapping<'a> {
+    part: Part,
+    writable: bool,
+    path: &'a str,
+    /// `Rss` and `Anonymous`, in bytes.
+    resident: usize,
+    anonymous: usize,
+}
+
+/// Every mapping in `smaps`: a header line (`start-end perms offset dev inode path`), then
+/// `Field: value` lines. A header that cannot be read ends up in no mapping, and its fields
+/// are skipped with it.
+fn mappings(smaps: &str) -> Vec<Mapping<'_>> {
+    let mut mappings: Vec<Mapping<'_>> = Vec::new();
+    let mut in_mapping = false;
     for line in smaps.lines() {
+        // Field names have no space; a header's text before its first colon (in `dev`) does.
         if let Some((field, value)) = line.split_once(':').filter(|(f, _)| !f.contains(' ')) {
-            let kib = || {
-                value
-                    .trim()
-                    .trim_end_matches(" kB")
-                    .parse::<usize>()
-                    .unwrap_or(0)
+            let bytes = || {
+                let kib = value.trim().trim_end_matches(" kB").parse::<usize>();
+                kib.unwrap_or(0) * 1024
             };
-            match field {
-                "Rss" => {
-                    if let Some((_, resident)) = current.as_mut() {
-                        *resident = kib() * 1024;
-                    }
-                }
-                "Anonymous" => anonymous |= kib() > 0,
+            match (in_mapping, mappings.last_mut(), field) {
+                (true, Some(m), "Rss") => m.resident = bytes(),
+                (true, Some(m), "Anonymous") => m.anonymous = bytes(),
                 _ => {}
             }
             continue;
         }
-        // A mapping's header: `start-end perms offset dev inode path`.
-        finish(&mut current, anonymous);
-        anonymous = false;
-        let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        let path = fields.nth(3).unwrap_or_default();
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end)) = (
-            usize::from_str_radix(start, 16),
-            usize::from_str_radix(end, 16),
-        ) else {
-            continue;
-        };
-        if path == exe && !perms.contains('w') {
-            current = Some((Part { start, end }, 0));
-        }
+        let header = header(line);
+        in_mapping = header.is_some();
+        mappings.extend(header);
     }
-    finish(&mut current, anonymous);
-    parts
+    mappings
+}
+
+/// A mapping's header line, read; None when it is not one.
+fn header(line: &str) -> Option<Mapping<'_>> {
+    let mut fields = line.split_whitespace();
+    let (start, end) = fields.next()?.split_once('-')?;
+    let perms = fields.next()?;
+    Some(Mapping {
+        part: Part {
+            start: usize::from_str_radix(start, 16).ok()?,
+            end: usize::from_str_radix(end, 16).ok()?,
+        },
+        writable: perms.contains('w'),
+        path: fields.nth(3).unwrap_or_default(),
+        resident: 0,
+        anonymous: 0,
+    })
 }
 
 #[cfg(test)]

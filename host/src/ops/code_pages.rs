@@ -68,7 +68,7 @@ extern "C" {
 fn clean_parts(smaps: &str, exe: &str) -> Vec<(Part, usize)> {
     mappings(smaps)
         .into_iter()
-        .filter(|m| m.path == exe && !m.writable && m.anonymous == 0)
+        .filter(|m| m.path == exe && !m.writable && m.anonymous == Some(0))
         .map(|m| (m.part, m.resident))
         .collect()
 }
@@ -78,9 +78,10 @@ struct Mapping<'a> {
     part: Part,
     writable: bool,
     path: &'a str,
-    /// `Rss` and `Anonymous`, in bytes.
+    /// `Rss` and `Anonymous`, in bytes. A mapping whose anonymous bytes were not read is
+    /// never taken for clean.
     resident: usize,
-    anonymous: usize,
+    anonymous: Option<usize>,
 }
 
 /// Every mapping in `smaps`: a header line (`start-end perms offset dev inode path`), then
@@ -94,10 +95,10 @@ fn mappings(smaps: &str) -> Vec<Mapping<'_>> {
         if let Some((field, value)) = line.split_once(':').filter(|(f, _)| !f.contains(' ')) {
             let bytes = || {
                 let kib = value.trim().trim_end_matches(" kB").parse::<usize>();
-                kib.unwrap_or(0) * 1024
+                kib.ok().map(|kib| kib * 1024)
             };
             match (in_mapping, mappings.last_mut(), field) {
-                (true, Some(m), "Rss") => m.resident = bytes(),
+                (true, Some(m), "Rss") => m.resident = bytes().unwrap_or(0),
                 (true, Some(m), "Anonymous") => m.anonymous = bytes(),
                 _ => {}
             }
@@ -123,7 +124,7 @@ fn header(line: &str) -> Option<Mapping<'_>> {
         writable: perms.contains('w'),
         path: fields.nth(3).unwrap_or_default(),
         resident: 0,
-        anonymous: 0,
+        anonymous: None,
     })
 }
 

@@ -1,7 +1,7 @@
 //! Query benchmarks against a real release `svc-server` on loopback:
 //!
-//! 1. three queries over a generated 10-million-row parquet file (filtered count, group-by
-//!    aggregate, top-N sort), through `POST /api/query` with `format=arrow`, next to DuckDB
+//! 1. three queries over generated 1- and 10-million-row parquet files (filtered count,
+//!    group-by aggregate, top-N sort; `SVC_BENCH_ROWS` sets the sizes), through `POST /api/query` with `format=arrow`, next to DuckDB
 //!    (the PyPI package) on the same file in the same run, runs alternating: medians and the
 //!    svc/DuckDB ratio;
 //! 2. result encoding: 100,000 rows × 10 columns as json, arrow and csv — the server's
@@ -307,6 +307,77 @@ fn wanted(part: &str) -> bool {
         .map_or(true, |parts| parts.split(',').any(|p| p.trim() == part))
 }
 
+/// Row counts of the facts tables compared with DuckDB: `SVC_BENCH_ROWS`, comma-separated
+/// (default `1000000,10000000`, the two sizes).
+fn row_counts() -> Vec<i64> {
+    std::env::var("SVC_BENCH_ROWS")
+        .unwrap_or_else(|_| "1000000,10000000".into())
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse()
+                .expect("SVC_BENCH_ROWS: comma-separated row counts")
+        })
+        .collect()
+}
+
+/// The table (and file stem) holding `rows` generated facts, e.g. `facts_10m`.
+fn facts_table(rows: i64) -> String {
+    match rows {
+        r if r % 1_000_000 == 0 => format!("facts_{}m", r / 1_000_000),
+        r => format!("facts_{r}"),
+    }
+}
+
+/// The three queries over `rows` facts through svc and through DuckDB on the same file,
+/// runs alternating: medians and the ratio.
+fn compare_with_duckdb(
+    http: &Client,
+    s: &Server,
+    admin: &str,
+    py: Option<&Path>,
+    data: &Path,
+    rows: i64,
+) {
+    let table = facts_table(rows);
+    let mut duckdb = py.map(|py| DuckDb::start(py, &data.join(format!("{table}.parquet"))));
+    let label = match rows {
+        r if r % 1_000_000 == 0 => format!("{}M rows", r / 1_000_000),
+        r => format!("{r} rows"),
+    };
+    for (name, sql) in QUERIES {
+        // DuckDB's view is named `facts`; svc's table is named by its size.
+        let ours_sql = sql.replace("FROM facts", &format!("FROM {table}"));
+        time_query(http, s, admin, &ours_sql, "arrow", 1000);
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        if let Some(d) = duckdb.as_mut() {
+            d.time(sql);
+        }
+        for _ in 0..COMPARE_RUNS {
+            ours.push(time_query(http, s, admin, &ours_sql, "arrow", 1000).0);
+            if let Some(d) = duckdb.as_mut() {
+                theirs.push(d.time(sql));
+            }
+        }
+        let ours = median(ours);
+        if theirs.is_empty() {
+            println!(
+                "{label}, {name}: svc {:.1} ms; DuckDB unavailable",
+                ours * 1e3
+            );
+        } else {
+            let theirs = median(theirs);
+            println!(
+                "{label}, {name}: svc {:.1} ms, DuckDB {:.1} ms (medians of {COMPARE_RUNS} alternating runs), ratio {:.2}x (target ≤ 1.0x, parity)",
+                ours * 1e3,
+                theirs * 1e3,
+                ours / theirs
+            );
+        }
+    }
+}
+
 fn main() {
     let dir = std::env::temp_dir().join(format!("svc-bench-query-{}", std::process::id()));
     let data = dir.join("extracts/local/data");
@@ -321,14 +392,21 @@ fn main() {
         return;
     }
     let t = Instant::now();
-    let facts = data.join("facts.parquet");
-    write_facts(&facts, 10_000_000);
+    let sizes = if wanted("sql") {
+        row_counts()
+    } else {
+        Vec::new()
+    };
+    for &rows in &sizes {
+        write_facts(&data.join(format!("{}.parquet", facts_table(rows))), rows);
+    }
     write_wide(&data.join("wide.parquet"), 100_000);
     eprintln!("wrote the data in {:.1}s", t.elapsed().as_secs_f64());
 
     let s = Server::start(&dir);
     let admin = s.cli(&["tokens", "create", "--email", "admin@localhost"]);
-    for id in ["facts", "wide"] {
+    let ids = sizes.iter().map(|&rows| facts_table(rows));
+    for id in ids.chain(["wide".to_owned()]) {
         let r = http
             .post(format!("{}/api/admin/register-table", s.base))
             .bearer_auth(&admin)
@@ -349,39 +427,10 @@ fn main() {
     );
 
     // 1. svc against DuckDB, runs alternating so drift on the machine hits both alike.
-    let mut duckdb = python()
-        .filter(|_| wanted("sql"))
-        .map(|py| DuckDb::start(&py, &facts));
-    for (name, sql) in QUERIES.into_iter().filter(|_| wanted("sql")) {
-        time_query(&http, &s, &admin, sql, "arrow", 1000);
-        let mut ours = Vec::new();
-        let mut theirs = Vec::new();
-        if let Some(d) = duckdb.as_mut() {
-            d.time(sql);
-        }
-        for _ in 0..COMPARE_RUNS {
-            ours.push(time_query(&http, &s, &admin, sql, "arrow", 1000).0);
-            if let Some(d) = duckdb.as_mut() {
-                theirs.push(d.time(sql));
-            }
-        }
-        let ours = median(ours);
-        if theirs.is_empty() {
-            println!(
-                "10M rows, {name}: svc {:.1} ms; DuckDB unavailable",
-                ours * 1e3
-            );
-        } else {
-            let theirs = median(theirs);
-            println!(
-                "10M rows, {name}: svc {:.1} ms, DuckDB {:.1} ms (medians of {COMPARE_RUNS} alternating runs), ratio {:.2}x (target ≤ 1.0x, parity)",
-                ours * 1e3,
-                theirs * 1e3,
-                ours / theirs
-            );
-        }
+    let py = if sizes.is_empty() { None } else { python() };
+    for &rows in &sizes {
+        compare_with_duckdb(&http, &s, &admin, py.as_deref(), &data, rows);
     }
-    drop(duckdb);
 
     // 2. Encoding: the encoders alone, then end to end.
     if wanted("encode") {

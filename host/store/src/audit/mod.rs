@@ -2,10 +2,9 @@
 //!
 //! Handlers describe what happened as an [`Event`]; [`AuditWriter::write`] stamps it with the
 //! caller's context, applies the truncation rules, and queues it. A background task stores
-//! queued rows in batches (group commit, gathered for [`GATHER`] after the first), so a
-//! request never waits on an audit insert. A failed insert is retried for about eight seconds
-//! (the queue waits meanwhile); one that still fails is logged together with the rows it
-//! lost, and never changes a response.
+//! queued rows in batches (group commit), so a request never waits on an audit insert. A
+//! failed insert is retried for about eight seconds (the queue waits meanwhile); one that
+//! still fails is logged together with the rows it lost, and never changes a response.
 //! [`AuditWriter::flush`] waits until everything queued so far is stored; shutdown calls it.
 //!
 //! Observability reads (an admin paging the activity log, re-opening a transcript) would
@@ -50,12 +49,6 @@ pub const MAX_ERROR_CHARS: usize = 200;
 const QUEUE_CAPACITY: usize = 100_000;
 /// Most rows stored in one transaction.
 const MAX_BATCH: usize = 5_000;
-/// How long the writer lets rows gather after the first of a batch arrives. Each commit
-/// writes every page the batch touched (the table's and four indices') to the WAL and costs
-/// the driver's worker thread a round trip per statement; without a wait, a busy server
-/// committed a few rows at a time and the audit insert was about a quarter of a cached
-/// read's CPU. A flush asked meanwhile waits this long at most.
-const GATHER: Duration = Duration::from_millis(10);
 /// Waits before each retry of a batch the store refused; after the last, its rows are logged.
 const RETRY_DELAYS: [Duration; 4] = [
     Duration::from_millis(100),
@@ -402,9 +395,6 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut waiters = Vec::new();
     while let Some(first) = rx.recv().await {
-        if matches!(first, Msg::Record(_)) {
-            tokio::time::sleep(GATHER).await;
-        }
         let mut next = Some(first);
         while let Some(msg) = next.take() {
             match msg {

@@ -1,9 +1,9 @@
 //! Query benchmarks against a real release `svc-server` on loopback:
 //!
 //! 1. three queries over generated 1- and 10-million-row parquet files (filtered count,
-//!    group-by aggregate, top-N sort; `SVC_BENCH_ROWS` sets the sizes), through `POST /api/query` with `format=arrow`, next to DuckDB
-//!    (the PyPI package) on the same file in the same run, runs alternating: medians and the
-//!    svc/DuckDB ratio;
+//!    group-by aggregate, top-N sort; `SVC_BENCH_ROWS` sets the sizes), through
+//!    `POST /api/query` with `format=arrow`, next to DuckDB (the PyPI package) on the same
+//!    file in the same run, runs alternating: medians and the svc/DuckDB ratio;
 //! 2. result encoding: 100,000 rows × 10 columns as json, arrow and csv — the server's
 //!    encoders alone on the batches the server reads (MB/s of output and the speed ratio to
 //!    json), and end to end through HTTP;
@@ -321,12 +321,17 @@ fn row_counts() -> Vec<i64> {
         .collect()
 }
 
+/// A row count as the figures print it: `10M`, or the number when not whole millions.
+fn short_count(rows: i64) -> String {
+    match rows {
+        r if r % 1_000_000 == 0 => format!("{}M", r / 1_000_000),
+        r => r.to_string(),
+    }
+}
+
 /// The table (and file stem) holding `rows` generated facts, e.g. `facts_10m`.
 fn facts_table(rows: i64) -> String {
-    match rows {
-        r if r % 1_000_000 == 0 => format!("facts_{}m", r / 1_000_000),
-        r => format!("facts_{r}"),
-    }
+    format!("facts_{}", short_count(rows).to_lowercase())
 }
 
 /// The three queries over `rows` facts through svc and through DuckDB on the same file,
@@ -341,10 +346,7 @@ fn compare_with_duckdb(
 ) {
     let table = facts_table(rows);
     let mut duckdb = py.map(|py| DuckDb::start(py, &data.join(format!("{table}.parquet"))));
-    let label = match rows {
-        r if r % 1_000_000 == 0 => format!("{}M rows", r / 1_000_000),
-        r => format!("{r} rows"),
-    };
+    let label = format!("{} rows", short_count(rows));
     for (name, sql) in QUERIES {
         // DuckDB's view is named `facts`; svc's table is named by its size.
         let ours_sql = sql.replace("FROM facts", &format!("FROM {table}"));

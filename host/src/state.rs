@@ -120,14 +120,15 @@ impl AppState {
             let access = access.clone();
             caches.register(Arc::new(move |_: &str| access.forget_registry()));
         }
+        let audit = AuditWriter::start(store.clone());
         let drivers = Drivers::load(
             &config.data_dir,
             config.driver_dir.as_deref(),
             &store,
+            &audit,
             &config.drivers,
         );
         let auth = Authenticator::new(store.clone(), jwt_secret);
-        let audit = AuditWriter::start(store.clone());
         let admin = Admin::new(store.clone(), audit.clone(), auth.clone(), access.clone());
         let engine = Engine::new(store.clone(), drivers.clone(), access.clone(), config.query);
         let warmer = MetadataWarmer::new(

@@ -20,6 +20,7 @@ mod rows;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use sqlx::{AnyPool, Row};
 use svc_plugin_api::datafusion::optimizer::OptimizerRule;
 use svc_plugin_api::datafusion::prelude::SessionContext;
@@ -127,12 +128,30 @@ pub fn row_filter(
     Ok(Some((table.filter_column, value.clone())))
 }
 
+/// Waits until the rows queued for a store table before the call are stored: the host's
+/// hook for a table written behind a queue (the audit log, by its writer's flush).
+pub type PendingWrites = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
 /// The `internal` source driver, reading the state store.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct InternalDriver {
     pool: AnyPool,
     postgres: bool,
     segments: EventSegments,
+    /// Backing tables written behind a queue, with the wait for what is queued.
+    pending: Vec<(&'static str, PendingWrites)>,
+}
+
+impl std::fmt::Debug for InternalDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InternalDriver")
+            .field("postgres", &self.postgres)
+            .field(
+                "queued_tables",
+                &self.pending.iter().map(|(t, _)| t).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
 }
 
 impl InternalDriver {
@@ -142,6 +161,24 @@ impl InternalDriver {
             pool,
             postgres,
             segments: EventSegments::new(data_dir),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Marks `backing_table` as written behind a queue: every read of it first awaits
+    /// `wait`, so a caller reading it sees the rows of its own earlier requests (its audit
+    /// rows, say) even while the writer gathers rows into a batch.
+    pub fn with_pending_writes(mut self, backing_table: &'static str, wait: PendingWrites) -> Self {
+        self.pending.push((backing_table, wait));
+        self
+    }
+
+    /// Awaits the rows queued for `entry`'s backing table, if it is written behind a queue.
+    async fn settle(&self, entry: &InternalTable) {
+        for (table, wait) in &self.pending {
+            if *table == entry.backing_table {
+                wait().await;
+            }
         }
     }
 
@@ -327,6 +364,7 @@ impl SourceDriver for InternalDriver {
                 .await
                 .map_err(df);
         }
+        self.settle(entry).await;
         let columns = self.store_columns(entry.backing_table).await?;
         let scan = ScanSql::build(
             entry,
@@ -355,6 +393,9 @@ impl SourceDriver for InternalDriver {
         if entry.rows == RowHome::EventSegments {
             return self.event_provider(owner(filter.as_ref())).await;
         }
+        // Settled when the plan is made: the provider's scans and the aggregates pushed
+        // into the store all run after this.
+        self.settle(entry).await;
         let columns = self.store_columns(entry.backing_table).await?;
         Ok(Arc::new(InternalProvider::new(
             self.pool.clone(),

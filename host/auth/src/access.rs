@@ -12,13 +12,9 @@
 //! up in the store, so a table registered elsewhere is never reported missing.
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use moka::sync::Cache;
 use svc_core::hash::CacheHasher;
 use svc_core::{Error, Result};
 use svc_store::groups::Group;
@@ -26,6 +22,7 @@ use svc_store::registry::RegistryRow;
 use svc_store::Store;
 use svc_trace::Instrument as _;
 
+use crate::flushed::Flushed;
 use crate::{Caller, IDENTITY_TTL};
 
 /// Every registered table, sorted by display name then id, with an index by id.
@@ -57,64 +54,6 @@ impl RegistrySnapshot {
     }
 }
 
-/// A cache of views read from the store that a flush empties for good.
-///
-/// A plain cache has a hole: a read that started before a change (and so saw the old
-/// rows) can insert its answer after the change's flush, and that stale answer would then
-/// be served until it expires — a revoked grant honoured for minutes. Each flush bumps a
-/// generation before it empties the cache; a reader inserts its answer and then drops it
-/// again if the generation moved meanwhile. Either the reader sees the bump, or the bump
-/// (and the emptying after it) came after the insert.
-#[derive(Clone)]
-struct Flushed<K, V> {
-    cache: Cache<K, V, CacheHasher>,
-    generation: Arc<AtomicU64>,
-}
-
-impl<K, V> Flushed<K, V>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    V: Clone + Send + Sync + 'static,
-{
-    fn new(capacity: u64, ttl: Duration) -> Self {
-        Self {
-            cache: Cache::builder()
-                .max_capacity(capacity)
-                .time_to_live(ttl)
-                .build_with_hasher(CacheHasher::default()),
-            generation: Arc::default(),
-        }
-    }
-
-    /// The cached value of `key`, or `read`'s answer (kept unless a flush came meanwhile).
-    async fn get_or_read<F>(&self, key: K, metric: svc_metrics::Cache, read: F) -> Result<V>
-    where
-        F: Future<Output = Result<V>>,
-    {
-        let hit = self.cache.get(&key);
-        metric.lookup(hit.is_some());
-        if let Some(hit) = hit {
-            return Ok(hit);
-        }
-        let generation = self.generation.load(Ordering::SeqCst);
-        let value = read.await?;
-        self.cache.insert(key.clone(), value.clone());
-        if self.generation.load(Ordering::SeqCst) != generation {
-            self.cache.invalidate(&key);
-        }
-        Ok(value)
-    }
-
-    fn flush(&self) {
-        self.generation.fetch_add(1, Ordering::SeqCst);
-        self.cache.invalidate_all();
-    }
-
-    fn entry_count(&self) -> u64 {
-        self.cache.entry_count()
-    }
-}
-
 /// The one access check, over the store and the in-memory views it reads.
 #[derive(Clone)]
 pub struct Access {
@@ -137,9 +76,9 @@ impl Access {
     pub fn new(store: Store) -> Self {
         Self {
             store,
-            registry: Flushed::new(1, Duration::from_secs(300)),
-            grants: Flushed::new(100_000, IDENTITY_TTL),
-            groups: Flushed::new(100_000, IDENTITY_TTL),
+            registry: Flushed::new(1, Duration::from_secs(300), svc_metrics::Cache::Registry),
+            grants: Flushed::new(100_000, IDENTITY_TTL, svc_metrics::Cache::Grants),
+            groups: Flushed::new(100_000, IDENTITY_TTL, svc_metrics::Cache::Groups),
         }
     }
 
@@ -158,7 +97,7 @@ impl Access {
     pub async fn groups_of(&self, caller: &Caller) -> Result<Arc<Vec<Group>>> {
         let user_id = &caller.user.id;
         self.groups
-            .get_or_read(user_id.clone(), svc_metrics::Cache::Groups, async {
+            .get_or_read(user_id.clone(), async {
                 Ok(Arc::new(self.store.groups_of_user(user_id).await?))
             })
             .await
@@ -167,7 +106,7 @@ impl Access {
     /// The registry snapshot: cached, or read from the store.
     pub async fn registry(&self) -> Result<Arc<RegistrySnapshot>> {
         self.registry
-            .get_or_read((), svc_metrics::Cache::Registry, async {
+            .get_or_read((), async {
                 Ok(Arc::new(RegistrySnapshot::new(
                     self.store.list_tables().await?,
                 )))
@@ -224,7 +163,7 @@ impl Access {
     async fn granted_ids(&self, caller: &Caller) -> Result<Arc<HashSet<String>>> {
         let user_id = &caller.user.id;
         self.grants
-            .get_or_read(user_id.clone(), svc_metrics::Cache::Grants, async {
+            .get_or_read(user_id.clone(), async {
                 Ok(Arc::new(
                     self.store
                         .granted_table_ids(user_id)
@@ -241,43 +180,4 @@ impl Access {
 /// answer of [`Access::readable_ids`]): internal tables always, others when readable.
 pub fn is_visible(row: &RegistryRow, readable: Option<&HashSet<String>>) -> bool {
     row.query_mode.is_internal() || readable.is_none_or(|ids| ids.contains(&row.id))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_read_that_straddles_a_flush_is_not_kept() {
-        let cache: Flushed<&str, u32> = Flushed::new(10, Duration::from_secs(60));
-        let (go, wait) = tokio::sync::oneshot::channel::<()>();
-        let read = cache.get_or_read("ana", svc_metrics::Cache::Grants, async {
-            // The store answered with the old rows; the change and its flush land before
-            // the answer is inserted.
-            wait.await.unwrap();
-            Ok(1)
-        });
-        let flush = async {
-            tokio::task::yield_now().await;
-            cache.flush();
-            go.send(()).unwrap();
-        };
-        let (answer, ()) = tokio::join!(read, flush);
-        assert_eq!(
-            answer.unwrap(),
-            1,
-            "the straddling request gets its own answer"
-        );
-        let fresh = cache
-            .get_or_read("ana", svc_metrics::Cache::Grants, async { Ok(2) })
-            .await
-            .unwrap();
-        assert_eq!(fresh, 2, "the next request reads the store again");
-        // Without a flush in between, an answer is kept.
-        let kept = cache
-            .get_or_read("ana", svc_metrics::Cache::Grants, async { Ok(3) })
-            .await
-            .unwrap();
-        assert_eq!(kept, 2);
-    }
 }

@@ -11,6 +11,7 @@
 
 pub mod access;
 pub mod admin;
+mod flushed;
 pub mod jwt;
 pub mod login;
 pub mod password;
@@ -19,6 +20,7 @@ pub mod ratelimit;
 use std::sync::Arc;
 
 use chrono::{Duration, Utc};
+use flushed::{Flushed, Lookup, Ticket};
 use jwt::{Claims, JwtKeys, TokenType};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -131,7 +133,7 @@ pub struct Authenticator {
     /// the same secret accepts the same CSRF tokens and cursors).
     seal_key: [u8; 32],
     store: Store,
-    identities: moka::sync::Cache<IdentityKey, Arc<Identity>, CacheHasher>,
+    identities: Flushed<IdentityKey, Arc<Identity>>,
     /// Tokens whose signature has been checked, by their exact text (see [`Verified`]).
     verified: moka::sync::Cache<String, Arc<Verified>, CacheHasher>,
 }
@@ -171,10 +173,7 @@ impl Authenticator {
                 .finalize()
                 .into(),
             store,
-            identities: moka::sync::Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(IDENTITY_TTL)
-                .build_with_hasher(CacheHasher::default()),
+            identities: Flushed::new(100_000, IDENTITY_TTL, svc_metrics::Cache::Identity),
             verified: moka::sync::Cache::builder()
                 .max_capacity(VERIFIED_CAPACITY)
                 .time_to_idle(VERIFIED_IDLE)
@@ -210,25 +209,25 @@ impl Authenticator {
     /// Forgets every cached identity. Called after any change to users, memberships or
     /// tokens, so this server never acts on an identity it has changed.
     pub fn forget_identities(&self) {
-        self.identities.invalidate_all();
+        self.identities.flush();
     }
 
-    /// The identity behind a token's claims: cached, or read in one store query.
+    /// The identity behind a token's claims: cached, or read in one store query. The ticket
+    /// is what a later update of the cached identity must be inserted with.
     async fn identity(
         &self,
         key: IdentityKey,
-    ) -> Result<Option<Arc<Identity>>, svc_store::StoreError> {
-        let hit = self.identities.get(&key);
-        svc_metrics::Cache::Identity.lookup(hit.is_some());
-        if let Some(hit) = hit {
-            return Ok(Some(hit));
-        }
+    ) -> Result<Option<(Arc<Identity>, Ticket)>, svc_store::StoreError> {
+        let ticket = match self.identities.lookup(&key) {
+            Lookup::Hit(identity, ticket) => return Ok(Some((identity, ticket))),
+            Lookup::Miss(ticket) => ticket,
+        };
         let Some(identity) = self.store.identity(&key.0, key.1.as_deref()).await? else {
             return Ok(None);
         };
         let identity = Arc::new(identity);
-        self.identities.insert(key, identity.clone());
-        Ok(Some(identity))
+        self.identities.insert(ticket, key, identity.clone());
+        Ok(Some((identity, ticket)))
     }
 
     /// A session token for a user; returns the token and its expiry.
@@ -331,7 +330,7 @@ impl Authenticator {
             let claims = &verified.claims;
             let pat_id = (claims.typ == TokenType::Pat).then(|| claims.jti.clone());
             let key = (claims.sub.clone(), pat_id);
-            let identity = self
+            let (identity, ticket) = self
                 .identity(key.clone())
                 .await?
                 .ok_or(refused(AuthFailure::UserNotFound))?;
@@ -362,7 +361,7 @@ impl Authenticator {
                 {
                     return Err(refused(AuthFailure::TokenMismatch));
                 }
-                self.touch_if_stale(&key, &identity, row, client_ip.as_deref());
+                self.touch_if_stale(ticket, &key, &identity, row, client_ip.as_deref());
                 token_id = Some(row.id.clone());
             }
             let is_admin = identity.is_admin;
@@ -393,6 +392,7 @@ impl Authenticator {
     /// cached identity is updated too, so the next request sees the touch).
     fn touch_if_stale(
         &self,
+        ticket: Ticket,
         key: &IdentityKey,
         identity: &Identity,
         row: &PatRow,
@@ -411,7 +411,10 @@ impl Authenticator {
             pat.last_used_at = Some(format_ts(Utc::now()));
             pat.last_used_ip = ip.map(str::to_string);
         }
-        self.identities.insert(key.clone(), Arc::new(touched));
+        // Under the ticket the identity was read with: a revocation flushed since then
+        // still wins.
+        self.identities
+            .insert(ticket, key.clone(), Arc::new(touched));
         let store = self.store.clone();
         let (id, ip) = (row.id.clone(), ip.map(str::to_string));
         tokio::spawn(async move {

@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use svc_driver_internal::PendingWrites;
 use svc_plugin_api::ffi::DriverConfig;
 use svc_plugin_api::{SeededTable, SourceDriver};
+use svc_store::audit::AuditWriter;
 use svc_store::{Backend, Store};
 
 use crate::settings::DriverSettings;
@@ -27,8 +29,19 @@ impl std::fmt::Debug for Drivers {
 }
 
 impl Drivers {
-    /// The drivers compiled into svc-server.
-    pub fn builtin(data_dir: &Path, store: &Store, settings: &DriverSettings) -> Self {
+    /// The drivers compiled into svc-server. Reads of the audit log through the internal
+    /// driver first wait for `audit`'s queued rows (a caller sees its own actions).
+    pub fn builtin(
+        data_dir: &Path,
+        store: &Store,
+        audit: &Arc<AuditWriter>,
+        settings: &DriverSettings,
+    ) -> Self {
+        let writer = audit.clone();
+        let audit_queued: PendingWrites = Arc::new(move || {
+            let writer = writer.clone();
+            Box::pin(async move { writer.flush().await })
+        });
         let ticketing = Arc::new(svc_driver_ticketing::TicketingDriver::new(
             data_dir,
             settings.ticketing().clone(),
@@ -44,11 +57,14 @@ impl Drivers {
                 settings.integration().clone(),
             )),
             ticketing.clone(),
-            Arc::new(svc_driver_internal::InternalDriver::new(
-                store.pool().clone(),
-                store.backend() == Backend::Postgres,
-                data_dir,
-            )),
+            Arc::new(
+                svc_driver_internal::InternalDriver::new(
+                    store.pool().clone(),
+                    store.backend() == Backend::Postgres,
+                    data_dir,
+                )
+                .with_pending_writes(svc_store::audit::TABLE, audit_queued),
+            ),
         ];
         Self {
             by_type: all.into_iter().map(|d| (d.source_type(), d)).collect(),
@@ -64,9 +80,10 @@ impl Drivers {
         data_dir: &Path,
         driver_dir: Option<&Path>,
         store: &Store,
+        audit: &Arc<AuditWriter>,
         settings: &DriverSettings,
     ) -> Self {
-        let mut drivers = Self::builtin(data_dir, store, settings);
+        let mut drivers = Self::builtin(data_dir, store, audit, settings);
         let Some(dir) = driver_dir else {
             return drivers;
         };

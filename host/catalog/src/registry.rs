@@ -345,11 +345,12 @@ mod tests {
     #[tokio::test]
     async fn every_change_flushes_the_table_once_and_internal_rows_are_protected() {
         let (store, dir) = svc_store::testing::sqlite().await;
-        let drivers = Drivers::builtin(&dir.0, &store, &Default::default());
+        let audit = AuditWriter::start(store.clone());
+        let drivers = Drivers::builtin(&dir.0, &store, &audit, &Default::default());
         let registry = Registry::new(
             store.clone(),
             drivers.clone(),
-            AuditWriter::start(store.clone()),
+            audit,
             Arc::default(),
             MetadataWarmer::new(store, drivers, Arc::default(), 1),
         );
@@ -428,7 +429,8 @@ mod tests {
     async fn seeded_tables_read_tables_the_store_creates() {
         for (store, dir) in svc_store::testing::all_backends().await {
             let data = svc_store::testing::TempDir::new();
-            let drivers = Drivers::builtin(&data.0, &store, &Default::default());
+            let audit = AuditWriter::start(store.clone());
+            let drivers = Drivers::builtin(&data.0, &store, &audit, &Default::default());
             let seeded = drivers.seeded_tables();
             assert!(
                 !seeded.is_empty(),

@@ -260,7 +260,7 @@ impl Store {
 
     /// Deletes a group with its memberships and grants, in one transaction.
     pub async fn delete_group(&self, id: &str) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         for sql in [
             "DELETE FROM user_group_members WHERE group_id = $1",
             "DELETE FROM resource_grants WHERE group_id = $1",
@@ -350,7 +350,7 @@ impl Store {
         user_id: &str,
     ) -> Result<super::users::Guarded, StoreError> {
         use super::users::{is_last_active_admin, lock_admin_group, Guarded};
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         lock_admin_group(&mut tx).await?;
         let is_admin_group =
             sqlx::query("SELECT 1 AS one FROM user_groups WHERE id = $1 AND name = $2")

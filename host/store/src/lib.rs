@@ -161,6 +161,17 @@ impl Store {
         &self.pool
     }
 
+    /// A transaction that writes. On SQLite it takes the write lock at `BEGIN IMMEDIATE`:
+    /// a deferred transaction that reads and then writes fails at once with SQLITE_BUSY
+    /// (the busy timeout does not apply) whenever another connection commits in between,
+    /// and the audit writer commits every few milliseconds on a busy server.
+    pub async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+        match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        }
+    }
+
     /// The database engine in use.
     pub fn backend(&self) -> Backend {
         self.backend
@@ -675,6 +686,39 @@ mod tests {
             assert_eq!(store.delete_user(&b.id).await.unwrap(), Guarded::LastAdmin);
             assert_eq!(store.count_users().await.unwrap(), 1);
             store.close().await;
+        }
+    }
+
+    /// A write transaction that reads before it writes survives another connection's commit
+    /// in between (the audit writer's, on a busy server): on SQLite the other writer waits
+    /// for it instead of making its first write fail with SQLITE_BUSY.
+    #[tokio::test]
+    async fn a_write_transaction_that_reads_first_survives_a_concurrent_commit() {
+        for (store, _dir) in testing::all_backends().await {
+            let mut tx = store.begin_write().await.unwrap();
+            sqlx::query("SELECT count(*) AS n FROM audit_log")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+            let other = store.clone();
+            let concurrent = tokio::spawn(async move {
+                let row = crate::audit::record_for_bench(
+                    &crate::audit::Actor::scheduler(),
+                    crate::audit::Event::new("other.writer"),
+                );
+                other.insert_audit_batch(&[row]).await
+            });
+            // Long enough for the other connection to commit, had it not been made to wait.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            sqlx::query("DELETE FROM audit_log WHERE action = 'nothing.here'")
+                .execute(&mut *tx)
+                .await
+                .expect("the write after the read");
+            tx.commit().await.unwrap();
+            concurrent
+                .await
+                .unwrap()
+                .expect("the other writer, after the commit");
         }
     }
 }

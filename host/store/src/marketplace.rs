@@ -380,7 +380,7 @@ impl Store {
         plugins: &[PluginRow],
     ) -> Result<(), StoreError> {
         let at = now();
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let old = sqlx::query(
             "SELECT ref_id, created_at FROM marketplace_plugins WHERE marketplace_id = $1",
         )
@@ -523,7 +523,7 @@ impl Store {
         status: &str,
         by: &str,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "UPDATE flea_entities SET status = $1, decided_by = $2, updated_at = $3 WHERE id = $4",
         )
@@ -557,7 +557,7 @@ impl Store {
     /// 30-day invocations and true distinct users, and the last 7 days against the 7
     /// before for the trend.
     pub async fn refresh_marketplace_stats(&self, today: NaiveDate) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         refresh_stats(&mut tx, today).await?;
         Ok(tx.commit().await?)
     }

@@ -333,7 +333,7 @@ pub(super) async fn run(store: &Store) -> anyhow::Result<()> {
         );
     }
     for step in STEPS {
-        let mut tx = store.pool.begin().await?;
+        let mut tx = store.begin_write().await?;
         if store.backend == Backend::Postgres {
             // Replicas starting together must not run the same step twice at once.
             exec(

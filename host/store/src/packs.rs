@@ -144,7 +144,7 @@ impl Store {
         merged: &[String],
         loose: &[LooseFile],
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         for old in merged {
             let moved = sqlx::query("DELETE FROM usage_event_packs WHERE name = $1")
                 .bind(old)

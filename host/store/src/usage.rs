@@ -340,7 +340,7 @@ impl Store {
             .iter()
             .map(|f| f.state.session_file.as_str())
             .collect();
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let mut days = None;
         let mut replaced = Vec::new();
         let mut packs = std::collections::BTreeSet::new();
@@ -409,7 +409,7 @@ impl Store {
     /// Records a file that could not be processed, keeping its events, summary and pack
     /// as they were. `state.failures` and `state.parked` are the caller's decision.
     pub async fn record_file_failure(&self, state: &FileState) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let pack = crate::packs::pack_of(&mut tx, &state.session_file).await?;
         sqlx::query("DELETE FROM session_file_state WHERE session_file = $1")
             .bind(&state.session_file)
@@ -453,7 +453,7 @@ impl Store {
             Some(d) => (d.first.clone(), d.last.clone()),
             None => (String::new(), "~".to_owned()),
         };
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         for table in ["usage_tool_daily", "usage_plugin_daily"] {
             sqlx::query(&format!(
                 "DELETE FROM {table} WHERE day >= $1 AND day <= $2"
@@ -500,7 +500,7 @@ impl Store {
         before: &str,
         rewritten: &[FileState],
     ) -> Result<(u64, Vec<String>), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let mut packs = std::collections::BTreeSet::new();
         for state in rewritten {
             packs.extend(crate::packs::pack_of(&mut tx, &state.session_file).await?);
@@ -572,7 +572,7 @@ impl Store {
         agents: &[String],
         commands: &[String],
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         crate::marketplace::attribute(&mut tx, source, ref_id, [skills, agents, commands]).await?;
         Ok(tx.commit().await?)
     }

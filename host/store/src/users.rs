@@ -231,7 +231,7 @@ impl Store {
         } else {
             (Some(ts.as_str()), by)
         };
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         if !active && is_last_active_admin(&mut tx, id).await? {
             // Ended here, not on drop: a dropped transaction holds SQLite's write lock
             // until its connection is next used.
@@ -256,7 +256,7 @@ impl Store {
     /// Deletes a user and their memberships and tokens, in one transaction; the last active
     /// admin is refused.
     pub async fn delete_user(&self, id: &str) -> Result<Guarded, StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         if is_last_active_admin(&mut tx, id).await? {
             // Ended here, not on drop: a dropped transaction holds SQLite's write lock
             // until its connection is next used.

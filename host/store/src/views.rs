@@ -68,7 +68,7 @@ impl Store {
         query: &serde_json::Value,
         limit: i64,
     ) -> Result<SaveOutcome, StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let payload = query.to_string();
         let updated = sqlx::query(
             "UPDATE user_observability_views SET query_json = $1 WHERE user_id = $2 AND name = $3",

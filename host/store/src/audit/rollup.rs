@@ -729,7 +729,7 @@ impl Store {
         let target = floor(now - GRACE, HOUR);
         let mut run = RollupRun::default();
         while started.elapsed() < RUN_BUDGET {
-            let mut tx = self.pool().begin().await?;
+            let mut tx = self.begin_write().await?;
             let mut cov = lock_coverage(&mut tx, now).await?;
             if cov.until < target {
                 let hour = cov.until;
@@ -770,7 +770,7 @@ impl Store {
     /// Before retention deletes rows older than `before`: nothing below it is rolled up
     /// from now on, and the rollups of the hours it reaches into are dropped.
     pub(super) async fn raise_rollup_floor(&self, before: &str) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let mut cov = lock_coverage(&mut tx, Utc::now()).await?;
         let Some(cut) = parse_ts(before) else {
             let empty = Coverage {

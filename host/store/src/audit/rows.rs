@@ -112,11 +112,11 @@ impl Store {
             .iter()
             .filter(|r| r.timestamp < late_before)
             .collect();
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         if !late.is_empty() {
             super::rollup::fold_late_rows(&mut tx, &late).await?;
         }
-        BulkInsert::new(self.backend(), "audit_log", bulk_columns())
+        BulkInsert::new(self.backend(), super::TABLE, bulk_columns())
             .run(&mut tx, &rows)
             .await?;
         Ok(tx.commit().await?)

@@ -267,7 +267,7 @@ impl Store {
     pub async fn create_knowledge_item(&self, new: &NewItem) -> Result<KnowledgeItem, StoreError> {
         let id = new_id();
         let (at, epoch) = change_time();
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO knowledge_items (id, title, content, category, tags, status, source_user, \
              created_by, confidence_milli, domain, entities, source_type, source_ref, is_personal, \
@@ -434,7 +434,7 @@ impl Store {
         for b in &binds {
             query = query.bind(b.clone());
         }
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let n = query
             .bind(id)
             .bind(revision)
@@ -465,7 +465,7 @@ impl Store {
         user: &str,
         vote: i64,
     ) -> Result<(i64, i64), StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query("DELETE FROM knowledge_votes WHERE item_id = $1 AND user_id = $2")
             .bind(id)
             .bind(user)

@@ -11,6 +11,7 @@
 //! A flush runs after its change is committed, so an answer served under the current
 //! generation was read after every change whose flush has returned.
 
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

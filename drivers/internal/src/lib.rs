@@ -167,7 +167,7 @@ impl InternalDriver {
 
     /// Marks `backing_table` as written behind a queue: every read of it first awaits
     /// `wait`, so a caller reading it sees the rows of its own earlier requests (its audit
-    /// rows, say) even while the writer gathers rows into a batch.
+    /// rows, say), which the writer stores off the request path.
     pub fn with_pending_writes(mut self, backing_table: &'static str, wait: PendingWrites) -> Self {
         self.pending.push((backing_table, wait));
         self

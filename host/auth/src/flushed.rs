@@ -3,8 +3,10 @@
 //! A plain cache has a hole: a read that started before a change (and so saw the old
 //! rows) can insert its answer after the change's flush, and that stale answer would then
 //! be served until it expires — a revoked grant or token honoured for seconds. Emptying the
-//! cache cannot close it, whatever the order: moka's `invalidate_all` spares an entry whose
-//! timestamp equals the flush's, and a timestamp taken on another core may even be later.
+//! cache cannot close it, whatever the order: moka's `invalidate_all` goes by timestamps,
+//! sparing an entry stamped at the flush's own instant, and an insert over an existing key
+//! re-stamps the entry information it shares with the value it replaces, so two readers
+//! missing the same key at once can make a stale answer look newer than the flush.
 //!
 //! So every answer carries the flush generation that was current before its store read
 //! began (a [`Ticket`]), and a lookup serves it only while the generation is unchanged.

@@ -165,10 +165,27 @@ impl Store {
     /// a deferred transaction that reads and then writes fails at once with SQLITE_BUSY
     /// (the busy timeout does not apply) whenever another connection commits in between,
     /// and the audit writer commits every few milliseconds on a busy server.
+    ///
+    /// The begin runs on a task of its own because sqlx's SQLite begin is not cancel-safe:
+    /// after the `BEGIN` runs it checks the connection with a second round trip to the
+    /// connection's thread, and a caller dropped during that round trip (a client that hung
+    /// up) returned the connection to the pool inside the transaction, holding the write
+    /// lock until the connection closed; every other writer waited out the busy timeout and
+    /// failed. On its own task the begin always finishes, and a `Transaction` nobody awaits
+    /// any more is dropped there, which rolls it back.
     pub async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
-        match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
-            Backend::Postgres => self.pool.begin().await,
+        let (pool, backend) = (self.pool.clone(), self.backend);
+        let begin = tokio::spawn(async move {
+            match backend {
+                Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+                Backend::Postgres => pool.begin().await,
+            }
+        });
+        match begin.await {
+            Ok(begun) => begun,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Only when the runtime is shutting down.
+            Err(e) => Err(sqlx::Error::Io(std::io::Error::other(e))),
         }
     }
 
@@ -719,6 +736,60 @@ mod tests {
                 .await
                 .unwrap()
                 .expect("the other writer, after the commit");
+        }
+    }
+
+    /// A caller dropped part-way through `begin_write` (a client that hung up mid-request)
+    /// leaves no transaction open on a pooled connection. On SQLite such a transaction would
+    /// hold the write lock until the connection closed: every other writer would wait out
+    /// the busy timeout and fail, and the audit writer would lose its rows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_transaction_abandoned_while_it_begins_leaves_no_transaction_behind() {
+        use std::future::Future;
+        use std::task::Poll;
+        use std::time::Duration;
+        for (store, _dir) in testing::all_backends().await {
+            // Drop the begin after 1, 2, ... polls, with the connection's worker given time
+            // to move on between polls, so some drops land after the BEGIN ran.
+            let attempts = (1..=6).flat_map(|polls| [50, 100, 200, 400, 800].map(|us| (polls, us)));
+            for (polls, pause_us) in attempts {
+                let mut begin = std::pin::pin!(store.begin_write());
+                for _ in 0..polls {
+                    let ready =
+                        std::future::poll_fn(|cx| Poll::Ready(begin.as_mut().poll(cx).is_ready()))
+                            .await;
+                    if ready {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(pause_us));
+                }
+            }
+            // Whatever the dropped begins left running has settled by now.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let mut held = Vec::new();
+            for _ in 0..store.pool().size() {
+                held.push(store.pool().acquire().await.unwrap());
+            }
+            for conn in &held {
+                assert!(
+                    !sqlx::Connection::is_in_transaction(&**conn),
+                    "a pooled connection was left inside a transaction"
+                );
+            }
+            drop(held);
+            for i in 0..20 {
+                let write = async {
+                    let mut tx = store.begin_write().await?;
+                    sqlx::query("DELETE FROM audit_log WHERE action = 'nothing.here'")
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await
+                };
+                tokio::time::timeout(Duration::from_secs(3), write)
+                    .await
+                    .unwrap_or_else(|_| panic!("write {i} waited on an abandoned transaction"))
+                    .unwrap_or_else(|e| panic!("write {i}: {e}"));
+            }
         }
     }
 }

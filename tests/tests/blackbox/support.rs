@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use reqwest::blocking::{Client, RequestBuilder};
 use serde_json::Value;
 
+/// Several times the audit writer's gathering window (10 ms) plus a commit.
+const AUDIT_SETTLE: Duration = Duration::from_millis(60);
+
 /// Builds what the tests run — `svc-server`, the example driver library and the `svc`
 /// client — once per test run, and returns the target profile directory holding them.
 ///
@@ -518,7 +521,10 @@ impl Server {
         query_store(&self.store_url(), sql)
     }
 
-    /// Audit rows for an action, polling until at least `min` exist (writes are batched).
+    /// Audit rows for an action, polling until at least `min` exist, then once more after
+    /// the writer's batching window. The writer stores rows in batches gathered over a few
+    /// milliseconds, so "at least `min`" can be met by older rows of the action while the
+    /// newest is still gathering: the second read is the one that has it.
     pub fn audit_rows(&self, action: &str, min: usize) -> Vec<Value> {
         let sql = format!(
             "SELECT id, user_id, action, resource, params, params_before, client_ip, client_kind, \
@@ -527,7 +533,11 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let rows = self.query(&sql);
-            if rows.len() >= min || Instant::now() > deadline {
+            if rows.len() >= min {
+                std::thread::sleep(AUDIT_SETTLE);
+                return self.query(&sql);
+            }
+            if Instant::now() > deadline {
                 return rows;
             }
             std::thread::sleep(Duration::from_millis(50));

@@ -2,12 +2,12 @@
 //!
 //! Handlers describe what happened as an [`Event`]; [`AuditWriter::write`] stamps it with the
 //! caller's context, applies the truncation rules, and queues it. A background task stores
-//! queued rows in batches (group commit), so a request never waits on an audit insert. A
-//! failed insert is retried for about eight seconds (the queue waits meanwhile); one that
-//! still fails is logged together with the rows it lost, and never changes a response.
-//! [`AuditWriter::flush`] waits until everything queued so far is stored: shutdown calls it,
-//! and so does every read of the audit log through the internal driver, so a caller reading
-//! `svc_audit` sees its own earlier actions (read-your-writes).
+//! queued rows in batches (group commit, gathered for [`GATHER`] after the first), so a
+//! request never waits on an audit insert. A failed insert is retried for about eight
+//! seconds (the queue waits meanwhile); one that still fails is logged together with the
+//! rows it lost, and never changes a response. [`AuditWriter::flush`] waits until
+//! everything queued so far is stored, without waiting out the gathering: shutdown calls it,
+//! and so does every read of the audit log through the internal driver (read-your-writes).
 //!
 //! Observability reads (an admin paging the activity log, re-opening a transcript) would
 //! otherwise audit themselves on every refresh; [`AuditWriter::write_read`] is the one
@@ -53,6 +53,12 @@ pub const MAX_ERROR_CHARS: usize = 200;
 const QUEUE_CAPACITY: usize = 100_000;
 /// Most rows stored in one transaction.
 const MAX_BATCH: usize = 5_000;
+/// How long the writer lets rows gather after the first of a batch arrives. Each commit
+/// writes every page the batch touched (the table's and its indices') to the WAL and costs
+/// the driver's worker thread a round trip per statement: without a wait, a busy server
+/// committed a few rows at a time, and the audit insert was about a third of a cached
+/// read's CPU. A flush ends the wait, so a reader that flushes first waits for no timer.
+const GATHER: Duration = Duration::from_millis(10);
 /// Waits before each retry of a batch the store refused; after the last, its rows are logged.
 const RETRY_DELAYS: [Duration; 4] = [
     Duration::from_millis(100),
@@ -399,16 +405,7 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut waiters = Vec::new();
     while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        while let Some(msg) = next.take() {
-            match msg {
-                Msg::Record(r) => batch.push(*r),
-                Msg::Flush(w) => waiters.push(w),
-            }
-            if batch.len() < MAX_BATCH {
-                next = rx.try_recv().ok();
-            }
-        }
+        gather(first, &mut rx, &mut batch, &mut waiters).await;
         if !batch.is_empty() {
             svc_metrics::audit::queue_depth(rx.len() + batch.len());
             let began = Instant::now();
@@ -433,6 +430,44 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
         for w in waiters.drain(..) {
             let _ = w.send(());
         }
+    }
+}
+
+/// Takes `first` and the messages after it into one batch: rows that arrive within
+/// [`GATHER`] of the first, at most [`MAX_BATCH`] of them. A flush ends the gathering at
+/// once, since its caller is waiting (a reader of the audit log, or shutdown).
+async fn gather(
+    first: Msg,
+    rx: &mut mpsc::Receiver<Msg>,
+    batch: &mut Vec<AuditRecord>,
+    waiters: &mut Vec<oneshot::Sender<()>>,
+) {
+    let deadline = tokio::time::sleep(GATHER);
+    tokio::pin!(deadline);
+    let mut next = first;
+    loop {
+        match next {
+            Msg::Record(r) => batch.push(*r),
+            Msg::Flush(w) => {
+                waiters.push(w);
+                return;
+            }
+        }
+        if batch.len() >= MAX_BATCH {
+            return;
+        }
+        // What is queued already is taken without touching the timer.
+        next = match rx.try_recv() {
+            Ok(msg) => msg,
+            Err(_) => tokio::select! {
+                biased;
+                msg = rx.recv() => match msg {
+                    Some(msg) => msg,
+                    None => return,
+                },
+                () = &mut deadline => return,
+            },
+        };
     }
 }
 

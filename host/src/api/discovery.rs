@@ -419,7 +419,6 @@ impl DiscoveryApi {
         Ok(resp)
     }
 
-    /// Writes the audit row for a table operation, success or failure.
     /// The catalog for a caller, audited as `catalog.list` (the API's and the page's).
     pub(crate) async fn catalog_for(&self, caller: &Caller) -> ApiResult<Arc<CachedCatalog>> {
         let started = Instant::now();
@@ -472,6 +471,7 @@ impl DiscoveryApi {
         result
     }
 
+    /// Writes the audit row for a table operation, success or failure.
     async fn audit<T>(
         &self,
         caller: &Caller,

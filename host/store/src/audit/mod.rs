@@ -4,8 +4,8 @@
 //! caller's context, applies the truncation rules, and queues it. A background task stores
 //! queued rows in batches (group commit, gathered for [`GATHER`] after the first), so a
 //! request never waits on an audit insert. A failed insert is retried for about eight
-//! seconds (the queue waits meanwhile); one that still fails is logged together with the
-//! rows it lost, and never changes a response. [`AuditWriter::flush`] waits until
+//! seconds (the queue waits meanwhile); a batch that still fails is stored row by row, a
+//! row the store still refuses is logged in full, and none of it changes a response. [`AuditWriter::flush`] waits until
 //! everything queued so far is stored, without waiting out the gathering: shutdown calls it,
 //! and so does every read of the audit log through the internal driver (read-your-writes).
 //!
@@ -241,7 +241,13 @@ impl Event {
         h.finish()
     }
 
-    fn into_record(self, actor: &Actor) -> AuditRecord {
+    fn into_record(mut self, actor: &Actor) -> AuditRecord {
+        let mut params = Value::Object(std::mem::take(&mut self.params));
+        storable_json(&mut params);
+        let mut params_before = self.params_before;
+        if let Some(before) = &mut params_before {
+            storable_json(before);
+        }
         AuditRecord {
             id: new_id(),
             timestamp: now(),
@@ -249,9 +255,12 @@ impl Event {
             action: self.action,
             resource: self
                 .resource
-                .map(|r| r.chars().take(MAX_RESOURCE_CHARS).collect()),
-            params: (!self.params.is_empty()).then_some(Value::Object(self.params)),
-            params_before: self.params_before,
+                .map(|r| storable(r.chars().take(MAX_RESOURCE_CHARS).collect())),
+            params: params
+                .as_object()
+                .is_some_and(|m| !m.is_empty())
+                .then_some(params),
+            params_before,
             client_ip: actor.client_ip.clone(),
             client_kind: Some(actor.client_kind.as_str().to_string()),
             correlation_id: actor.correlation_id.clone(),
@@ -265,6 +274,39 @@ impl Event {
                     .map(|t| i64::try_from(t.elapsed().as_millis()).unwrap_or(i64::MAX))
             }),
         }
+    }
+}
+
+/// What stands in for a NUL character in a stored audit row (U+2400, SYMBOL FOR NULL).
+/// PostgreSQL stores no NUL in text or JSON, and a name from a caller can carry one (a
+/// request for `a%00.jsonl`): left in, it made the store refuse that row and every row
+/// batched with it, so a caller could keep their own actions out of the audit log.
+const NUL_STANDIN: &str = "\u{2400}";
+
+/// `text` with every NUL replaced by [`NUL_STANDIN`]; allocates only when there is one.
+fn storable(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', NUL_STANDIN)
+    } else {
+        text
+    }
+}
+
+/// [`storable`] applied to every string in a JSON value, object keys included.
+fn storable_json(value: &mut Value) {
+    match value {
+        Value::String(s) if s.contains('\0') => *s = s.replace('\0', NUL_STANDIN),
+        Value::Array(items) => items.iter_mut().for_each(storable_json),
+        Value::Object(map) => {
+            if map.keys().any(|k| k.contains('\0')) {
+                *map = std::mem::take(map)
+                    .into_iter()
+                    .map(|(k, v)| (storable(k), v))
+                    .collect();
+            }
+            map.values_mut().for_each(storable_json);
+        }
+        _ => {}
     }
 }
 
@@ -419,10 +461,8 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
                 stored = store.insert_audit_batch(&batch).await;
             }
             svc_metrics::audit::batch(batch.len(), stored.is_ok(), began.elapsed());
-            if let Err(err) = stored {
-                for r in &batch {
-                    tracing::error!(error = %err, record = %serde_json::to_string(r).unwrap_or_default(), "audit write failed");
-                }
+            if stored.is_err() {
+                store_one_by_one(&store, &batch).await;
             }
             batch.clear();
             svc_metrics::audit::queue_depth(rx.len());
@@ -432,6 +472,33 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
         }
     }
 }
+
+/// Stores a batch the store refused as a whole row by row, so that one row it cannot take
+/// does not cost the others theirs; what still fails is logged, the row with it. After
+/// [`GIVE_UP_AFTER`] failures in a row the store is taken to be refusing everything, and the
+/// rest is logged without more attempts (each could wait out a busy timeout).
+async fn store_one_by_one(store: &Store, batch: &[AuditRecord]) {
+    let mut failed_in_a_row = 0;
+    for r in batch {
+        let err = if failed_in_a_row < GIVE_UP_AFTER {
+            match store.insert_audit_batch(std::slice::from_ref(r)).await {
+                Ok(()) => {
+                    failed_in_a_row = 0;
+                    continue;
+                }
+                Err(err) => err.to_string(),
+            }
+        } else {
+            "not tried: the store refused the rows before it".to_string()
+        };
+        failed_in_a_row += 1;
+        let record = serde_json::to_string(r).unwrap_or_default();
+        tracing::error!(error = %err, %record, "audit write failed");
+    }
+}
+
+/// Failed single-row inserts in a row after which [`store_one_by_one`] stops trying.
+const GIVE_UP_AFTER: usize = 3;
 
 /// Takes `first` and the messages after it into one batch: rows that arrive within
 /// [`GATHER`] of the first, at most [`MAX_BATCH`] of them. A flush ends the gathering at
@@ -475,6 +542,7 @@ async fn gather(
 mod tests {
     use super::*;
     use crate::testing;
+    use serde_json::json;
 
     /// Makes the store refuse audit inserts (and take them again): the table goes away.
     async fn rename_table(store: &Store, from: &str, to: &str) {
@@ -501,6 +569,61 @@ mod tests {
             1,
             "the row arrives once the store takes it again"
         );
+    }
+
+    /// A NUL in a caller's name (a request for `a%00.jsonl`) is stored as a visible
+    /// symbol: PostgreSQL refused the row, and with it every row batched beside it.
+    #[tokio::test]
+    async fn a_nul_from_a_caller_is_stored_as_a_symbol_and_costs_no_row() {
+        for (store, _dir) in testing::all_backends().await {
+            let writer = AuditWriter::start(store.clone());
+            let actor = Actor::console();
+            writer
+                .write(
+                    &actor,
+                    Event::new("test.nul")
+                        .resource("a\0.jsonl")
+                        .param("file", "x\0y")
+                        .param("k\0", json!(["\0"]))
+                        .before(json!({"name": "b\0"})),
+                )
+                .await;
+            writer.write(&actor, Event::new("test.beside")).await;
+            writer.flush().await;
+            let nul = store.audit_by_action("test.nul", 10).await.unwrap();
+            assert_eq!(nul.len(), 1, "{:?}", store.backend());
+            assert_eq!(nul[0].resource.as_deref(), Some("a\u{2400}.jsonl"));
+            let params = nul[0].params.as_ref().unwrap();
+            assert_eq!(params["file"], "x\u{2400}y");
+            assert_eq!(params["k\u{2400}"], json!(["\u{2400}"]));
+            assert_eq!(nul[0].params_before, Some(json!({"name": "b\u{2400}"})));
+            let beside = store.audit_by_action("test.beside", 10).await.unwrap();
+            assert_eq!(beside.len(), 1);
+        }
+    }
+
+    /// A row the store refuses whatever the retries costs only itself: the batch it came
+    /// in is stored row by row.
+    #[tokio::test]
+    async fn one_row_the_store_refuses_costs_only_that_row() {
+        let (store, _dir) = testing::sqlite().await;
+        sqlx::query(
+            "CREATE TRIGGER refuse_one BEFORE INSERT ON audit_log \
+             WHEN NEW.action = 'test.refused' BEGIN SELECT RAISE(ABORT, 'refused'); END",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        let writer = AuditWriter::start(store.clone());
+        let actor = Actor::console();
+        writer.write(&actor, Event::new("test.before")).await;
+        writer.write(&actor, Event::new("test.refused")).await;
+        writer.write(&actor, Event::new("test.after")).await;
+        writer.flush().await;
+        for (action, want) in [("test.before", 1), ("test.refused", 0), ("test.after", 1)] {
+            let rows = store.audit_by_action(action, 10).await.unwrap();
+            assert_eq!(rows.len(), want, "{action}");
+        }
     }
 
     #[tokio::test]

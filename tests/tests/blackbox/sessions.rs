@@ -326,6 +326,15 @@ fn administrators_browse_read_and_download_sessions() {
                 .contains("\"file_count\":2"),
             "{bulk:?}"
         );
+        // The refused `a%00.jsonl` is audited with its NUL as U+2400: PostgreSQL stores no
+        // NUL, and the row (with every row batched beside it) was lost.
+        let downloads = s.audit_rows("session.download", 1);
+        assert!(
+            downloads.iter().any(|r| r["resource"]
+                .as_str()
+                .is_some_and(|x| x.ends_with("/a\u{2400}.jsonl"))),
+            "{downloads:?}"
+        );
         let (status, one, _) = bytes(
             &s,
             &admin,

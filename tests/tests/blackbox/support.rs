@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use reqwest::blocking::{Client, RequestBuilder};
 use serde_json::Value;
 
-/// Several times the audit writer's gathering window (10 ms) plus a commit.
+/// Longer than the audit writer takes to store a batch on a busy test machine.
 const AUDIT_SETTLE: Duration = Duration::from_millis(60);
 
 /// Builds what the tests run — `svc-server`, the example driver library and the `svc`
@@ -521,10 +521,10 @@ impl Server {
         query_store(&self.store_url(), sql)
     }
 
-    /// Audit rows for an action, polling until at least `min` exist, then once more after
-    /// the writer's batching window. The writer stores rows in batches gathered over a few
-    /// milliseconds, so "at least `min`" can be met by older rows of the action while the
-    /// newest is still gathering: the second read is the one that has it.
+    /// Audit rows for an action, polling until at least `min` exist, then once more a
+    /// moment later. The writer stores rows in batches shortly after a request answers, so
+    /// "at least `min`" can be met by older rows of the action while the newest is still
+    /// queued: the second read is the one that has it.
     pub fn audit_rows(&self, action: &str, min: usize) -> Vec<Value> {
         let sql = format!(
             "SELECT id, user_id, action, resource, params, params_before, client_ip, client_kind, \

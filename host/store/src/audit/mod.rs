@@ -2,12 +2,13 @@
 //!
 //! Handlers describe what happened as an [`Event`]; [`AuditWriter::write`] stamps it with the
 //! caller's context, applies the truncation rules, and queues it. A background task stores
-//! queued rows in batches (group commit, gathered for [`GATHER`] after the first), so a
-//! request never waits on an audit insert. A failed insert is retried for about eight
+//! queued rows in batches (group commit: what queued while the last batch was stored), so
+//! a request never waits on an audit insert. A failed insert is retried for about eight
 //! seconds (the queue waits meanwhile); a batch that still fails is stored row by row, a
-//! row the store still refuses is logged in full, and none of it changes a response. [`AuditWriter::flush`] waits until
-//! everything queued so far is stored, without waiting out the gathering: shutdown calls it,
-//! and so does every read of the audit log through the internal driver (read-your-writes).
+//! row the store still refuses is logged in full, and none of it changes a response.
+//! [`AuditWriter::flush`] waits until everything queued so far is stored: shutdown calls it,
+//! and so does every read of the audit log through the internal driver, so a caller reading
+//! `svc_audit` sees its own earlier actions (read-your-writes).
 //!
 //! Observability reads (an admin paging the activity log, re-opening a transcript) would
 //! otherwise audit themselves on every refresh; [`AuditWriter::write_read`] is the one
@@ -53,12 +54,6 @@ pub const MAX_ERROR_CHARS: usize = 200;
 const QUEUE_CAPACITY: usize = 100_000;
 /// Most rows stored in one transaction.
 const MAX_BATCH: usize = 5_000;
-/// How long the writer lets rows gather after the first of a batch arrives. Each commit
-/// writes every page the batch touched (the table's and its indices') to the WAL and costs
-/// the driver's worker thread a round trip per statement: without a wait, a busy server
-/// committed a few rows at a time, and the audit insert was about a third of a cached
-/// read's CPU. A flush ends the wait, so a reader that flushes first waits for no timer.
-const GATHER: Duration = Duration::from_millis(10);
 /// Waits before each retry of a batch the store refused; after the last, its rows are logged.
 const RETRY_DELAYS: [Duration; 4] = [
     Duration::from_millis(100),
@@ -447,7 +442,19 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut waiters = Vec::new();
     while let Some(first) = rx.recv().await {
-        gather(first, &mut rx, &mut batch, &mut waiters).await;
+        // No timer: rows queued while the last batch was being stored make the next one.
+        // A wait for more (10 ms) was tried twice; waking the writer for each row that
+        // arrived during the wait cost more than the fewer commits saved.
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Record(r) => batch.push(*r),
+                Msg::Flush(w) => waiters.push(w),
+            }
+            if batch.len() < MAX_BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
         if !batch.is_empty() {
             svc_metrics::audit::queue_depth(rx.len() + batch.len());
             let began = Instant::now();
@@ -499,44 +506,6 @@ async fn store_one_by_one(store: &Store, batch: &[AuditRecord]) {
 
 /// Failed single-row inserts in a row after which [`store_one_by_one`] stops trying.
 const GIVE_UP_AFTER: usize = 3;
-
-/// Takes `first` and the messages after it into one batch: rows that arrive within
-/// [`GATHER`] of the first, at most [`MAX_BATCH`] of them. A flush ends the gathering at
-/// once, since its caller is waiting (a reader of the audit log, or shutdown).
-async fn gather(
-    first: Msg,
-    rx: &mut mpsc::Receiver<Msg>,
-    batch: &mut Vec<AuditRecord>,
-    waiters: &mut Vec<oneshot::Sender<()>>,
-) {
-    let deadline = tokio::time::sleep(GATHER);
-    tokio::pin!(deadline);
-    let mut next = first;
-    loop {
-        match next {
-            Msg::Record(r) => batch.push(*r),
-            Msg::Flush(w) => {
-                waiters.push(w);
-                return;
-            }
-        }
-        if batch.len() >= MAX_BATCH {
-            return;
-        }
-        // What is queued already is taken without touching the timer.
-        next = match rx.try_recv() {
-            Ok(msg) => msg,
-            Err(_) => tokio::select! {
-                biased;
-                msg = rx.recv() => match msg {
-                    Some(msg) => msg,
-                    None => return,
-                },
-                () = &mut deadline => return,
-            },
-        };
-    }
-}
 
 #[cfg(test)]
 mod tests {

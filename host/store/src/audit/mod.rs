@@ -443,8 +443,8 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
     let mut waiters = Vec::new();
     while let Some(first) = rx.recv().await {
         // No timer: rows queued while the last batch was being stored make the next one.
-        // A wait for more (10 ms) was tried twice; waking the writer for each row that
-        // arrived during the wait cost more than the fewer commits saved.
+        // A 10 ms wait for more rows, waking the writer for each row that arrived during
+        // it, measured slower (cached sample at c=64: 30 k against 40-44 k req/s, one run).
         let mut next = Some(first);
         while let Some(msg) = next.take() {
             match msg {

@@ -236,13 +236,11 @@ impl Event {
         h.finish()
     }
 
-    fn into_record(mut self, actor: &Actor) -> AuditRecord {
-        let mut params = Value::Object(std::mem::take(&mut self.params));
-        storable_json(&mut params);
-        let mut params_before = self.params_before;
-        if let Some(before) = &mut params_before {
-            storable_json(before);
-        }
+    fn into_record(self, actor: &Actor) -> AuditRecord {
+        let storable_value = |mut value: Value| {
+            storable_json(&mut value);
+            value
+        };
         AuditRecord {
             id: new_id(),
             timestamp: now(),
@@ -251,11 +249,8 @@ impl Event {
             resource: self
                 .resource
                 .map(|r| storable(r.chars().take(MAX_RESOURCE_CHARS).collect())),
-            params: params
-                .as_object()
-                .is_some_and(|m| !m.is_empty())
-                .then_some(params),
-            params_before,
+            params: (!self.params.is_empty()).then(|| storable_value(Value::Object(self.params))),
+            params_before: self.params_before.map(storable_value),
             client_ip: actor.client_ip.clone(),
             client_kind: Some(actor.client_kind.as_str().to_string()),
             correlation_id: actor.correlation_id.clone(),

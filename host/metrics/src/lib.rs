@@ -322,11 +322,13 @@ pub mod audit {
         gauge!(AUDIT_QUEUE).set(rows as f64);
     }
 
-    /// One batch stored (or lost, when `stored` is false).
-    pub fn batch(rows: usize, stored: bool, took: Duration) {
+    /// One batch written: `stored` of its rows stored and `failed` lost (logged), in `took`.
+    pub fn batch(stored: usize, failed: usize, took: Duration) {
         histogram!(AUDIT_FLUSH).record(took.as_secs_f64());
-        let result = if stored { "stored" } else { "failed" };
-        counter!(AUDIT_ROWS, "result" => result).increment(rows as u64);
+        counter!(AUDIT_ROWS, "result" => "stored").increment(stored as u64);
+        if failed > 0 {
+            counter!(AUDIT_ROWS, "result" => "failed").increment(failed as u64);
+        }
     }
 }
 

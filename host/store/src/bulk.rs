@@ -9,11 +9,56 @@
 //! audit row); that unpacking cost about 40 % on top of the insert itself, more than binding
 //! the cells does. Chunks have power-of-two sizes, so a table needs at most
 //! `log2(ROWS_PER_VALUES) + 1` statement texts and each connection prepares them once.
+//!
+//! Both: a NUL in a text cell is stored as [`NUL_STANDIN`]. These rows are made from what
+//! others wrote (a caller's request, an uploaded transcript), PostgreSQL stores no NUL in
+//! text, and one such cell made it refuse the whole statement: the audit rows batched with
+//! it, or every telemetry run from then on, since the file would be read again each run.
+
+use std::borrow::Cow;
 
 use serde::ser::{self, Impossible, Serialize, SerializeStruct, Serializer};
 use sqlx::{Any, Transaction};
 
 use crate::{Backend, StoreError};
+
+/// What stands in for a NUL character in stored text (U+2400, SYMBOL FOR NULL), on both
+/// backends, so a row reads the same whichever one stored it.
+pub(crate) const NUL_STANDIN: char = '\u{2400}';
+
+/// `text` with every NUL replaced by [`NUL_STANDIN`]; allocates only when there is one.
+pub(crate) fn storable(text: &str) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(text.replace('\0', NUL_STANDIN.encode_utf8(&mut [0; 3])))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// `json` (as serde_json writes it, a NUL in a string as `\u0000`) with every NUL made
+/// [`NUL_STANDIN`]. A `\u0000` preceded by an odd number of backslashes is text (an
+/// escaped backslash, then `u0000`) and stays.
+fn storable_json_text(json: String) -> String {
+    const ESCAPE: &str = "\\u0000";
+    if !json.contains(ESCAPE) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len());
+    let mut rest = json.as_str();
+    while let Some(at) = rest.find(ESCAPE) {
+        let before = &rest[..at];
+        out.push_str(before);
+        let backslashes = before.bytes().rev().take_while(|b| *b == b'\\').count();
+        if backslashes % 2 == 0 {
+            out.push(NUL_STANDIN);
+        } else {
+            out.push_str(ESCAPE);
+        }
+        rest = &rest[at + ESCAPE.len()..];
+    }
+    out.push_str(rest);
+    out
+}
 
 /// How a column travels through the JSON array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,8 +148,9 @@ impl<'a> BulkInsert<'a> {
             Backend::Postgres => {
                 let sql = self.sql(0);
                 for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+                    let json = serde_json::to_string(chunk).unwrap_or_else(|_| "[]".into());
                     sqlx::query(&sql)
-                        .bind(serde_json::to_string(chunk).unwrap_or_else(|_| "[]".into()))
+                        .bind(storable_json_text(json))
                         .execute(&mut **tx)
                         .await?;
                 }
@@ -362,10 +408,10 @@ impl Serializer for CellOf {
         Ok(Cell::Float(v))
     }
     fn serialize_char(self, v: char) -> Result<Cell, NotFlat> {
-        Ok(Cell::Text(v.to_string()))
+        self.serialize_str(v.encode_utf8(&mut [0; 4]))
     }
     fn serialize_str(self, v: &str) -> Result<Cell, NotFlat> {
-        Ok(Cell::Text(v.to_owned()))
+        Ok(Cell::Text(storable(v).into_owned()))
     }
     fn serialize_bytes(self, _: &[u8]) -> Result<Cell, NotFlat> {
         not_flat("bytes")
@@ -457,5 +503,78 @@ mod tests {
             insert.sql(2),
             "INSERT INTO t (flag, n, missing, note, name) VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)"
         );
+    }
+
+    #[test]
+    fn a_nul_in_json_text_becomes_the_standin_and_an_escaped_backslash_stays_text() {
+        let rows = [
+            Row {
+                name: "a\0b",
+                note: Some("\\u0000".into()),
+                n: 0,
+                flag: false,
+                ignored: 0,
+            },
+            Row {
+                name: "\\\0",
+                note: Some("\0\0".into()),
+                n: 0,
+                flag: false,
+                ignored: 0,
+            },
+        ];
+        let json = storable_json_text(serde_json::to_string(&rows).unwrap());
+        let back: Vec<serde_json::Value> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back[0]["name"], "a\u{2400}b");
+        assert_eq!(
+            back[0]["note"], "\\u0000",
+            "a backslash before u0000 is text"
+        );
+        assert_eq!(back[1]["name"], "\\\u{2400}");
+        assert_eq!(back[1]["note"], "\u{2400}\u{2400}");
+        let plain = serde_json::to_string(&rows[..0]).unwrap();
+        assert_eq!(storable_json_text(plain.clone()), plain);
+    }
+
+    /// Text from others can hold a NUL, which PostgreSQL refused along with every row in
+    /// the statement. Both backends store the stand-in, and the rows beside it.
+    #[tokio::test]
+    async fn a_nul_in_a_text_cell_is_stored_as_the_standin_on_both_backends() {
+        use sqlx::Row as _;
+        for (store, _dir) in crate::testing::all_backends().await {
+            let backend = store.backend();
+            let mut tx = store.begin_write().await.unwrap();
+            sqlx::query("CREATE TEMPORARY TABLE bulk_nul (name TEXT, note TEXT, n BIGINT)")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let columns = [
+                ("name", JsonType::Text),
+                ("note", JsonType::Text),
+                ("n", JsonType::Int),
+            ];
+            let rows: Vec<Row> = (0..3)
+                .map(|n| Row {
+                    name: if n == 1 { "tool\0x" } else { "plain" },
+                    note: Some("\\u0000".into()),
+                    n,
+                    flag: false,
+                    ignored: 0,
+                })
+                .collect();
+            BulkInsert::new(backend, "bulk_nul", &columns)
+                .run(&mut tx, &rows)
+                .await
+                .unwrap_or_else(|e| panic!("{backend:?}: {e}"));
+            let stored = sqlx::query("SELECT name, note FROM bulk_nul ORDER BY n")
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap();
+            let names: Vec<String> = stored.iter().map(|r| r.get("name")).collect();
+            assert_eq!(names, ["plain", "tool\u{2400}x", "plain"], "{backend:?}");
+            let note: String = stored[0].get("note");
+            assert_eq!(note, "\\u0000", "{backend:?}");
+            tx.rollback().await.unwrap();
+        }
     }
 }

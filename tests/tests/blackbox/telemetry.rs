@@ -254,6 +254,65 @@ fn uploaded_sessions_become_each_users_own_telemetry() {
     }
 }
 
+/// A transcript is what an agent wrote, and a NUL in it (here in a tool's name, a session
+/// id and a model) is stored as `␀` in the store's rows. PostgreSQL refused the whole batch
+/// of files over one such cell, and the file was read again and refused again every run.
+#[test]
+fn a_nul_in_a_transcript_costs_no_run_on_either_backend() {
+    const NUL_LINES: &[u8] = br#"{"type": "user", "uuid": "n1", "sessionId": "S\u00002", "timestamp": "2026-11-03T10:00:00Z", "message": {"role": "user", "content": "go"}}
+{"type": "assistant", "uuid": "n2", "sessionId": "S\u00002", "timestamp": "2026-11-03T10:00:05Z", "message": {"model": "m\u0000", "content": [{"type": "tool_use", "id": "t1", "name": "Bash\u0000x", "input": {"c": "\u0000"}}]}}
+"#;
+    for backend in backends() {
+        let s = server(backend, &[]);
+        let admin = s.admin_token();
+        let ana = s.user_token("ana@example.com", false);
+        let bob = s.user_token("bob@example.com", false);
+        let (status, up) = upload_raw(&s, &ana, "nul.jsonl", NUL_LINES);
+        assert_eq!(status, 200, "{up}");
+        let (status, up) = upload_raw(&s, &bob, "plain.jsonl", LABELLED);
+        assert_eq!(status, 200, "{up}");
+
+        let report = run(&s, &admin);
+        assert_eq!(
+            (&report["processed"], &report["failed"]),
+            (&json!(2), &json!(0)),
+            "{backend:?}: {report}"
+        );
+        let (status, sample) = s.get_json("/api/v2/sample/svc_sessions?n=10", &ana);
+        assert_eq!(status, 200, "{sample}");
+        assert_eq!(sample["rows"][0]["session_id"], "S\u{2400}2", "{sample}");
+        assert_eq!(sample["rows"][0]["tool_calls"], 1, "{sample}");
+        let daily = s.query("SELECT tool_name FROM usage_file_daily WHERE tool_name LIKE 'Bash%x'");
+        assert_eq!(
+            daily,
+            [json!({"tool_name": "Bash\u{2400}x"})],
+            "{backend:?}"
+        );
+        // The segment keeps the transcript's own text; its event is there once.
+        let events = rows(
+            &s,
+            &ana,
+            "SELECT count(*) FROM svc_telemetry WHERE tool_name LIKE 'Bash%x'",
+        );
+        assert_eq!(events, [json!([1])], "{backend:?}");
+        // Bob's file, in the same batch, is whole.
+        let count = "SELECT count(*) FROM svc_telemetry";
+        assert_eq!(rows(&s, &bob, count), [json!([8])]);
+
+        // Stored, not to be read again.
+        let report = run(&s, &admin);
+        assert_eq!(
+            (
+                &report["processed"],
+                &report["unchanged"],
+                &report["failed"]
+            ),
+            (&json!(0), &json!(2), &json!(0)),
+            "{backend:?}: {report}"
+        );
+    }
+}
+
 fn session_dir_entries(s: &Server, user: &str) -> Vec<String> {
     let dir = s.dir.0.join("user_sessions").join(user);
     let mut names: Vec<String> = std::fs::read_dir(dir)

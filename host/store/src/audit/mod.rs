@@ -27,6 +27,7 @@ use svc_core::clock::{new_id, now};
 use svc_trace::Instrument as _;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::bulk::storable;
 use crate::Store;
 
 mod actions;
@@ -248,7 +249,7 @@ impl Event {
             action: self.action,
             resource: self
                 .resource
-                .map(|r| storable(r.chars().take(MAX_RESOURCE_CHARS).collect())),
+                .map(|r| r.chars().take(MAX_RESOURCE_CHARS).collect()),
             params: (!self.params.is_empty()).then(|| storable_value(Value::Object(self.params))),
             params_before: self.params_before.map(storable_value),
             client_ip: actor.client_ip.clone(),
@@ -267,31 +268,18 @@ impl Event {
     }
 }
 
-/// What stands in for a NUL character in a stored audit row (U+2400, SYMBOL FOR NULL).
-/// PostgreSQL stores no NUL in text or JSON, and a name from a caller can carry one (a
-/// request for `a%00.jsonl`): left in, it made the store refuse that row and every row
-/// batched with it, so a caller could keep their own actions out of the audit log.
-const NUL_STANDIN: &str = "\u{2400}";
-
-/// `text` with every NUL replaced by [`NUL_STANDIN`]; allocates only when there is one.
-fn storable(text: String) -> String {
-    if text.contains('\0') {
-        text.replace('\0', NUL_STANDIN)
-    } else {
-        text
-    }
-}
-
-/// [`storable`] applied to every string in a JSON value, object keys included.
+/// [`storable`] applied to every string in a JSON value, object keys included. The bulk
+/// insert already makes a NUL in a text cell storable; this makes the JSON it holds read
+/// `␀` too, not a `\u0000` escape that a reader's parser turns back into a NUL.
 fn storable_json(value: &mut Value) {
     match value {
-        Value::String(s) if s.contains('\0') => *s = s.replace('\0', NUL_STANDIN),
+        Value::String(s) if s.contains('\0') => *s = storable(s).into_owned(),
         Value::Array(items) => items.iter_mut().for_each(storable_json),
         Value::Object(map) => {
             if map.keys().any(|k| k.contains('\0')) {
                 *map = std::mem::take(map)
                     .into_iter()
-                    .map(|(k, v)| (storable(k), v))
+                    .map(|(k, v)| (storable(&k).into_owned(), v))
                     .collect();
             }
             map.values_mut().for_each(storable_json);
@@ -462,10 +450,11 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
                 tokio::time::sleep(delay).await;
                 stored = store.insert_audit_batch(&batch).await;
             }
-            svc_metrics::audit::batch(batch.len(), stored.is_ok(), began.elapsed());
-            if stored.is_err() {
-                store_one_by_one(&store, &batch).await;
-            }
+            let stored = match stored {
+                Ok(()) => batch.len(),
+                Err(_) => store_one_by_one(&store, &batch).await,
+            };
+            svc_metrics::audit::batch(stored, batch.len() - stored, began.elapsed());
             batch.clear();
             svc_metrics::audit::queue_depth(rx.len());
         }
@@ -478,13 +467,15 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Msg>) {
 /// Stores a batch the store refused as a whole row by row, so that one row it cannot take
 /// does not cost the others theirs; what still fails is logged, the row with it. After
 /// [`GIVE_UP_AFTER`] failures in a row the store is taken to be refusing everything, and the
-/// rest is logged without more attempts (each could wait out a busy timeout).
-async fn store_one_by_one(store: &Store, batch: &[AuditRecord]) {
-    let mut failed_in_a_row = 0;
+/// rest is logged without more attempts (each could wait out a busy timeout). Returns how
+/// many rows it stored.
+async fn store_one_by_one(store: &Store, batch: &[AuditRecord]) -> usize {
+    let (mut stored, mut failed_in_a_row) = (0, 0);
     for r in batch {
         let err = if failed_in_a_row < GIVE_UP_AFTER {
             match store.insert_audit_batch(std::slice::from_ref(r)).await {
                 Ok(()) => {
+                    stored += 1;
                     failed_in_a_row = 0;
                     continue;
                 }
@@ -497,6 +488,7 @@ async fn store_one_by_one(store: &Store, batch: &[AuditRecord]) {
         let record = serde_json::to_string(r).unwrap_or_default();
         tracing::error!(error = %err, %record, "audit write failed");
     }
+    stored
 }
 
 /// Failed single-row inserts in a row after which [`store_one_by_one`] stops trying.

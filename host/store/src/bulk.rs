@@ -24,10 +24,10 @@ use crate::{Backend, StoreError};
 
 /// What stands in for a NUL character in stored text (U+2400, SYMBOL FOR NULL), on both
 /// backends, so a row reads the same whichever one stored it.
-pub(crate) const NUL_STANDIN: char = '\u{2400}';
+const NUL_STANDIN: char = '\u{2400}';
 
 /// `text` with every NUL replaced by [`NUL_STANDIN`]; allocates only when there is one.
-pub(crate) fn storable(text: &str) -> Cow<'_, str> {
+fn storable(text: &str) -> Cow<'_, str> {
     if text.contains('\0') {
         Cow::Owned(text.replace('\0', NUL_STANDIN.encode_utf8(&mut [0; 3])))
     } else {
@@ -38,7 +38,7 @@ pub(crate) fn storable(text: &str) -> Cow<'_, str> {
 /// `json` (as serde_json writes it, a NUL in a string as `\u0000`) with every NUL made
 /// [`NUL_STANDIN`]. A `\u0000` preceded by an odd number of backslashes is text (an
 /// escaped backslash, then `u0000`) and stays.
-fn storable_json_text(json: String) -> String {
+pub(crate) fn storable_json_text(json: String) -> String {
     const ESCAPE: &str = "\\u0000";
     if !json.contains(ESCAPE) {
         return json;

@@ -28,7 +28,6 @@ use svc_core::clock::{new_id, now};
 use svc_trace::Instrument as _;
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use crate::bulk::storable;
 use crate::Store;
 
 mod actions;
@@ -249,10 +248,6 @@ impl Event {
     }
 
     fn into_record(self, actor: &Actor) -> AuditRecord {
-        let storable_value = |mut value: Value| {
-            storable_json(&mut value);
-            value
-        };
         AuditRecord {
             id: new_id(),
             timestamp: now(),
@@ -261,8 +256,8 @@ impl Event {
             resource: self
                 .resource
                 .map(|r| r.chars().take(MAX_RESOURCE_CHARS).collect()),
-            params: (!self.params.is_empty()).then(|| storable_value(Value::Object(self.params))),
-            params_before: self.params_before.map(storable_value),
+            params: (!self.params.is_empty()).then_some(Value::Object(self.params)),
+            params_before: self.params_before,
             client_ip: actor.client_ip.clone(),
             client_kind: Some(actor.client_kind.as_str().to_string()),
             correlation_id: actor.correlation_id.clone(),
@@ -276,26 +271,6 @@ impl Event {
                     .map(|t| i64::try_from(t.elapsed().as_millis()).unwrap_or(i64::MAX))
             }),
         }
-    }
-}
-
-/// [`storable`] applied to every string in a JSON value, object keys included. The bulk
-/// insert already makes a NUL in a text cell storable; this makes the JSON it holds read
-/// `␀` too, not a `\u0000` escape that a reader's parser turns back into a NUL.
-fn storable_json(value: &mut Value) {
-    match value {
-        Value::String(s) if s.contains('\0') => *s = storable(s).into_owned(),
-        Value::Array(items) => items.iter_mut().for_each(storable_json),
-        Value::Object(map) => {
-            if map.keys().any(|k| k.contains('\0')) {
-                *map = std::mem::take(map)
-                    .into_iter()
-                    .map(|(k, v)| (storable(&k).into_owned(), v))
-                    .collect();
-            }
-            map.values_mut().for_each(storable_json);
-        }
-        _ => {}
     }
 }
 

@@ -3,7 +3,7 @@
 
 use sqlx::Row;
 
-use crate::bulk::{BulkInsert, JsonType};
+use crate::bulk::{storable_json_text, BulkInsert, JsonType};
 use crate::{Store, StoreError};
 
 /// One audit row, ready to store.
@@ -40,8 +40,12 @@ pub(super) const COLUMNS: &str =
     "id, timestamp, user_id, action, resource, params, params_before, client_ip, \
      client_kind, correlation_id, result, duration_ms";
 
+/// `v` as the column holds it: JSON text, a NUL in it stored as the bulk insert stores one
+/// in any text (so the JSON reads `␀`, not a `\u0000` a reader's parser turns back into NUL).
 fn json_text(v: &Option<serde_json::Value>) -> Option<String> {
-    v.as_ref().filter(|v| !v.is_null()).map(|v| v.to_string())
+    v.as_ref()
+        .filter(|v| !v.is_null())
+        .map(|v| storable_json_text(v.to_string()))
 }
 
 /// A record as the bulk insert sends it: borrowed, with `params` and `params_before` as

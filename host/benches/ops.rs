@@ -17,7 +17,10 @@
 //!    the load's timing (each request pays a wake-up instead). Each setting's CPU is also
 //!    split: the kernel's share, the exporter thread's, context switches per request, and
 //!    each thread name's share with its spread over the rounds (which threads' CPU moves) —
-//!    what callgrind cannot see;
+//!    what callgrind cannot see. `SVC_BENCH_PLACEMENT=together` runs every setting's server
+//!    at once, each under its own wrk, so whatever the machine does during a round it does
+//!    to all of them: the comparison the verdict reads then holds only what the settings do
+//!    differently;
 //! 2. the same three settings counted in instructions per cached sample under `callgrind`
 //!    (when `valgrind` is installed), for the whole process and for the request path alone
 //!    (see [`counted`]): a count does not move with the machine's load, so the costs it gives
@@ -36,17 +39,17 @@
 //! `SVC_BENCH_KEEP=1` keeps their dumps (`counted-<setting>-<scope>/cg.*`) to annotate.
 
 mod common;
+#[path = "ops/sink.rs"]
+mod sink;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{command_on, cpu_ticks, percentile, steal_since, Server};
+use common::{command_on, cpu_ticks, percentile, steal_since, Server, Usage};
 use reqwest::blocking::Client;
 use serde_json::json;
 use svc_plugin_api::arrow::array::{ArrayRef, Int64Array, StringArray};
@@ -84,100 +87,6 @@ fn write_table(dir: &Path) {
 /// The name the server gives its trace exporter's thread.
 const EXPORTER_THREAD: &str = "svc-otlp";
 
-/// Spans the sink has been sent, over every connection.
-static SPANS_RECEIVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// An OTLP/HTTP sink that answers 200 to every export and keeps nothing but a count of the
-/// spans (so the bench can tell spans exported from spans dropped on a full queue): the cost
-/// of tracing measured is the server's, not a collector's.
-fn otlp_sink() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut out = conn.try_clone().unwrap();
-                let mut reader = BufReader::new(conn);
-                loop {
-                    let mut length = 0usize;
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let l = line.trim_end();
-                        if l.is_empty() {
-                            break;
-                        }
-                        if let Some((k, v)) = l.split_once(':') {
-                            if k.eq_ignore_ascii_case("content-length") {
-                                length = v.trim().parse().unwrap_or(0);
-                            }
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    if reader.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    SPANS_RECEIVED.fetch_add(count_spans(&body), Ordering::Relaxed);
-                    let reply = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
-                    if out.write_all(reply.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    format!("http://{addr}")
-}
-
-/// The spans in an `ExportTraceServiceRequest`: field 2 of each `ScopeSpans` (field 2) of
-/// each `ResourceSpans` (field 1), read off the protobuf wire format.
-fn count_spans(request: &[u8]) -> u64 {
-    /// The length-delimited fields numbered `number` in `message`.
-    fn fields(message: &[u8], number: u64) -> Vec<&[u8]> {
-        let mut found = Vec::new();
-        let mut at = 0;
-        let varint = |at: &mut usize| {
-            let mut value = 0u64;
-            for shift in (0..64).step_by(7) {
-                let byte = message[*at];
-                *at += 1;
-                value |= u64::from(byte & 0x7f) << shift;
-                if byte & 0x80 == 0 {
-                    break;
-                }
-            }
-            value
-        };
-        while at < message.len() {
-            let key = varint(&mut at);
-            match key & 7 {
-                0 => {
-                    varint(&mut at);
-                }
-                1 => at += 8,
-                5 => at += 4,
-                2 => {
-                    let len = varint(&mut at) as usize;
-                    if key >> 3 == number {
-                        found.push(&message[at..at + len]);
-                    }
-                    at += len;
-                }
-                wire => panic!("wire type {wire} in an OTLP request"),
-            }
-        }
-        found
-    }
-    fields(request, 1)
-        .into_iter()
-        .flat_map(|resource| fields(resource, 2))
-        .map(|scope| fields(scope, 2).len() as u64)
-        .sum()
-}
-
 /// Where the servers and the load run.
 #[derive(Clone, Copy, PartialEq)]
 enum Placement {
@@ -195,15 +104,23 @@ enum Placement {
     /// one setting. Paced, every setting does the same work at the same rhythm (though each
     /// request then pays a wake-up, and rounds still moved by a few percent at 5 % steal).
     Paced,
+    /// Every setting's server at once, on every core, each under its own wrk (-t1, the
+    /// connections split between them): whatever the machine does during a round (steal, a
+    /// neighbour, the clock) it does to every setting alike, so a round's comparison holds
+    /// only what the settings do differently. Run one after the other, rounds of one setting
+    /// moved ±10–20 % here, more than the 3 % being judged. The servers contend with each
+    /// other, so their CPU per request reads higher than alone; the settings' difference is
+    /// the measure, not the level.
+    Together,
 }
 
 impl Placement {
     fn server_cpus(self) -> Option<&'static str> {
-        (self != Self::Shared).then_some("0")
+        matches!(self, Self::Split | Self::Paced).then_some("0")
     }
 
     fn load_cpus(self) -> Option<&'static str> {
-        (self != Self::Shared).then_some("1")
+        matches!(self, Self::Split | Self::Paced).then_some("1")
     }
 
     fn describe(self) -> String {
@@ -213,6 +130,9 @@ impl Placement {
             Self::Paced => format!(
                 "each server alone on core 0, asked {} req/s from {PACED_CONNECTIONS} connections on core 1 with the sink",
                 paced_rate()
+            ),
+            Self::Together => format!(
+                "every setting's server at once, each under its own wrk -t1, {WRK_CONNECTIONS} connections split between them, all sharing every core"
             ),
         }
     }
@@ -234,6 +154,9 @@ struct Setting {
     threads: BTreeMap<String, Vec<f64>>,
     /// Context switches of the server's threads per request, per round.
     switches: Vec<f64>,
+    /// Spans its own sink has received (settings that export have a sink each, so servers
+    /// running at once are told apart).
+    exported: Arc<AtomicU64>,
 }
 
 impl Setting {
@@ -241,6 +164,7 @@ impl Setting {
         Self {
             name,
             env: env.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
+            exported: Arc::default(),
             rps: Vec::new(),
             cpu_us: Vec::new(),
             spans: Vec::new(),
@@ -248,6 +172,14 @@ impl Setting {
             threads: BTreeMap::new(),
             switches: Vec::new(),
         }
+    }
+
+    /// This setting with tracing on, exporting to a sink of its own; `env` adds to it.
+    fn traced(name: &'static str, env: &[(&'static str, &str)]) -> Self {
+        let mut s = Self::new(name, env);
+        let sink = sink::otlp_sink(s.exported.clone());
+        s.env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", sink));
+        s
     }
 
     fn median(&self) -> f64 {
@@ -294,12 +226,17 @@ fn sample_url(s: &Server) -> String {
     format!("{}/api/v2/sample/orders?n=5", s.base)
 }
 
-/// Requests per second of `wrk` against `url` for `seconds`, on `cpus` when given.
-fn wrk(url: &str, token: &str, seconds: u64, cpus: Option<&str>) -> f64 {
+/// Connections wrk keeps open, over all the servers of a round.
+const WRK_CONNECTIONS: u64 = 16;
+
+/// Requests per second of `wrk` with `threads` threads and `connections` against `url` for
+/// `seconds`, on `cpus` when given.
+fn wrk(url: &str, token: &str, seconds: u64, cpus: Option<&str>, load: (u64, u64)) -> f64 {
+    let (threads, connections) = load;
     let out = command_on("wrk", cpus)
         .args([
-            "-t2",
-            "-c16",
+            &format!("-t{threads}"),
+            &format!("-c{connections}"),
             &format!("-d{seconds}s"),
             "-H",
             &format!("Authorization: Bearer {token}"),
@@ -380,29 +317,14 @@ fn pin_self(cpus: &str) {
 /// round on fresh servers (a server keeps whatever layout it started with, memory and
 /// threads, for its life: one server per setting for the whole run read as a cost of
 /// several percent between two identical settings); prints the medians and the two costs.
-fn throughput(
-    placement: Placement,
-    root: &Path,
-    sink: &str,
-    http: &Client,
-    rounds: u64,
-    seconds: u64,
-) {
-    let cpus = placement.server_cpus();
-    let load = placement.load_cpus();
+fn throughput(placement: Placement, root: &Path, http: &Client, rounds: u64, seconds: u64) {
     let mut settings = vec![
         Setting::new("metrics on", &[]),
         Setting::new("metrics off", &[("SVC_METRICS", "off")]),
-        Setting::new("tracing on", &[("OTEL_EXPORTER_OTLP_ENDPOINT", sink)]),
+        Setting::traced("tracing on", &[]),
         // Tracing on, but no trace recorded: what every request pays for the trace context,
         // apart from what recording, encoding and exporting its spans costs.
-        Setting::new(
-            "none sampled",
-            &[
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", sink),
-                ("OTEL_TRACES_SAMPLER", "always_off"),
-            ],
-        ),
+        Setting::traced("none sampled", &[("OTEL_TRACES_SAMPLER", "always_off")]),
     ];
     // Fewer settings, more rounds in the same time: the interval narrows with the rounds.
     if let Ok(only) = std::env::var("SVC_BENCH_SETTINGS") {
@@ -416,48 +338,20 @@ fn throughput(
     let steal = cpu_ticks();
     let count = settings.len();
     for round in 0..rounds as usize {
-        // Rotate the order each round, so drift lands on every setting alike.
-        for i in 0..count {
-            let s = &mut settings[(i + round) % count];
-            let dir = root.join(format!(
-                "{}-{}-{round}",
-                s.name.replace(' ', "-"),
-                cpus.map_or("shared".into(), |c| format!("cpu{c}"))
-            ));
-            let running = Running::start(s, &dir, http, cpus);
-            let url = sample_url(&running.server);
-            let load_for = |seconds| match placement {
-                Placement::Paced => paced(&url, &running.token, seconds),
-                Placement::Shared | Placement::Split => wrk(&url, &running.token, seconds, load),
-            };
-            load_for(2);
-            let before = running.server.usage();
-            let threads = running.server.cpu_ns_by_thread();
-            let spans = SPANS_RECEIVED.load(Ordering::Relaxed);
-            let rps = load_for(seconds);
-            let after = running.server.usage();
-            let requests = rps * seconds as f64;
-            let per_request = |v: f64| v * 1e6 / requests;
-            s.rps.push(rps);
-            s.cpu_us.push(per_request(
-                after.user + after.sys - before.user - before.sys,
-            ));
-            s.sys_us.push(per_request(after.sys - before.sys));
-            for (name, ns) in running.server.cpu_ns_by_thread() {
-                let ran = ns.saturating_sub(threads.get(&name).copied().unwrap_or(0));
-                s.threads
-                    .entry(name)
-                    .or_default()
-                    .push(per_request(ran as f64 / 1e9));
+        // Rotate the order each round, so drift (or, together, start order) lands on every
+        // setting alike.
+        let order: Vec<usize> = (0..count).map(|i| (i + round) % count).collect();
+        if placement == Placement::Together {
+            let mut round_settings: Vec<&mut Setting> = Vec::new();
+            let mut rest: Vec<Option<&mut Setting>> = settings.iter_mut().map(Some).collect();
+            for &i in &order {
+                round_settings.push(rest[i].take().expect("each setting once a round"));
             }
-            s.switches
-                .push(after.switches.saturating_sub(before.switches) as f64 / requests);
-            // Spans still queued when the server is killed (a batch or so, against hundreds
-            // of thousands a round) go uncounted; the warm-up's last batch counts instead.
-            drop(running);
-            let exported = SPANS_RECEIVED.load(Ordering::Relaxed) - spans;
-            s.spans.push(exported as f64 / (rps * seconds as f64));
-            let _ = std::fs::remove_dir_all(&dir);
+            measure_together(round_settings, placement, root, http, round, seconds);
+        } else {
+            for &i in &order {
+                measure_alone(&mut settings[i], placement, root, http, round, seconds);
+            }
         }
     }
     println!(
@@ -512,7 +406,7 @@ fn throughput(
     // CPU per request is the steadier of the two.
     let judge = match placement {
         Placement::Split => Measure::Throughput,
-        Placement::Shared | Placement::Paced => Measure::CpuPerRequest,
+        Placement::Shared | Placement::Paced | Placement::Together => Measure::CpuPerRequest,
     };
     let find = |name: &str| settings.iter().find(|s| s.name == name);
     for (what, with, without) in [
@@ -526,6 +420,153 @@ fn throughput(
     }
 }
 
+/// A server's counters when a measured window opened.
+struct Window {
+    usage: Usage,
+    threads: BTreeMap<String, u64>,
+    spans: u64,
+}
+
+impl Window {
+    fn open(setting: &Setting, running: &Running) -> Self {
+        Self {
+            usage: running.server.usage(),
+            threads: running.server.cpu_ns_by_thread(),
+            spans: setting.exported.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records the window's figures into `setting`: `rps` requests a second for `seconds`.
+    /// Spans are counted by [`Window::count_spans`] once the server has gone.
+    fn close(&self, setting: &mut Setting, running: &Running, rps: f64, seconds: u64) {
+        let after = running.server.usage();
+        let requests = rps * seconds as f64;
+        let per_request = |v: f64| v * 1e6 / requests;
+        setting.rps.push(rps);
+        setting.cpu_us.push(per_request(
+            after.user + after.sys - self.usage.user - self.usage.sys,
+        ));
+        setting.sys_us.push(per_request(after.sys - self.usage.sys));
+        for (name, ns) in running.server.cpu_ns_by_thread() {
+            let ran = ns.saturating_sub(self.threads.get(&name).copied().unwrap_or(0));
+            setting
+                .threads
+                .entry(name)
+                .or_default()
+                .push(per_request(ran as f64 / 1e9));
+        }
+        setting
+            .switches
+            .push(after.switches.saturating_sub(self.usage.switches) as f64 / requests);
+    }
+
+    /// Spans exported per request of the window, read after the server was stopped. Spans
+    /// still queued when it was killed (a batch or so, against hundreds of thousands a
+    /// round) go uncounted; the warm-up's last batch counts instead.
+    fn count_spans(&self, setting: &mut Setting, seconds: u64) {
+        let exported = setting.exported.load(Ordering::Relaxed) - self.spans;
+        let rps = *setting.rps.last().expect("closed before counted");
+        setting.spans.push(exported as f64 / (rps * seconds as f64));
+    }
+}
+
+/// A round's data directory for `setting`.
+fn round_dir(
+    root: &Path,
+    setting: &Setting,
+    placement: Placement,
+    round: usize,
+) -> std::path::PathBuf {
+    let cpus = placement.server_cpus();
+    root.join(format!(
+        "{}-{}-{round}",
+        setting.name.replace(' ', "-"),
+        cpus.map_or("shared".into(), |c| format!("cpu{c}"))
+    ))
+}
+
+/// One round of `setting`, its server alone under the load (shared, split or paced).
+fn measure_alone(
+    setting: &mut Setting,
+    placement: Placement,
+    root: &Path,
+    http: &Client,
+    round: usize,
+    seconds: u64,
+) {
+    let dir = round_dir(root, setting, placement, round);
+    let running = Running::start(setting, &dir, http, placement.server_cpus());
+    let url = sample_url(&running.server);
+    let load_for = |seconds| match placement {
+        Placement::Paced => paced(&url, &running.token, seconds),
+        Placement::Shared | Placement::Split | Placement::Together => wrk(
+            &url,
+            &running.token,
+            seconds,
+            placement.load_cpus(),
+            (2, WRK_CONNECTIONS),
+        ),
+    };
+    load_for(2);
+    let window = Window::open(setting, &running);
+    let rps = load_for(seconds);
+    window.close(setting, &running, rps, seconds);
+    drop(running);
+    window.count_spans(setting, seconds);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One round of every setting at once: their servers started in `settings`' order, then
+/// each under its own wrk, all started together.
+fn measure_together(
+    mut settings: Vec<&mut Setting>,
+    placement: Placement,
+    root: &Path,
+    http: &Client,
+    round: usize,
+    seconds: u64,
+) {
+    let dirs: Vec<_> = settings
+        .iter()
+        .map(|s| round_dir(root, s, placement, round))
+        .collect();
+    let running: Vec<Running> = settings
+        .iter()
+        .zip(&dirs)
+        .map(|(s, dir)| Running::start(s, dir, http, None))
+        .collect();
+    let connections = (WRK_CONNECTIONS / running.len() as u64).max(1);
+    let load_all = |seconds| -> Vec<f64> {
+        std::thread::scope(|scope| {
+            let loads: Vec<_> = running
+                .iter()
+                .map(|r| {
+                    let url = sample_url(&r.server);
+                    scope.spawn(move || wrk(&url, &r.token, seconds, None, (1, connections)))
+                })
+                .collect();
+            loads.into_iter().map(|l| l.join().unwrap()).collect()
+        })
+    };
+    load_all(2);
+    let windows: Vec<Window> = settings
+        .iter()
+        .zip(&running)
+        .map(|(s, r)| Window::open(s, r))
+        .collect();
+    let rps = load_all(seconds);
+    for (((s, r), w), rps) in settings.iter_mut().zip(&running).zip(&windows).zip(rps) {
+        w.close(s, r, rps, seconds);
+    }
+    drop(running);
+    for (s, w) in settings.iter_mut().zip(&windows) {
+        w.count_spans(s, seconds);
+    }
+    for dir in dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 fn main() {
     let rounds = env_u64("SVC_BENCH_ROUNDS", 5);
     let seconds = env_u64("SVC_BENCH_SECONDS", 5);
@@ -534,18 +575,19 @@ fn main() {
         .timeout(Duration::from_secs(60))
         .build()
         .unwrap();
-    let sink = otlp_sink();
+    let sink = sink::otlp_sink(Arc::default());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let placement = match std::env::var("SVC_BENCH_PLACEMENT").as_deref() {
         Ok("split") if cores >= 2 => Placement::Split,
         Ok("paced") if cores >= 2 => Placement::Paced,
+        Ok("together") => Placement::Together,
         _ => Placement::Shared,
     };
     if let Some(load) = placement.load_cpus() {
         pin_self(load);
     }
     if rounds > 0 {
-        throughput(placement, &root, &sink, &http, rounds, seconds);
+        throughput(placement, &root, &http, rounds, seconds);
     }
     if placement.load_cpus().is_some() {
         pin_self(&format!("0-{}", cores - 1));
@@ -722,7 +764,7 @@ fn instructions_per_request(
     callgrind_args: &[&str],
     requests: u64,
 ) -> f64 {
-    let port = TcpListener::bind("127.0.0.1:0")
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()

@@ -8,6 +8,7 @@ mod admin_tokens;
 mod admin_users;
 mod ask;
 mod auth;
+mod body;
 pub(crate) mod discovery;
 pub mod encoded;
 pub mod error;
@@ -34,7 +35,7 @@ pub(crate) mod warmup;
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use svc_core::{Error, ErrorKind};
+use svc_core::Error;
 
 use poem::{Endpoint, EndpointExt, IntoResponse, PathPattern, Request, Response, Route};
 use poem_openapi::auth::Bearer;
@@ -472,7 +473,10 @@ async fn pipeline<E: Endpoint>(
     let is_api = req.uri().path().starts_with("/api/");
 
     let limited = match max_body {
-        Some(max) => limit_body(&mut req, max).await,
+        Some(max) => match body::limit_body(&mut req, max).await {
+            Ok(()) if is_api => body::refuse_nul_text(&mut req).await,
+            checked => checked,
+        },
         None => Ok(()),
     };
     let (mut resp, route) = match limited {
@@ -577,38 +581,6 @@ fn deadline_body(req: &mut Request, limit: std::time::Duration) {
         }
     });
     req.set_body(poem::Body::from_bytes_stream(chunks));
-}
-
-/// 413 for bodies over the limit, whether or not they announce their length.
-async fn limit_body(req: &mut Request, max: usize) -> Result<(), ApiError> {
-    let too_large = || {
-        Error::new(
-            ErrorKind::PayloadTooLarge,
-            format!("Request body exceeds the limit of {max} bytes"),
-        )
-    };
-    let declared = req
-        .headers()
-        .get(poem::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    match declared {
-        Some(n) if n > max => Err(too_large().into()),
-        Some(_) => Ok(()),
-        None if req
-            .headers()
-            .contains_key(poem::http::header::TRANSFER_ENCODING) =>
-        {
-            let body = req
-                .take_body()
-                .into_bytes_limit(max)
-                .await
-                .map_err(|_| too_large())?;
-            req.set_body(body);
-            Ok(())
-        }
-        None => Ok(()),
-    }
 }
 
 fn is_sane_request_id(v: &str) -> bool {

@@ -402,6 +402,34 @@ fn nul_bytes_are_refused_not_500_on_either_backend() {
             &json!({"sql": "SELECT * FROM \"a\u{0}b\""}),
         );
         assert_eq!(st, 400, "{body}");
+
+        // Text a caller writes is refused alike on both backends (SQLite could hold the NUL,
+        // PostgreSQL cannot), naming where it is, and nothing is stored.
+        let (st, body) = s.post_json(
+            "/api/memory",
+            &admin,
+            &json!({"title": "ok", "content": "fine", "tags": ["a", "b\u{0}"]}),
+        );
+        assert_eq!(st, 400, "{backend:?}: {body}");
+        let detail = &body["detail"];
+        assert_eq!(detail["error"], "nul_in_text", "{body}");
+        assert_eq!(detail["details"]["pointer"], "/tags/1", "{body}");
+        assert!(
+            detail["message"].as_str().unwrap().contains("`/tags/1`"),
+            "{body}"
+        );
+        let (_, page) = s.get_json("/api/memory?per_page=500", &admin);
+        assert_eq!(page["items"], json!([]), "nothing stored: {page}");
+        // An escaped backslash before `u0000` is text, not a NUL: stored as sent.
+        let literal = "C:\\u0000\\dir";
+        let (st, item) = s.post_json(
+            "/api/memory",
+            &admin,
+            &json!({"title": literal, "content": "a path"}),
+        );
+        assert_eq!(st, 201, "{backend:?}: {item}");
+        let (_, page) = s.get_json("/api/memory?per_page=500", &admin);
+        assert_eq!(page["items"][0]["title"], literal, "{page}");
     }
 }
 

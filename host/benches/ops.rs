@@ -885,9 +885,9 @@ impl Measure {
     }
 }
 
-/// The cost of `with` against `without` round by round (their servers ran back to back, so
-/// what drifted between rounds cancels), in server CPU per request and in throughput: the
-/// median of the rounds' costs with its 95 % interval. The verdict is read from the
+/// The cost of `with` against `without` round by round (their servers ran back to back, or at
+/// once with `together`, so what drifted between rounds cancels), in server CPU per request
+/// and in throughput: the median of the rounds' costs with its 95 % interval. The verdict is read from the
 /// interval, not one run's median: met when all of it is within 3 %, missed when all of it
 /// is above, and otherwise not told apart from the target by this many rounds.
 fn paired(what: &str, with: &Setting, without: &Setting, judge: Measure) {

@@ -340,17 +340,13 @@ fn throughput(placement: Placement, root: &Path, http: &Client, rounds: u64, sec
     for round in 0..rounds as usize {
         // Rotate the order each round, so drift (or, together, start order) lands on every
         // setting alike.
-        let order: Vec<usize> = (0..count).map(|i| (i + round) % count).collect();
+        let mut ordered: Vec<&mut Setting> = settings.iter_mut().collect();
+        ordered.rotate_left(round % count);
         if placement == Placement::Together {
-            let mut round_settings: Vec<&mut Setting> = Vec::new();
-            let mut rest: Vec<Option<&mut Setting>> = settings.iter_mut().map(Some).collect();
-            for &i in &order {
-                round_settings.push(rest[i].take().expect("each setting once a round"));
-            }
-            measure_together(round_settings, placement, root, http, round, seconds);
+            measure_together(ordered, placement, root, http, round, seconds);
         } else {
-            for &i in &order {
-                measure_alone(&mut settings[i], placement, root, http, round, seconds);
+            for setting in ordered {
+                measure_alone(setting, placement, root, http, round, seconds);
             }
         }
     }

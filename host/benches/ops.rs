@@ -154,6 +154,8 @@ struct Setting {
     threads: BTreeMap<String, Vec<f64>>,
     /// Context switches of the server's threads per request, per round.
     switches: Vec<f64>,
+    /// Minor page faults per request, per round.
+    faults: Vec<f64>,
     /// Spans its own sink has received (settings that export have a sink each, so servers
     /// running at once are told apart).
     exported: Arc<AtomicU64>,
@@ -171,6 +173,7 @@ impl Setting {
             sys_us: Vec::new(),
             threads: BTreeMap::new(),
             switches: Vec::new(),
+            faults: Vec::new(),
         }
     }
 
@@ -379,11 +382,12 @@ fn throughput(placement: Placement, root: &Path, http: &Client, rounds: u64, sec
     println!("  where the CPU per request goes (medians):");
     for s in &settings {
         println!(
-            "    {:<12} {:>6.1} µs in the kernel, {:>5.2} µs on the exporter thread, {:.2} context switches per request",
+            "    {:<12} {:>6.1} µs in the kernel, {:>5.2} µs on the exporter thread, {:.2} context switches and {:.3} page faults per request",
             s.name,
             median(&s.sys_us),
             s.threads.get(EXPORTER_THREAD).map_or(0.0, |v| median(v)),
             median(&s.switches),
+            median(&s.faults),
         );
     }
     // Which threads' CPU moves between rounds: a round's figure is their sum.
@@ -454,6 +458,9 @@ impl Window {
         setting
             .switches
             .push(after.switches.saturating_sub(self.usage.switches) as f64 / requests);
+        setting
+            .faults
+            .push(after.faults.saturating_sub(self.usage.faults) as f64 / requests);
     }
 
     /// Spans exported per request of the window, read after the server was stopped. Spans

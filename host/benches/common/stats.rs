@@ -59,11 +59,16 @@ pub struct Usage {
     pub sys: f64,
     /// Context switches of the threads alive now, voluntary and not.
     pub switches: u64,
+    /// Minor page faults, every thread's: memory the allocator gave back to the kernel and
+    /// took again shows here, not in a profile of user space.
+    pub faults: u64,
 }
 
 /// How `process` has run so far ([`Usage`]); zeros when it is gone.
 pub fn process_usage(process: &str) -> Usage {
     let (user, sys) = user_and_sys_seconds(process);
+    // minflt is the stat line's tenth field.
+    let faults = stat_fields(process).get(7).copied().unwrap_or(0);
     let switches = threads(process)
         .map(|task| {
             let status = std::fs::read_to_string(format!("/proc/{process}/task/{task}/status"))
@@ -79,6 +84,7 @@ pub fn process_usage(process: &str) -> Usage {
         user,
         sys,
         switches,
+        faults,
     }
 }
 

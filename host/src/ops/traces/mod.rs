@@ -29,8 +29,9 @@ mod export;
 mod otlp;
 mod post;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{OnceLock, RwLock};
+use std::sync::{Mutex, OnceLock};
 
 use context::{RemoteParent, Sampler, TraceId};
 
@@ -192,8 +193,13 @@ fn answered(
     status: u16,
 ) -> Option<&'static Shape> {
     type Shapes = HashMap<[usize; 5], &'static Shape, svc_core::hash::CacheHasher>;
-    static SHAPES: OnceLock<RwLock<Shapes>> = OnceLock::new();
-    let shapes = SHAPES.get_or_init(RwLock::default);
+    static SHAPES: OnceLock<Mutex<Shapes>> = OnceLock::new();
+    thread_local! {
+        /// The shapes this thread has used, copied out of `SHAPES` (so at most as many):
+        /// even a read of the shared table writes its lock's word, and with two workers
+        /// answering traced requests that word moved between their cores on every request.
+        static KNOWN: RefCell<Shapes> = RefCell::default();
+    }
     // The method and route by address and length: the same constant is the same text, so
     // this keys them without reading or hashing their text.
     let template = route.unwrap_or_default();
@@ -204,14 +210,15 @@ fn answered(
         template.len(),
         usize::from(status),
     ];
-    if let Some(&shape) = shapes.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+    if let Some(shape) = KNOWN.with_borrow(|known| known.get(&key).copied()) {
         return Some(shape);
     }
-    let mut shapes = shapes.write().unwrap_or_else(|e| e.into_inner());
+    let shapes = SHAPES.get_or_init(Mutex::default);
+    let mut shapes = shapes.lock().unwrap_or_else(|e| e.into_inner());
     if shapes.len() >= MAX_SHAPES && !shapes.contains_key(&key) {
         return None;
     }
-    Some(*shapes.entry(key).or_insert_with(|| {
+    let shape = *shapes.entry(key).or_insert_with(|| {
         let mut attributes = vec![("http.request.method", method.into())];
         let name: &'static str = match route {
             Some(route) => {
@@ -225,7 +232,9 @@ fn answered(
             name,
             attributes: svc_trace::Shared::leak(attributes),
         }))
-    }))
+    });
+    KNOWN.with_borrow_mut(|known| known.insert(key, shape));
+    Some(shape)
 }
 
 /// Root span shapes kept at most; past that, a span's are made for it alone.

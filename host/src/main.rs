@@ -138,8 +138,22 @@ enum GrantsCmd {
     },
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        // A traced worker's spans wait on it until it next goes idle.
+        .on_thread_park(svc_host::ops::traces::on_worker_park)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(main_in_runtime()),
+        Err(e) => {
+            eprintln!("svc-server: cannot start the async runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn main_in_runtime() -> std::process::ExitCode {
     let format = match LogFormat::from_env(std::env::var("SVC_LOG_FORMAT").ok().as_deref()) {
         Ok(f) => f,
         Err(e) => {

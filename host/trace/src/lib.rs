@@ -306,6 +306,15 @@ impl Anchor {
         }
     }
 
+    /// How long after this anchor was read `at` was, in nanoseconds (0 for earlier).
+    pub fn age_ns(&self, at: Ticks) -> u64 {
+        if at.0 <= self.ticks {
+            0
+        } else {
+            self.clock.delta_as_nanos(self.ticks, at.0)
+        }
+    }
+
     /// `at` as Unix time in nanoseconds.
     pub fn unix_ns(&self, at: Ticks) -> u64 {
         if at.0 <= self.ticks {

@@ -6,10 +6,11 @@
 //! batch is full or a flush is asked: a finished span is encoded on its own thread into that
 //! thread's shard of the queue, never a wake-up of another thread (a channel woke the
 //! exporter for each span — a futex call and a context switch per span, most of what a
-//! traced request cost). A span that finds its shard full is dropped and counted (reported
-//! with the next export).
+//! traced request cost). The runtime's workers stage their spans and hand them to their
+//! shards a run at a time, each time they go idle ([`Queue::hand_over_staged`]). A span
+//! that finds its shard full is dropped and counted (reported with the next export).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -195,9 +196,6 @@ struct Shard(Mutex<ShardState>);
 #[derive(Debug)]
 struct ShardState {
     spans: otlp::Encoded,
-    /// What times the spans as they are queued: read afresh each time the exporter drains
-    /// the shard, so it is a schedule delay old at most.
-    anchor: Anchor,
     /// Spans dropped on a full shard since the last export.
     dropped: u64,
     /// Whether this shard has woken the exporter for a full batch since its last drain.
@@ -212,6 +210,45 @@ impl Shard {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// What a thread keeps for a queue it pushes to.
+struct Local {
+    /// The queue's id.
+    queue: u64,
+    /// This thread's shard of it.
+    shard: Arc<Shard>,
+    /// Spans finished on this thread, not yet in the shard.
+    staged: otlp::Encoded,
+    /// What times this thread's spans as they are encoded, read afresh once it is
+    /// [`ANCHOR_MAX_AGE_NS`] old.
+    anchor: Anchor,
+}
+
+impl Drop for Local {
+    /// A thread that ends hands over what it staged: its shard is drained once more after.
+    fn drop(&mut self) {
+        if self.staged.len() > 0 {
+            let mut state = self.shard.lock();
+            state.spans.append(&mut self.staged, usize::MAX);
+        }
+    }
+}
+
+thread_local! {
+    /// This thread's shard and staged spans for each queue it has pushed to (one, outside
+    /// tests).
+    static LOCALS: RefCell<Vec<Local>> = const { RefCell::new(Vec::new()) };
+    /// Whether this thread stages its spans ([`Queue::hand_over_staged`]).
+    static STAGING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The most spans a thread stages before handing them over: a few requests' worth, so the
+/// queue's bound still holds within a few dozen spans a thread.
+const MAX_STAGED: usize = 32;
+
+/// How old a thread's anchor may be: the wall clock's steps and slews reach spans' times
+/// within a second.
+const ANCHOR_MAX_AGE_NS: u64 = 1_000_000_000;
 
 /// The exporter's wake-up and flush bookkeeping.
 #[derive(Debug, Default)]
@@ -247,47 +284,88 @@ impl Queue {
         self.shards.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues a finished span, encoded in this thread's shard; wakes the exporter only when
-    /// the shard holds a full batch.
+    /// Queues a finished span: encoded on this thread, then handed to this thread's shard at
+    /// once, or, on a thread that stages ([`Queue::hand_over_staged`]), with the others it
+    /// has staged. Wakes the exporter only when the shard holds a full batch.
     pub fn push(&self, span: &Finished) {
-        thread_local! {
-            /// This thread's shard of each queue it has pushed to (one, outside tests).
-            static SHARDS: RefCell<Vec<(u64, Arc<Shard>)>> = const { RefCell::new(Vec::new()) };
-        }
-        // A span ended by a thread-local's destructor, after this thread's shards are gone,
+        // A span ended by a thread-local's destructor, after this thread's staging is gone,
         // is lost: the thread is ending and has nowhere left to queue it.
-        let full = SHARDS.try_with(|shards| {
-            let mut shards = shards.borrow_mut();
-            let shard = match shards.iter().position(|(id, _)| *id == self.id) {
-                Some(i) => &shards[i].1,
+        let full = LOCALS.try_with(|locals| {
+            let mut locals = locals.borrow_mut();
+            let local = match locals.iter().position(|l| l.queue == self.id) {
+                Some(i) => &mut locals[i],
                 None => {
-                    shards.push((self.id, self.register()));
-                    &shards[shards.len() - 1].1
+                    locals.push(Local {
+                        queue: self.id,
+                        shard: self.register(),
+                        staged: otlp::Encoded::staging(),
+                        anchor: Anchor::now(),
+                    });
+                    locals.last_mut().expect("just pushed")
                 }
             };
-            let mut state = shard.lock();
-            let room = (self.max_queue / self.shard_count.load(Ordering::Relaxed).max(1)).max(1);
-            if state.spans.len() >= room {
-                state.dropped += 1;
+            if local.anchor.age_ns(span.end) > ANCHOR_MAX_AGE_NS {
+                local.anchor = Anchor::now();
+            }
+            local.staged.push(span, &local.anchor);
+            if STAGING.get() && local.staged.len() < MAX_STAGED {
                 return false;
             }
-            let state = &mut *state;
-            state.spans.push(span, &state.anchor);
-            let wake = !state.woke && state.spans.len() >= self.max_batch.min(room);
-            state.woke |= wake;
-            wake
+            self.hand_over(local)
         });
         if matches!(full, Ok(true)) {
-            self.control().full = true;
-            self.wake.notify_one();
+            self.wake_for_batch();
         }
+    }
+
+    /// Hands over the spans this thread has staged, and stages the spans it finishes from
+    /// now on: for a thread that calls this whenever it goes idle (the runtime's workers, on
+    /// parking), so no span waits on it longer than its next idle moment.
+    ///
+    /// Why stage: a span handed over alone took the shard's lock for it, and the lock's
+    /// release waited for the span's bytes to reach memory the exporter had last read (perf:
+    /// four fifths of the push's samples on the lock's two atomic instructions). Staged, a
+    /// span is written where this thread wrote the last one, and the lock is taken once for
+    /// a run of them.
+    pub fn hand_over_staged(&self) {
+        STAGING.set(true);
+        let full = LOCALS.try_with(|locals| {
+            let mut locals = locals.borrow_mut();
+            locals
+                .iter_mut()
+                .find(|l| l.queue == self.id && l.staged.len() > 0)
+                .is_some_and(|local| self.hand_over(local))
+        });
+        if matches!(full, Ok(true)) {
+            self.wake_for_batch();
+        }
+    }
+
+    /// Moves `local`'s staged spans into its shard, as many as the shard has room for (the
+    /// rest are dropped and counted); whether the shard now holds a batch the exporter has
+    /// not been woken for.
+    fn hand_over(&self, local: &mut Local) -> bool {
+        let staged = local.staged.len();
+        let mut state = local.shard.lock();
+        let room = (self.max_queue / self.shard_count.load(Ordering::Relaxed).max(1)).max(1);
+        let free = room.saturating_sub(state.spans.len());
+        let moved = state.spans.append(&mut local.staged, free);
+        state.dropped += (staged - moved) as u64;
+        let wake = !state.woke && state.spans.len() >= self.max_batch.min(room);
+        state.woke |= wake;
+        wake
+    }
+
+    /// Tells the exporter a shard holds a full batch.
+    fn wake_for_batch(&self) {
+        self.control().full = true;
+        self.wake.notify_one();
     }
 
     /// A shard for the calling thread, drained from now on.
     fn register(&self) -> Arc<Shard> {
         let shard = Arc::new(Shard(Mutex::new(ShardState {
             spans: otlp::Encoded::new(&self.origin),
-            anchor: Anchor::now(),
             dropped: 0,
             woke: false,
         })));
@@ -298,8 +376,8 @@ impl Queue {
     }
 
     /// Hands each shard's waiting spans to `send` as requests of at most a batch each (with
-    /// how many spans each holds), and re-anchors every shard; how many spans were dropped on
-    /// full shards since the last drain. A shard whose thread has ended goes once it is
+    /// how many spans each holds); how many spans were dropped on full shards since the
+    /// last drain. A shard whose thread has ended goes once it is
     /// empty.
     ///
     /// A shard's requests are made where its spans lie: the first is posted from the buffer
@@ -308,14 +386,12 @@ impl Queue {
     /// shard (so a busy thread's grew again from a quiet one's), cost a traced request more
     /// instructions in copies than the extra posts of partial batches.
     fn drain(&self, mut send: impl FnMut(Bytes, usize)) -> u64 {
-        let anchor = Anchor::now();
         let mut dropped = 0;
         // The list is not held while posting: a thread's first span would wait on it.
         let shards = self.shards().clone();
         for shard in &shards {
             let requests = {
                 let mut state = shard.lock();
-                state.anchor = anchor;
                 dropped += std::mem::take(&mut state.dropped);
                 state.woke = false;
                 state.spans.take_requests(&self.origin, self.max_batch)
@@ -552,6 +628,49 @@ mod tests {
         assert!(
             queue.control().full,
             "a drained shard wakes for its next batch"
+        );
+    }
+
+    #[test]
+    fn a_staging_thread_hands_its_spans_over_when_idle_when_many_and_when_it_ends() {
+        let queue = Arc::new(Queue::new(30, 10, &origin()));
+        let staging = queue.clone();
+        let (step, steps) = std::sync::mpsc::channel::<()>();
+        let (done, dones) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            staging.hand_over_staged();
+            (0..5).for_each(|_| staging.push(&span()));
+            done.send(()).unwrap();
+            steps.recv().unwrap();
+            // Idle: what was staged goes to the shard.
+            staging.hand_over_staged();
+            done.send(()).unwrap();
+            steps.recv().unwrap();
+            // More than a run: handed over without waiting to go idle, past the shard's room
+            // dropped and counted.
+            (0..MAX_STAGED).for_each(|_| staging.push(&span()));
+            done.send(()).unwrap();
+            steps.recv().unwrap();
+            (0..3).for_each(|_| staging.push(&span()));
+        });
+        dones.recv().unwrap();
+        assert_eq!(drain(&queue), (vec![], 0), "staged, not yet handed over");
+        step.send(()).unwrap();
+        dones.recv().unwrap();
+        assert_eq!(drain(&queue), (vec![5], 0));
+        step.send(()).unwrap();
+        dones.recv().unwrap();
+        assert_eq!(
+            drain(&queue),
+            (vec![10, 10, 10], (MAX_STAGED - 30) as u64),
+            "the shard holds 30"
+        );
+        step.send(()).unwrap();
+        thread.join().unwrap();
+        assert_eq!(
+            drain(&queue),
+            (vec![3], 0),
+            "handed over as the thread ended"
         );
     }
 

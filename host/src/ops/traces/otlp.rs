@@ -70,9 +70,37 @@ impl Encoded {
         }
     }
 
+    /// Spans staged on the thread that finished them, before they join a batch: no room for
+    /// a request's head, since they are never posted from here ([`Encoded::append`]).
+    pub fn staging() -> Self {
+        Self {
+            bytes: Vec::new(),
+            head: 0,
+            ends: Vec::new(),
+        }
+    }
+
     /// How many spans are waiting.
     pub fn len(&self) -> usize {
         self.ends.len()
+    }
+
+    /// Moves the first `max` of `staged`'s spans after this one's (one copy of their bytes)
+    /// and drops the rest; how many were moved. `staged` is left empty, its room kept.
+    pub fn append(&mut self, staged: &mut Encoded, max: usize) -> usize {
+        let moved = staged.ends.len().min(max);
+        if moved > 0 {
+            let end = staged.ends[moved - 1];
+            // A span's end moves from where it was in `staged` to where its bytes land here.
+            let shift = self.bytes.len() - staged.head;
+            self.bytes
+                .extend_from_slice(&staged.bytes[staged.head..end]);
+            self.ends
+                .extend(staged.ends[..moved].iter().map(|e| e + shift));
+        }
+        staged.bytes.truncate(staged.head);
+        staged.ends.clear();
+        moved
     }
 
     /// Encodes `span` after the waiting spans ([`encode_span`]).

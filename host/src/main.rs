@@ -142,7 +142,7 @@ fn main() -> std::process::ExitCode {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         // A traced worker's spans wait on it until it next goes idle.
-        .on_thread_park(svc_host::ops::traces::on_worker_park)
+        .on_thread_park(svc_trace::idle)
         .build();
     match runtime {
         Ok(runtime) => runtime.block_on(main_in_runtime()),

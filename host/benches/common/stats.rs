@@ -44,7 +44,11 @@ pub fn process_cpu_seconds(process: &str) -> f64 {
 /// A process's user and kernel CPU seconds: `utime` and `stime`, fields 14 and 15 of its
 /// `stat` line.
 fn user_and_sys_seconds(process: &str) -> (f64, f64) {
-    let f = stat_fields(process);
+    user_and_sys_of(&stat_fields(process))
+}
+
+/// User and kernel CPU seconds out of a stat line's fields.
+fn user_and_sys_of(f: &[u64]) -> (f64, f64) {
     let seconds = |i: usize| *f.get(i).unwrap_or(&0) as f64 / TICKS;
     (seconds(11), seconds(12))
 }
@@ -66,9 +70,10 @@ pub struct Usage {
 
 /// How `process` has run so far ([`Usage`]); zeros when it is gone.
 pub fn process_usage(process: &str) -> Usage {
-    let (user, sys) = user_and_sys_seconds(process);
+    let fields = stat_fields(process);
+    let (user, sys) = user_and_sys_of(&fields);
     // minflt is the stat line's tenth field.
-    let faults = stat_fields(process).get(7).copied().unwrap_or(0);
+    let faults = fields.get(7).copied().unwrap_or(0);
     let switches = threads(process)
         .map(|task| {
             let status = std::fs::read_to_string(format!("/proc/{process}/task/{task}/status"))

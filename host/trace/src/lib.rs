@@ -251,6 +251,10 @@ impl Shared {
 pub trait Sink: Send + Sync + 'static {
     /// Takes a finished span. Called on the thread that ended it, so it must not block.
     fn push(&self, span: &Finished);
+
+    /// The calling thread is going idle: whatever the sink holds for it should move on now
+    /// ([`idle`]). Nothing by default.
+    fn idle(&self) {}
 }
 
 static SINK: OnceLock<Arc<dyn Sink>> = OnceLock::new();
@@ -323,6 +327,14 @@ impl Anchor {
         } else {
             self.unix_ns + self.clock.delta_as_nanos(self.ticks, at.0)
         }
+    }
+}
+
+/// Tells the sink this thread is going idle (for a runtime's park hook), so spans it holds
+/// for the thread do not wait on the thread's next span. With no sink, one load.
+pub fn idle() {
+    if let Some(sink) = SINK.get() {
+        sink.idle();
     }
 }
 

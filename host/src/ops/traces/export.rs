@@ -436,6 +436,12 @@ impl svc_trace::Sink for Queue {
     fn push(&self, span: &Finished) {
         Queue::push(self, span);
     }
+
+    /// A thread going idle (a runtime worker parking) hands over what it staged, and stages
+    /// from then on.
+    fn idle(&self) {
+        self.hand_over_staged();
+    }
 }
 
 /// The running exporter.

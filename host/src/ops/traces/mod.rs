@@ -31,24 +31,12 @@ mod post;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use context::{RemoteParent, Sampler, TraceId};
 
 /// The sampler, set once when tracing is on; unset means tracing is off.
 static SAMPLER: OnceLock<Sampler> = OnceLock::new();
-
-/// The queue spans go to, set with the sampler: what [`on_worker_park`] hands over to.
-static QUEUE: OnceLock<Arc<export::Queue>> = OnceLock::new();
-
-/// For the runtime's `on_thread_park`: the worker about to park hands over the spans it has
-/// staged, and stages from now on (see [`export::Queue::hand_over_staged`]). With tracing
-/// off, one load.
-pub fn on_worker_park() {
-    if let Some(queue) = QUEUE.get() {
-        queue.hand_over_staged();
-    }
-}
 
 /// The trace exporter, when tracing is on. Dropping it flushes the spans still queued.
 #[derive(Debug, Default)]
@@ -78,9 +66,7 @@ impl Tracing {
             .map_err(|e| anyhow::anyhow!("cannot start the trace exporter: {e}"))?;
         // A second `Tracing` in one process (tests) keeps the first sampler and sink.
         let _ = SAMPLER.set(sampler);
-        if svc_trace::install(exporter.queue()) {
-            let _ = QUEUE.set(exporter.queue());
-        }
+        svc_trace::install(exporter.queue());
         Ok(Self {
             _exporter: Some(exporter),
         })

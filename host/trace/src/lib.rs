@@ -280,6 +280,7 @@ pub struct Ticks(u64);
 
 impl Ticks {
     /// Now.
+    #[inline]
     pub fn now() -> Self {
         Self(clock().raw())
     }
@@ -339,6 +340,7 @@ pub fn idle() {
 }
 
 /// Whether spans are recorded at all (a sink is installed).
+#[inline]
 pub fn is_on() -> bool {
     SINK.get().is_some()
 }
@@ -358,6 +360,7 @@ thread_local! {
 }
 
 /// The span current on this thread, if any.
+#[inline]
 pub fn current() -> Option<Context> {
     CURRENT.with(Cell::get)
 }
@@ -367,12 +370,14 @@ pub fn current() -> Option<Context> {
 struct Restore(Option<Context>);
 
 impl Restore {
+    #[inline]
     fn set(context: Option<Context>) -> Self {
         Self(CURRENT.with(|c| c.replace(context)))
     }
 }
 
 impl Drop for Restore {
+    #[inline]
     fn drop(&mut self) {
         CURRENT.with(|c| c.set(self.0));
     }
@@ -435,11 +440,13 @@ impl Span {
     }
 
     /// Whether this span records (worth building an attribute's value for).
+    #[inline]
     pub fn is_recording(&self) -> bool {
         self.0.is_some()
     }
 
     /// Where this span sits, when it records.
+    #[inline]
     pub fn context(&self) -> Option<Context> {
         self.0.as_ref().map(|span| Context {
             trace_id: span.trace_id,
@@ -485,7 +492,18 @@ impl Span {
 
 impl Span {
     /// Times the span and hands it to the sink, in place; it records nothing after.
+    ///
+    /// Inlined up to the check, out of line past it: every request drops empty spans (all
+    /// of them with tracing off), and through another crate an empty one cost a call.
+    #[inline]
     fn end(&mut self) {
+        if self.0.is_some() {
+            self.finish();
+        }
+    }
+
+    #[inline(never)]
+    fn finish(&mut self) {
         if let (Some(span), Some(sink)) = (&mut self.0, SINK.get()) {
             span.end = Ticks::now();
             sink.push(span);
@@ -495,6 +513,7 @@ impl Span {
 }
 
 impl Drop for Span {
+    #[inline]
     fn drop(&mut self) {
         self.end();
     }

@@ -409,6 +409,10 @@ impl Span {
 
     /// A span under the current one; empty when nothing is current (tracing off, an
     /// unsampled trace, or work outside any request).
+    ///
+    /// Left out of line on purpose: marked `#[inline]`, the instrumented futures built
+    /// around it were moved rather than built in place (callgrind: 930 more instructions of
+    /// `memcpy` a cached sample).
     pub fn child(name: &'static str) -> Self {
         Self::child_of_kind(name, Kind::Internal)
     }
@@ -502,6 +506,7 @@ impl Span {
         }
     }
 
+    /// Records a span that has something to record.
     #[inline(never)]
     fn finish(&mut self) {
         if let (Some(span), Some(sink)) = (&mut self.0, SINK.get()) {

@@ -226,6 +226,8 @@ struct Local {
 
 impl Drop for Local {
     /// A thread that ends hands over what it staged: its shard is drained once more after.
+    /// Past the shard's room too (at most [`MAX_STAGED`] spans over it, once): the thread
+    /// holds no queue to count a drop against, and these are its last spans.
     fn drop(&mut self) {
         if self.staged.len() > 0 {
             let mut state = self.shard.lock();

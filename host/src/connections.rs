@@ -38,7 +38,7 @@ pub struct ConnectionLimits {
 #[derive(Debug)]
 pub struct Connections {
     limits: ConnectionLimits,
-    by_peer: Mutex<HashMap<SocketAddr, Arc<ConnState>>>,
+    by_peer: Mutex<HashMap<SocketAddr, Arc<ConnState>, svc_core::hash::CacheHasher>>,
 }
 
 #[derive(Debug, Default)]
@@ -69,7 +69,7 @@ impl Connections {
     pub fn new(limits: ConnectionLimits) -> Arc<Self> {
         Arc::new(Self {
             limits,
-            by_peer: Mutex::new(HashMap::new()),
+            by_peer: Mutex::default(),
         })
     }
 

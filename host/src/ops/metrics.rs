@@ -102,7 +102,7 @@ pub fn keep_up(exporter: Exporter) {
 /// request's metric labels need no reference counting): the set is the router's, so it stays
 /// small.
 pub struct RouteTemplates {
-    named: RwLock<HashMap<Arc<str>, &'static str>>,
+    named: RwLock<HashMap<Arc<str>, &'static str, svc_core::hash::CacheHasher>>,
     /// The OpenAPI document's text, asked for once.
     document: Box<dyn Fn() -> bytes::Bytes + Send + Sync>,
     seeded: std::sync::Once,

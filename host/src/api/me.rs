@@ -138,9 +138,9 @@ impl MeApi {
         let c = auth.0;
         let groups = self.state.access.groups_of(&c).await?;
         Ok(Json(Me {
-            id: c.user.id,
-            email: c.user.email,
-            name: c.user.name,
+            id: c.user.id.clone(),
+            email: c.user.email.clone(),
+            name: c.user.name.clone(),
             is_admin: c.is_admin,
             groups: groups.iter().cloned().map(GroupRef::from).collect(),
             token_type: match c.token_type {

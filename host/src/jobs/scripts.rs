@@ -249,7 +249,7 @@ async fn owner(state: &AppState, user_id: &str) -> Result<svc_auth::Caller> {
             correlation_id: None,
             started: None,
         },
-        user,
+        user: std::sync::Arc::new(user),
         is_admin,
         token_type: TokenType::Session,
         token_id: None,

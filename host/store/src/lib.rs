@@ -64,6 +64,9 @@ impl Backend {
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: AnyPool,
+    /// Where the audit writer's batches go (see [`Store::begin_audit_write`]): on a SQLite
+    /// file, a pool of one connection of its own; otherwise the pool itself.
+    audit_pool: AnyPool,
     backend: Backend,
 }
 
@@ -83,35 +86,59 @@ impl Store {
             }
             Backend::Postgres => url.to_string(),
         };
-        let pool = AnyPoolOptions::new()
-            .max_connections(match backend {
-                Backend::Sqlite => 8,
-                Backend::Postgres => 16,
-            })
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    if backend == Backend::Sqlite {
-                        // Several processes (the server and `svc-server users ...`) share the file:
-                        // wait for a writer instead of failing with SQLITE_BUSY.
-                        sqlx::query("PRAGMA busy_timeout = 10000")
-                            .execute(&mut *conn)
-                            .await?;
-                        sqlx::query("PRAGMA synchronous = NORMAL")
-                            .execute(&mut *conn)
-                            .await?;
-                    }
-                    Ok(())
+        let open = |connections: u32| {
+            AnyPoolOptions::new()
+                .max_connections(connections)
+                .after_connect(move |conn, _meta| {
+                    Box::pin(async move {
+                        if backend == Backend::Sqlite {
+                            // Several processes (the server and `svc-server users ...`) share
+                            // the file: wait for a writer instead of failing with SQLITE_BUSY.
+                            sqlx::query("PRAGMA busy_timeout = 10000")
+                                .execute(&mut *conn)
+                                .await?;
+                            sqlx::query("PRAGMA synchronous = NORMAL")
+                                .execute(&mut *conn)
+                                .await?;
+                        }
+                        Ok(())
+                    })
                 })
-            })
-            .connect(&url)
-            .await
-            .with_context(|| format!("cannot open the state store at {}", redact_url(&url)))?;
+                .connect(&url)
+        };
+        let opened = |e: sqlx::Error| {
+            anyhow::Error::new(e).context(format!(
+                "cannot open the state store at {}",
+                redact_url(&url)
+            ))
+        };
+        let pool = match backend {
+            Backend::Sqlite => open(8),
+            Backend::Postgres => open(16),
+        }
+        .await
+        .map_err(opened)?;
         if backend == Backend::Sqlite {
             sqlx::query("PRAGMA journal_mode = WAL")
                 .execute(&pool)
                 .await?;
         }
-        Ok(Self { pool, backend })
+        // The audit writer commits a batch every few milliseconds on a busy server. Through
+        // the shared pool each batch took the connection idle longest, one whose page cache
+        // the other connections' commits had made stale: SQLite drops a connection's whole
+        // cache when the file changed since its last transaction, so every batch read the
+        // five B-trees' pages back and allocated its cache afresh. A connection of its own
+        // finds them where its last batch left them. (An in-memory database is one per
+        // connection, so there it shares the pool.)
+        let audit_pool = match (backend, sqlite_file(&url)) {
+            (Backend::Sqlite, Some(_)) => open(1).await.map_err(opened)?,
+            _ => pool.clone(),
+        };
+        Ok(Self {
+            pool,
+            audit_pool,
+            backend,
+        })
     }
 
     /// Opens the store and brings its schema up to date.
@@ -174,7 +201,20 @@ impl Store {
     /// failed. On its own task the begin always finishes, and a `Transaction` nobody awaits
     /// any more is dropped there, which rolls it back.
     pub async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
-        let (pool, backend) = (self.pool.clone(), self.backend);
+        Self::begin_write_on(self.pool.clone(), self.backend).await
+    }
+
+    /// [`Store::begin_write`] on the audit writer's own connection (see `audit_pool`).
+    pub(crate) async fn begin_audit_write(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+        Self::begin_write_on(self.audit_pool.clone(), self.backend).await
+    }
+
+    async fn begin_write_on(
+        pool: AnyPool,
+        backend: Backend,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
         let begin = tokio::spawn(async move {
             match backend {
                 Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
@@ -196,6 +236,7 @@ impl Store {
 
     /// Closes every connection (used before exit so SQLite checkpoints its WAL).
     pub async fn close(&self) {
+        self.audit_pool.close().await;
         self.pool.close().await;
     }
 }

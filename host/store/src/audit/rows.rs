@@ -116,7 +116,7 @@ impl Store {
             .iter()
             .filter(|r| r.timestamp < late_before)
             .collect();
-        let mut tx = self.begin_write().await?;
+        let mut tx = self.begin_audit_write().await?;
         if !late.is_empty() {
             super::rollup::fold_late_rows(&mut tx, &late).await?;
         }

@@ -144,7 +144,7 @@ fn caller(id: &str, admin: bool) -> Caller {
     let mut actor = Actor::scheduler();
     actor.user_id = Some(id.to_owned());
     Caller {
-        user: User {
+        user: std::sync::Arc::new(User {
             id: id.to_owned(),
             email: format!("{id}@example.com"),
             name: None,
@@ -152,7 +152,7 @@ fn caller(id: &str, admin: bool) -> Caller {
             active: true,
             created_at: None,
             deactivated_at: None,
-        },
+        }),
         is_admin: admin,
         token_type: TokenType::Session,
         token_id: None,

@@ -158,6 +158,7 @@ struct Verified {
 struct Known {
     user: Arc<User>,
     is_admin: bool,
+    /// The PAT row; its text times are not read here (the parsed ones below are).
     pat: Option<PatRow>,
     /// The PAT's expiry (None: it never expires, or the stored text is not a time).
     pat_expires: Option<DateTime<Utc>>,
@@ -441,7 +442,6 @@ impl Authenticator {
         let mut touched = known.clone();
         touched.pat_last_used = Some(now);
         if let Some(pat) = touched.pat.as_mut() {
-            pat.last_used_at = Some(format_ts(now));
             pat.last_used_ip = ip.map(str::to_string);
         }
         // Under the ticket the identity was read with: a revocation flushed since then

@@ -86,7 +86,7 @@ impl Store {
             }
             Backend::Postgres => url.to_string(),
         };
-        let open = |connections: u32| {
+        let options = |connections: u32| {
             AnyPoolOptions::new()
                 .max_connections(connections)
                 .after_connect(move |conn, _meta| {
@@ -104,20 +104,15 @@ impl Store {
                         Ok(())
                     })
                 })
-                .connect(&url)
         };
-        let opened = |e: sqlx::Error| {
-            anyhow::Error::new(e).context(format!(
-                "cannot open the state store at {}",
-                redact_url(&url)
-            ))
-        };
-        let pool = match backend {
-            Backend::Sqlite => open(8),
-            Backend::Postgres => open(16),
-        }
+        let opened = || format!("cannot open the state store at {}", redact_url(&url));
+        let pool = options(match backend {
+            Backend::Sqlite => 8,
+            Backend::Postgres => 16,
+        })
+        .connect(&url)
         .await
-        .map_err(opened)?;
+        .with_context(opened)?;
         if backend == Backend::Sqlite {
             sqlx::query("PRAGMA journal_mode = WAL")
                 .execute(&pool)
@@ -129,9 +124,10 @@ impl Store {
         // cache when the file changed since its last transaction, so every batch read the
         // five B-trees' pages back and allocated its cache afresh. A connection of its own
         // finds them where its last batch left them. (An in-memory database is one per
-        // connection, so there it shares the pool.)
+        // connection, so there it shares the pool.) Opened on the first batch: shell commands
+        // rarely write one.
         let audit_pool = match (backend, sqlite_file(&url)) {
-            (Backend::Sqlite, Some(_)) => open(1).await.map_err(opened)?,
+            (Backend::Sqlite, Some(_)) => options(1).connect_lazy(&url).with_context(opened)?,
             _ => pool.clone(),
         };
         Ok(Self {

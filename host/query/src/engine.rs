@@ -202,134 +202,137 @@ impl Engine {
         quota: Option<&Permit>,
     ) -> Result<RowStream> {
         async {
-        let started = std::time::Instant::now();
-        let limits = self.limits;
-        let deadline = Instant::now() + limits.timeout;
-        // Parsed on the query runtime: its threads have the stack a deeply nested statement
-        // needs, even to be refused and dropped.
-        let text = sql.to_owned();
-        let parsed = tokio::time::timeout_at(
-            deadline,
-            runtime::run(async move { parse_read_only(&text) }),
-        )
-        .await
-        .map_err(|_| timeout_error(limits.timeout))?
-        .map_err(engine_error)?
-        .map_err(|e| Error::bad_request(e.0))?;
-        let tables = self.resolve(caller, &parsed.tables).await?;
-        let route = Route::of(&tables);
-        *plan = Some(QueryPlan {
-            tables: tables.iter().map(|t| t.id.clone()).collect(),
-            route,
-        });
-        if route == Route::Internal && tables.iter().any(|t| !t.query_mode.is_internal()) {
-            return Err(Error::bad_request(format!(
-                "Internal tables ({}) cannot be combined with other tables in one query; query them separately",
-                self.internal_ids()
-            )));
-        }
-
-        if let Some(permit) = quota {
-            // What the local tables hold bounds what the query reads of them; remote reads are
-            // bounded by the remote guard and counted once done.
-            let most: u64 = tables
-                .iter()
-                .filter_map(|t| {
-                    let driver = self.drivers.get(&t.source_type)?;
-                    driver.size_on_disk(&t.table_ref())
-                })
-                .sum();
-            permit.reserve(most)?;
-        }
-
-        if matches!(route, Route::Remote | Route::Hybrid) {
-            // Guard on full reads: the bound for any plan; pushed filters and aggregates read less.
-            let reads: Vec<_> = tables.iter().map(|t| (t, ScanSpec::default())).collect();
-            self.guard_remote(&reads).await?;
-        }
-
-        // Each driver read adds its own rules once (the internal driver's aggregate push-down).
-        let mut source_types: Vec<&str> = tables.iter().map(|t| t.source_type.as_str()).collect();
-        source_types.sort_unstable();
-        source_types.dedup();
-        let rules = source_types
-            .into_iter()
-            .filter_map(|t| self.drivers.get(t))
-            .flat_map(|d| d.optimizer_rules())
-            .collect();
-        let ctx = context(limits, &self.file_metadata, rules)?;
-        let who: svc_plugin_api::Caller = caller.into();
-        for row in &tables {
-            let driver = self.drivers.get(&row.source_type).ok_or_else(|| {
-                Error::bad_request(format!(
-                    "Table '{}' has source type '{}', which this server has no driver for",
-                    row.id, row.source_type
-                ))
-            })?;
-            let mut span = svc_trace::Span::child("driver.table_provider");
-            if span.is_recording() {
-                span.set("source_type", row.source_type.clone());
-            }
-            let provider = driver
-                .table_provider(&row.table_ref(), &who)
-                .in_span(span)
-                .await?;
-            ctx.register_table(TableReference::bare(row.id.as_str()), provider)
-                .map_err(engine_error)?;
-        }
-        let options = SQLOptions::new()
-            .with_allow_ddl(false)
-            .with_allow_dml(false)
-            .with_allow_statements(false);
-        let push_down = self.push_down_driver(route, &tables);
-        let text = sql.to_owned();
-        // Planning runs on the query runtime: constant folding evaluates functions, so a plan
-        // can take as long as a query, and the deadline must be able to fire while it does.
-        let start = async move {
-            let df = ctx
-                .sql_with_options(&text, options)
-                .await
-                .map_err(engine_error)?;
-            let pushed = match &push_down {
-                Some((driver, refs)) => driver.push_down(df.logical_plan(), refs).await?,
-                None => None,
-            };
-            let df = match pushed {
-                Some(result) => ctx.read_table(result).map_err(engine_error)?,
-                None => df,
-            };
-            // One row past the limit tells whether the result was cut. EXPLAIN must stay its
-            // plan's root; the stream alone caps its few rows.
-            let df = if matches!(
-                df.logical_plan(),
-                LogicalPlan::Explain(_) | LogicalPlan::Analyze(_)
-            ) {
-                df
-            } else {
-                df.limit(offset, Some(limit.saturating_add(1)))
-                    .map_err(engine_error)?
-            };
-            let df = without_futile_topk_filters(df);
-            let physical = df.create_physical_plan().await.map_err(engine_error)?;
-            let stream = runtime::execute(physical.clone(), ctx.task_ctx());
-            Ok::<_, Error>((physical, stream))
-        };
-        let (physical, stream) = tokio::time::timeout_at(deadline, runtime::run(start))
+            let started = std::time::Instant::now();
+            let limits = self.limits;
+            let deadline = Instant::now() + limits.timeout;
+            // Parsed on the query runtime: its threads have the stack a deeply nested statement
+            // needs, even to be refused and dropped.
+            let text = sql.to_owned();
+            let parsed = tokio::time::timeout_at(
+                deadline,
+                runtime::run(async move { parse_read_only(&text) }),
+            )
             .await
             .map_err(|_| timeout_error(limits.timeout))?
-            .map_err(engine_error)??;
-        Ok(RowStream::new(
-            physical,
-            stream,
-            limit,
-            deadline,
-            limits.timeout,
-            route,
-            started,
-        ))
-    }
-.in_child("engine.plan")
-.await
+            .map_err(engine_error)?
+            .map_err(|e| Error::bad_request(e.0))?;
+            let tables = self.resolve(caller, &parsed.tables).await?;
+            let route = Route::of(&tables);
+            *plan = Some(QueryPlan {
+                tables: tables.iter().map(|t| t.id.clone()).collect(),
+                route,
+            });
+            if route == Route::Internal && tables.iter().any(|t| !t.query_mode.is_internal()) {
+                return Err(Error::bad_request(format!(
+                    "Internal tables ({}) cannot be combined with other tables in one query; \
+                 query them separately",
+                    self.internal_ids()
+                )));
+            }
+
+            if let Some(permit) = quota {
+                // What the local tables hold bounds what the query reads of them; remote reads are
+                // bounded by the remote guard and counted once done.
+                let most: u64 = tables
+                    .iter()
+                    .filter_map(|t| {
+                        let driver = self.drivers.get(&t.source_type)?;
+                        driver.size_on_disk(&t.table_ref())
+                    })
+                    .sum();
+                permit.reserve(most)?;
+            }
+
+            if matches!(route, Route::Remote | Route::Hybrid) {
+                // Guard on full reads: the bound for any plan; pushed filters and aggregates
+                // read less.
+                let reads: Vec<_> = tables.iter().map(|t| (t, ScanSpec::default())).collect();
+                self.guard_remote(&reads).await?;
+            }
+
+            // Each driver read adds its own rules once (the internal driver's aggregate push-down).
+            let mut source_types: Vec<&str> =
+                tables.iter().map(|t| t.source_type.as_str()).collect();
+            source_types.sort_unstable();
+            source_types.dedup();
+            let rules = source_types
+                .into_iter()
+                .filter_map(|t| self.drivers.get(t))
+                .flat_map(|d| d.optimizer_rules())
+                .collect();
+            let ctx = context(limits, &self.file_metadata, rules)?;
+            let who: svc_plugin_api::Caller = caller.into();
+            for row in &tables {
+                let driver = self.drivers.get(&row.source_type).ok_or_else(|| {
+                    Error::bad_request(format!(
+                        "Table '{}' has source type '{}', which this server has no driver for",
+                        row.id, row.source_type
+                    ))
+                })?;
+                let mut span = svc_trace::Span::child("driver.table_provider");
+                if span.is_recording() {
+                    span.set("source_type", row.source_type.clone());
+                }
+                let provider = driver
+                    .table_provider(&row.table_ref(), &who)
+                    .in_span(span)
+                    .await?;
+                ctx.register_table(TableReference::bare(row.id.as_str()), provider)
+                    .map_err(engine_error)?;
+            }
+            let options = SQLOptions::new()
+                .with_allow_ddl(false)
+                .with_allow_dml(false)
+                .with_allow_statements(false);
+            let push_down = self.push_down_driver(route, &tables);
+            let text = sql.to_owned();
+            // Planning runs on the query runtime: constant folding evaluates functions, so a plan
+            // can take as long as a query, and the deadline must be able to fire while it does.
+            let start = async move {
+                let df = ctx
+                    .sql_with_options(&text, options)
+                    .await
+                    .map_err(engine_error)?;
+                let pushed = match &push_down {
+                    Some((driver, refs)) => driver.push_down(df.logical_plan(), refs).await?,
+                    None => None,
+                };
+                let df = match pushed {
+                    Some(result) => ctx.read_table(result).map_err(engine_error)?,
+                    None => df,
+                };
+                // One row past the limit tells whether the result was cut. EXPLAIN must stay its
+                // plan's root; the stream alone caps its few rows.
+                let df = if matches!(
+                    df.logical_plan(),
+                    LogicalPlan::Explain(_) | LogicalPlan::Analyze(_)
+                ) {
+                    df
+                } else {
+                    df.limit(offset, Some(limit.saturating_add(1)))
+                        .map_err(engine_error)?
+                };
+                let df = without_futile_topk_filters(df);
+                let physical = df.create_physical_plan().await.map_err(engine_error)?;
+                let stream = runtime::execute(physical.clone(), ctx.task_ctx());
+                Ok::<_, Error>((physical, stream))
+            };
+            let (physical, stream) = tokio::time::timeout_at(deadline, runtime::run(start))
+                .await
+                .map_err(|_| timeout_error(limits.timeout))?
+                .map_err(engine_error)??;
+            Ok(RowStream::new(
+                physical,
+                stream,
+                limit,
+                deadline,
+                limits.timeout,
+                route,
+                started,
+            ))
+        }
+        .in_child("engine.plan")
+        .await
     }
 
     /// The driver to hand a query to whole, with the tables it reads: when the query reads only

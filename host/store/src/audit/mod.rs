@@ -391,15 +391,16 @@ impl AuditWriter {
     /// Queues a ready-made record.
     pub async fn enqueue(&self, record: AuditRecord) {
         async {
-        if let Err(mpsc::error::SendError(Msg::Record(record))) =
-            self.tx.send(Msg::Record(Box::new(record))).await
-        {
-            // Only after the writer task is gone (runtime shutting down): keep the row in the log.
-            tracing::error!(record = %serde_json::to_string(&record).unwrap_or_default(), "audit writer stopped; record not stored");
+            if let Err(mpsc::error::SendError(Msg::Record(record))) =
+                self.tx.send(Msg::Record(Box::new(record))).await
+            {
+                // Only after the writer task is gone (runtime shutting down): keep the row in the log.
+                let record = serde_json::to_string(&record).unwrap_or_default();
+                tracing::error!(%record, "audit writer stopped; record not stored");
+            }
         }
-    }
-.in_child("audit.write")
-.await
+        .in_child("audit.write")
+        .await
     }
 
     /// Waits until every event queued before this call is stored (or logged as lost).

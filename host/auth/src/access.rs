@@ -97,7 +97,7 @@ impl Access {
     pub async fn groups_of(&self, caller: &Caller) -> Result<Arc<Vec<Group>>> {
         let user_id = &caller.user.id;
         self.groups
-            .get_or_read(user_id.clone(), async {
+            .get_or_read(user_id, move || async move {
                 Ok(Arc::new(self.store.groups_of_user(user_id).await?))
             })
             .await
@@ -106,7 +106,7 @@ impl Access {
     /// The registry snapshot: cached, or read from the store.
     pub async fn registry(&self) -> Result<Arc<RegistrySnapshot>> {
         self.registry
-            .get_or_read((), async {
+            .get_or_read(&(), move || async move {
                 Ok(Arc::new(RegistrySnapshot::new(
                     self.store.list_tables().await?,
                 )))
@@ -129,9 +129,13 @@ impl Access {
             let row = match self.registry().await?.get(table_id) {
                 Some(row) => row.clone(),
                 None => {
-                    let row = self.store.table_by_id(table_id).await?.ok_or_else(|| {
-                        Error::not_found(format!("Table '{table_id}' is not registered"))
-                    })?;
+                    // Boxed: held inline, the store read's future would be copied with
+                    // this one on every request (see `Flushed::get_or_read`).
+                    let row = Box::pin(self.store.table_by_id(table_id))
+                        .await?
+                        .ok_or_else(|| {
+                            Error::not_found(format!("Table '{table_id}' is not registered"))
+                        })?;
                     // Registered by another process since the snapshot was taken.
                     self.forget_registry();
                     row
@@ -163,7 +167,7 @@ impl Access {
     async fn granted_ids(&self, caller: &Caller) -> Result<Arc<HashSet<String>>> {
         let user_id = &caller.user.id;
         self.grants
-            .get_or_read(user_id.clone(), async {
+            .get_or_read(user_id, move || async move {
                 Ok(Arc::new(
                     self.store
                         .granted_table_ids(user_id)

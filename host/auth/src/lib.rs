@@ -259,7 +259,8 @@ impl Authenticator {
             Lookup::Hit(known, ticket) => return Ok(Some((known, ticket))),
             Lookup::Miss(ticket) => ticket,
         };
-        let Some(identity) = self.store.identity(&key.0, key.1.as_deref()).await? else {
+        // Boxed, as `Flushed::get_or_read` boxes its reads: only a miss pays for it.
+        let Some(identity) = Box::pin(self.store.identity(&key.0, key.1.as_deref())).await? else {
             return Ok(None);
         };
         let known = Arc::new(Known::from(identity));

@@ -13,8 +13,32 @@ use poem::Request;
 
 use super::error::ApiError;
 
+/// Whether the request may carry a body: a length other than 0, a chunked one, or (HTTP/2
+/// and later, where a body needs neither header) no length at all.
+pub(super) fn is_present(req: &Request) -> bool {
+    let headers = req.headers();
+    match headers.get(poem::http::header::CONTENT_LENGTH) {
+        Some(length) => length.as_bytes() != b"0",
+        None => {
+            headers.contains_key(poem::http::header::TRANSFER_ENCODING)
+                || req.version() >= poem::http::Version::HTTP_2
+        }
+    }
+}
+
+/// What every body must be before its endpoint reads it: within `max` bytes, and for the
+/// API (`is_api`) free of NUL in JSON text.
+pub(super) async fn check(req: &mut Request, max: usize, is_api: bool) -> Result<(), ApiError> {
+    limit_body(req, max).await?;
+    if is_api {
+        refuse_nul_text(req).await
+    } else {
+        Ok(())
+    }
+}
+
 /// 413 for bodies over the limit, whether or not they announce their length.
-pub(super) async fn limit_body(req: &mut Request, max: usize) -> Result<(), ApiError> {
+async fn limit_body(req: &mut Request, max: usize) -> Result<(), ApiError> {
     let too_large = || {
         Error::new(
             ErrorKind::PayloadTooLarge,
@@ -29,10 +53,8 @@ pub(super) async fn limit_body(req: &mut Request, max: usize) -> Result<(), ApiE
     match declared {
         Some(n) if n > max => Err(too_large().into()),
         Some(_) => Ok(()),
-        None if req
-            .headers()
-            .contains_key(poem::http::header::TRANSFER_ENCODING) =>
-        {
+        // Chunked, or HTTP/2 without a length: read it, within the limit.
+        None => {
             let body = req
                 .take_body()
                 .into_bytes_limit(max)
@@ -41,14 +63,13 @@ pub(super) async fn limit_body(req: &mut Request, max: usize) -> Result<(), ApiE
             req.set_body(body);
             Ok(())
         }
-        None => Ok(()),
     }
 }
 
 /// 400 for a JSON body holding a NUL character in any string or key, naming where (a JSON
 /// pointer). Runs after [`limit_body`], so the body read here is bounded. A body that is not
 /// JSON, or not well-formed, is put back untouched for the endpoint to judge.
-pub(super) async fn refuse_nul_text(req: &mut Request) -> Result<(), ApiError> {
+async fn refuse_nul_text(req: &mut Request) -> Result<(), ApiError> {
     let is_json = req
         .headers()
         .get(poem::http::header::CONTENT_TYPE)

@@ -54,7 +54,9 @@ impl SchemaProbe {
                 return version;
             }
         }
-        let version = store.schema_version().await.ok();
+        // Boxed: once a second at most, and inline the store read's future would be copied
+        // with every health check's (see `svc_auth`'s `Flushed::get_or_read`).
+        let version = Box::pin(store.schema_version()).await.ok();
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), version));
         version
     }

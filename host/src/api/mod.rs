@@ -19,6 +19,7 @@ mod me;
 mod memory;
 mod metadata;
 mod observability;
+mod pipeline;
 pub(crate) mod query;
 mod registry;
 mod result_body;
@@ -37,11 +38,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use svc_core::Error;
 
-use poem::{Endpoint, EndpointExt, IntoResponse, PathPattern, Request, Response, Route};
+use poem::{Endpoint, Request, Response, Route};
 use poem_openapi::auth::Bearer;
 use poem_openapi::{OpenApiService, SecurityScheme, Tags};
-use svc_trace::Instrument as _;
-use tracing::Instrument as _;
 
 use crate::connections::Connections;
 use crate::state::AppState;
@@ -385,19 +384,16 @@ pub fn app(
                 .clone()
         }
     };
-    let routes = Arc::new(crate::ops::metrics::RouteTemplates::from_openapi(
-        document.clone(),
-    ));
+    let templates = crate::ops::metrics::RouteTemplates::from_openapi(document.clone());
     let spec = poem::endpoint::make_sync(move |_| {
         Response::builder()
             .content_type("application/json; charset=utf-8")
             .body(document())
     });
-    let max_body = state.config.max_body_bytes;
-    let trust_proxy = state.config.trust_proxy;
-    let body_deadline = connections.limits().request_read;
-    let auth = state.auth.clone();
-    crate::pages::routes(Route::new())
+    // The service serves the API from both: directly for its own `/api/` paths (see
+    // `pipeline::Pipeline`), and through the table for the rest (`/auth/…`).
+    let api = Arc::new(poem::IntoEndpoint::into_endpoint(svc));
+    let routes = crate::pages::routes(Route::new())
         .at("/api/openapi.json", spec)
         .at(
             "/api/admin/usage/*rest",
@@ -408,185 +404,8 @@ pub fn app(
             "/metrics",
             crate::ops::metrics::MetricsEndpoint::new(state.clone(), metrics),
         )
-        .nest("/", svc)
-        .data(state)
-        .around(move |ep, mut req| {
-            let busy = connections.begin(&req.remote_addr().0);
-            // An upload streams to disk under its own size limit and stall timeout.
-            let upload = upload::is_upload(&req);
-            if !upload {
-                deadline_body(&mut req, body_deadline);
-            } else if !req.headers().contains_key(poem::http::header::CONTENT_TYPE) {
-                // Agents send raw files without a type; a body is bytes whatever it says.
-                req.headers_mut().insert(
-                    poem::http::header::CONTENT_TYPE,
-                    poem::http::HeaderValue::from_static("application/octet-stream"),
-                );
-            }
-            let max_body = if upload { None } else { Some(max_body) };
-            let routes = routes.clone();
-            // A page's script calls the API with its session cookie (and CSRF token).
-            let bridged = if req.uri().path().starts_with("/api/") {
-                crate::pages::session::bridge(&mut req, &auth)
-            } else {
-                Ok(())
-            };
-            async move {
-                if let Err(refused) = bridged {
-                    drop(busy);
-                    return Ok(*refused);
-                }
-                let resp = pipeline(ep, req, max_body, trust_proxy, &routes).await;
-                drop(busy);
-                resp
-            }
-        })
-}
-
-/// Runs before and after every endpoint: request id, client address, body limit, envelope.
-async fn pipeline<E: Endpoint>(
-    ep: Arc<E>,
-    mut req: Request,
-    max_body: Option<usize>,
-    trust_proxy: bool,
-    routes: &crate::ops::metrics::RouteTemplates,
-) -> poem::Result<Response> {
-    let given = req
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| is_sane_request_id(v))
-        .map(str::to_string);
-    if svc_trace::is_on() {
-        adopt_mcp_traceparent(&mut req, max_body).await;
-    }
-    let method = svc_metrics::http::method_label(req.method().as_str());
-    let (span, mut root, request_id) =
-        crate::ops::traces::request_span(method, req.headers(), given);
-    let _active = svc_metrics::http::active(method);
-    let began = std::time::Instant::now();
-    let client_ip = client_ip(&req, trust_proxy);
-    req.extensions_mut().insert(RequestMeta {
-        request_id: request_id.clone(),
-        client_ip,
-    });
-    let is_api = req.uri().path().starts_with("/api/");
-
-    let limited = match max_body {
-        Some(max) => match body::limit_body(&mut req, max).await {
-            Ok(()) if is_api => body::refuse_nul_text(&mut req).await,
-            checked => checked,
-        },
-        None => Ok(()),
-    };
-    let (mut resp, route) = match limited {
-        Err(e) => (poem::error::ResponseError::as_response(&e), None),
-        Ok(()) => match ep
-            .call(req)
-            .in_context(root.context())
-            .instrument(span.clone())
-            .await
-        {
-            Ok(r) => {
-                let r = r.into_response();
-                let route = r.data::<PathPattern>().map(|p| routes.name(&p.0));
-                (r, route)
-            }
-            Err(e) => {
-                let route = e.data::<PathPattern>().map(|p| routes.name(&p.0));
-                (error::render(e), route)
-            }
-        },
-    };
-    let status = resp.status().as_u16();
-    let took = began.elapsed();
-    span.in_scope(|| tracing::debug!(status, took_ms = took.as_secs_f64() * 1e3, "answered"));
-    crate::ops::traces::finish_span(&mut root, method, route, status);
-    drop(root);
-    svc_metrics::http::request(method, route, status, took);
-    let h = resp.headers_mut();
-    if let Ok(v) = request_id.parse() {
-        h.insert("x-request-id", v);
-    }
-    if is_api {
-        h.insert(
-            "x-svc-version",
-            poem::http::HeaderValue::from_static(VERSION),
-        );
-        h.insert(
-            "x-min-compat-cli-version",
-            poem::http::HeaderValue::from_static(MIN_COMPAT_CLI_VERSION),
-        );
-    }
-    Ok(resp)
-}
-
-/// With tracing on, an MCP call's `params._meta.traceparent` stands in for a missing
-/// `traceparent` header. Only a body that declares a length within the limit is read here
-/// (the limit check that follows refuses the rest); it is put back as it was.
-async fn adopt_mcp_traceparent(req: &mut Request, max_body: Option<usize>) {
-    if req.uri().path() != "/mcp"
-        || req.method() != poem::http::Method::POST
-        || crate::ops::traces::traceparent(req.headers()).is_some()
-    {
-        return;
-    }
-    let declared = req
-        .headers()
-        .get(poem::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let Some(length) = declared else { return };
-    if max_body.is_some_and(|max| length > max) {
-        return;
-    }
-    // A body that cannot be read now could not be read by the endpoint either.
-    let body = req.take_body().into_bytes().await.unwrap_or_default();
-    if let Some(parent) = crate::ops::traces::mcp_traceparent(&body)
-        .and_then(|v| poem::http::HeaderValue::from_str(&v).ok())
-    {
-        req.headers_mut().insert("traceparent", parent);
-    }
-    req.set_body(body);
-}
-
-/// A request body must arrive within `limit` of the request's head (a slow sender holds a
-/// connection and a handler); past it the read fails and the request gets 400.
-fn deadline_body(req: &mut Request, limit: std::time::Duration) {
-    let has_body = req
-        .headers()
-        .get(poem::http::header::CONTENT_LENGTH)
-        .is_some_and(|v| v.as_bytes() != b"0")
-        || req
-            .headers()
-            .contains_key(poem::http::header::TRANSFER_ENCODING);
-    if !has_body {
-        return;
-    }
-    let mut expired = Box::pin(tokio::time::sleep(limit));
-    let mut body = Box::pin(req.take_body().into_bytes_stream());
-    let chunks = futures::stream::poll_fn(move |cx| {
-        use futures::Stream;
-        use std::future::Future;
-        use std::task::Poll;
-        match body.as_mut().poll_next(cx) {
-            Poll::Pending => match expired.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the request body did not arrive in time",
-                )))),
-                Poll::Pending => Poll::Pending,
-            },
-            ready => ready,
-        }
-    });
-    req.set_body(poem::Body::from_bytes_stream(chunks));
-}
-
-fn is_sane_request_id(v: &str) -> bool {
-    (1..=64).contains(&v.len())
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        .nest("/", api.clone());
+    pipeline::Pipeline::new(routes, api, state, connections, templates)
 }
 
 /// A fresh correlation id: 32 lower-case hex digits, the shape a trace id has, so an id is
@@ -595,21 +414,4 @@ fn is_sane_request_id(v: &str) -> bool {
 /// `fmt`.
 pub(crate) fn new_request_id() -> String {
     svc_trace::TraceId::random().hex()
-}
-
-/// The peer address, or with `trust_proxy` the last `X-Forwarded-For` hop (the one our own
-/// proxy appended; earlier hops are client-controlled).
-fn client_ip(req: &Request, trust_proxy: bool) -> Option<IpAddr> {
-    if trust_proxy {
-        let forwarded = req
-            .headers()
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.rsplit(',').next())
-            .and_then(|v| v.trim().parse().ok());
-        if forwarded.is_some() {
-            return forwarded;
-        }
-    }
-    req.remote_addr().as_socket_addr().map(|a| a.ip())
 }

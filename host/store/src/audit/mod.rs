@@ -388,19 +388,21 @@ impl AuditWriter {
             .await
     }
 
-    /// Queues a ready-made record.
+    /// Queues a ready-made record: at once while the queue has room, else after waiting
+    /// for room (backpressure) rather than drop the row.
     pub async fn enqueue(&self, record: AuditRecord) {
-        async {
-            if let Err(mpsc::error::SendError(Msg::Record(record))) =
-                self.tx.send(Msg::Record(Box::new(record))).await
-            {
-                // Only after the writer task is gone (runtime shutting down): keep the row in the log.
-                let record = serde_json::to_string(&record).unwrap_or_default();
-                tracing::error!(%record, "audit writer stopped; record not stored");
-            }
+        let span = svc_trace::Span::child("audit.write");
+        // Every audited request comes through here: the common case does not await, and
+        // the wait for room is boxed, so no send future is held (and copied) inline by the
+        // futures of every request above this one.
+        let msg = match self.tx.try_send(Msg::Record(Box::new(record))) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(msg)) => msg,
+            Err(mpsc::error::TrySendError::Closed(msg)) => return lost(msg),
+        };
+        if let Err(mpsc::error::SendError(msg)) = Box::pin(self.tx.send(msg).in_span(span)).await {
+            lost(msg);
         }
-        .in_child("audit.write")
-        .await
     }
 
     /// Waits until every event queued before this call is stored (or logged as lost).
@@ -410,6 +412,15 @@ impl AuditWriter {
             self.flushing.notify_one();
             let _ = wait.await;
         }
+    }
+}
+
+/// A message the writer task will never take (it is gone: the runtime is shutting down).
+/// A record is kept in the log.
+fn lost(msg: Msg) {
+    if let Msg::Record(record) = msg {
+        let record = serde_json::to_string(&record).unwrap_or_default();
+        tracing::error!(%record, "audit writer stopped; record not stored");
     }
 }
 

@@ -35,12 +35,13 @@ const OUTSIDE_THE_SERVICE: [&str; 3] = ["/api/openapi.json", "/api/docs", "/api/
 /// Whether a request for `path` goes to the OpenAPI service directly.
 fn is_the_services(path: &str) -> bool {
     path.starts_with("/api/")
-        && !OUTSIDE_THE_SERVICE
-            .iter()
-            .any(|outside| match outside.strip_suffix('/') {
-                Some(_) => path.starts_with(outside),
-                None => path == *outside,
-            })
+        && !OUTSIDE_THE_SERVICE.iter().any(|outside| {
+            if outside.ends_with('/') {
+                path.starts_with(outside)
+            } else {
+                path == *outside
+            }
+        })
 }
 
 /// The whole application: the route table and the OpenAPI service behind the pipeline.

@@ -19,6 +19,7 @@ mod me;
 mod memory;
 mod metadata;
 mod observability;
+mod operations;
 mod pipeline;
 pub(crate) mod query;
 mod registry;
@@ -255,7 +256,13 @@ type Apis = (
 );
 
 fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
-    let apis = (
+    OpenApiService::new(apis(state), "svc", VERSION)
+        .description("Data access and observability for analysts and their AI agents.")
+}
+
+/// Every operation group, each holding the state it serves from.
+fn apis(state: &Arc<AppState>) -> Apis {
+    (
         (
             health::HealthApi::new(state.clone()),
             auth::AuthApi {
@@ -334,9 +341,7 @@ fn service(state: &Arc<AppState>) -> OpenApiService<Apis, ()> {
                 state: state.clone(),
             },
         ),
-    );
-    OpenApiService::new(apis, "svc", VERSION)
-        .description("Data access and observability for analysts and their AI agents.")
+    )
 }
 
 /// The OpenAPI document (what `svc-server openapi` prints and `/api/openapi.json` serves).
@@ -393,6 +398,7 @@ pub fn app(
     // The service serves the API from both: directly for its own `/api/` paths (see
     // `pipeline::Pipeline`), and through the table for the rest (`/auth/…`).
     let api = Arc::new(poem::IntoEndpoint::into_endpoint(svc));
+    let operations = operations::Operations::new(apis(&state), api.clone());
     let routes = crate::pages::routes(Route::new())
         .at("/api/openapi.json", spec)
         .at(
@@ -404,8 +410,8 @@ pub fn app(
             "/metrics",
             crate::ops::metrics::MetricsEndpoint::new(state.clone(), metrics),
         )
-        .nest("/", api.clone());
-    pipeline::Pipeline::new(routes, api, state, connections, templates)
+        .nest("/", api);
+    pipeline::Pipeline::new(routes, operations, state, connections, templates)
 }
 
 /// A fresh correlation id: 32 lower-case hex digits, the shape a trace id has, so an id is

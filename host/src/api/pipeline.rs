@@ -9,19 +9,20 @@
 //! every layer that moved or boxed it (gdb on `memcpy`, one cached sample: a 7 KB outermost
 //! future, and 3.6 KB twice for the instrumented call under it). The route table's future is
 //! boxed as soon as it is made, so what the wrappers move is a pointer. And a request for
-//! the OpenAPI service's own paths goes to it directly, not through the route table that
-//! nests it: that cost two more layers, a radix match, and the matched pattern built twice.
+//! the OpenAPI service's own paths goes to its operations directly ([`Operations`]), not
+//! through the route table that nests the service: that cost two more layers, a radix
+//! match, and the matched pattern built twice.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use poem::endpoint::{BoxEndpoint, DynEndpoint};
 use poem::{Endpoint, IntoResponse, PathPattern, Request, Response, Route};
 use svc_trace::Instrument as _;
 use tracing::Instrument as _;
 
+use super::operations::{Operations, UNMATCHED};
 use super::{body, error, RequestMeta, MIN_COMPAT_CLI_VERSION, VERSION};
 use crate::connections::Connections;
 use crate::ops::metrics::RouteTemplates;
@@ -48,26 +49,27 @@ fn is_the_services(path: &str) -> bool {
 pub(super) struct Pipeline {
     /// Every route, the service included (nested at the root).
     routes: Route,
-    /// The OpenAPI service, for the `/api/` paths that are its own ([`is_the_services`]).
-    api: Arc<BoxEndpoint<'static>>,
+    /// The OpenAPI service's operations, for the `/api/` paths that are its own
+    /// ([`is_the_services`]).
+    operations: Operations,
     state: Arc<AppState>,
     connections: Arc<Connections>,
     templates: RouteTemplates,
 }
 
 impl Pipeline {
-    /// `api` is the service `routes` nests; `templates` names a matched route for metrics
-    /// and trace spans.
+    /// `operations` are those of the service `routes` nests; `templates` names a matched
+    /// route for metrics and trace spans.
     pub(super) fn new(
         routes: Route,
-        api: Arc<BoxEndpoint<'static>>,
+        operations: Operations,
         state: Arc<AppState>,
         connections: Arc<Connections>,
         templates: RouteTemplates,
     ) -> Self {
         Self {
             routes,
-            api,
+            operations,
             state,
             connections,
             templates,
@@ -116,11 +118,11 @@ impl Pipeline {
             {
                 Ok(r) => {
                     let r = r.into_response();
-                    let route = r.data::<PathPattern>().map(|p| self.templates.name(&p.0));
+                    let route = self.route_name(r.data::<PathPattern>());
                     (r, route)
                 }
                 Err(e) => {
-                    let route = e.data::<PathPattern>().map(|p| self.templates.name(&p.0));
+                    let route = self.route_name(e.data::<PathPattern>());
                     (error::render(e), route)
                 }
             },
@@ -153,10 +155,17 @@ impl Pipeline {
     /// The endpoint's answer, boxed at once (see the module doc).
     fn route(&self, req: Request) -> BoxFuture<'_, poem::Result<Response>> {
         if is_the_services(req.uri().path()) {
-            DynEndpoint::call(&**self.api, req)
+            self.operations.call(req)
         } else {
             Box::pin(self.routes.call(req))
         }
+    }
+
+    /// The template of the route a request matched, if it matched one.
+    fn route_name(&self, pattern: Option<&PathPattern>) -> Option<&'static str> {
+        pattern
+            .filter(|p| &*p.0 != UNMATCHED)
+            .map(|p| self.templates.name(&p.0))
     }
 }
 

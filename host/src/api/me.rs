@@ -11,6 +11,7 @@ use svc_core::Error;
 use svc_store::groups::Group;
 use svc_store::tokens::PatRow;
 
+use super::encoded::EncodedJson;
 use super::types::Str;
 use super::{ApiResult, BearerAuth, NoContent, Tag};
 use crate::state::AppState;
@@ -20,7 +21,7 @@ pub struct MeApi {
 }
 
 /// A group as shown to its members.
-#[derive(Object)]
+#[derive(Object, serde::Serialize)]
 pub(super) struct GroupRef {
     /// Group id.
     id: String,
@@ -40,8 +41,8 @@ impl From<Group> for GroupRef {
     }
 }
 
-/// The authenticated caller.
-#[derive(Object)]
+/// The authenticated caller (its `serde` form is the body: see `EncodedJson::serialized`).
+#[derive(Object, serde::Serialize)]
 struct Me {
     /// User id.
     id: String,
@@ -134,10 +135,10 @@ impl MeApi {
         tag = "Tag::Auth",
         operation_id = "get_me"
     )]
-    async fn me(&self, auth: BearerAuth) -> ApiResult<Json<Me>> {
+    async fn me(&self, auth: BearerAuth) -> ApiResult<EncodedJson<Me>> {
         let c = auth.0;
         let groups = self.state.access.groups_of(&c).await?;
-        Ok(Json(Me {
+        Ok(EncodedJson::serialized(&Me {
             id: c.user.id.clone(),
             email: c.user.email.clone(),
             name: c.user.name.clone(),
@@ -216,5 +217,32 @@ impl MeApi {
             .revoke_token(&c.actor, &row, Revoker::Owner)
             .await?;
         Ok(NoContent::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_is_the_documented_json() {
+        let me = |name: Option<&str>, groups: Vec<GroupRef>| Me {
+            id: "u-1".into(),
+            email: "ana@example.com".into(),
+            name: name.map(Into::into),
+            is_admin: true,
+            groups,
+            token_type: "pat".into(),
+        };
+        let group = |id: &str, is_system| GroupRef {
+            id: id.into(),
+            name: format!("\"{id}\" \\ ünïcode"),
+            is_system,
+        };
+        assert!(super::super::encoded::same_json(&me(None, vec![])));
+        assert!(super::super::encoded::same_json(&me(
+            Some("Ana \"A\"\n"),
+            vec![group("admin", true), group("g-2", false)],
+        )));
     }
 }

@@ -41,7 +41,8 @@ impl From<Group> for GroupRef {
     }
 }
 
-/// The authenticated caller (its `serde` form is the body: see `EncodedJson::serialized`).
+// Its `serde` form is the body (`EncodedJson::serialized`), tested to be the documented one.
+/// The authenticated caller.
 #[derive(Object, serde::Serialize)]
 struct Me {
     /// User id.

@@ -395,8 +395,9 @@ pub fn app(
             .content_type("application/json; charset=utf-8")
             .body(document())
     });
-    // The service serves the API from both: directly for its own `/api/` paths (see
-    // `pipeline::Pipeline`), and through the table for the rest (`/auth/…`).
+    // The API is served from both: its operations answer the service's own `/api/` paths
+    // directly (see `pipeline::Pipeline` and `operations::Operations`), and the service
+    // answers the rest (`/auth/…`) through the table.
     let api = Arc::new(poem::IntoEndpoint::into_endpoint(svc));
     let operations = operations::Operations::new(apis(&state), api.clone());
     let routes = crate::pages::routes(Route::new())

@@ -4,8 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use moka::sync::Cache;
-use svc_core::hash::CacheHasher;
+use svc_core::cache::{Cache, Equivalent};
 
 use crate::api::discovery::{CachedCatalog, CachedSample, SchemaResponse};
 
@@ -14,15 +13,15 @@ use crate::api::discovery::{CachedCatalog, CachedSample, SchemaResponse};
 #[derive(Clone)]
 pub struct DiscoveryCaches {
     /// Schema responses by table id.
-    pub schema: Cache<String, Arc<SchemaResponse>, CacheHasher>,
+    pub schema: Cache<String, Arc<SchemaResponse>>,
     /// Sample responses by `(table_id, n)`; never holds internal tables.
-    pub sample: Cache<(String, usize), Arc<CachedSample>, CacheHasher>,
+    pub sample: Cache<(String, usize), Arc<CachedSample>>,
     /// Local tables' WHERE examples, by file version (a new file is read afresh).
     pub examples: svc_catalog::examples::LocalExamples,
     /// Catalog bodies by caller view ([`CachedCatalog::key`]): dropped whole by any table's
     /// flush, and kept at most [`CATALOG_TTL`] for what changes without one (freshness
     /// labels age, local files change size).
-    pub catalog: Cache<(usize, usize), Arc<CachedCatalog>, CacheHasher>,
+    pub catalog: Cache<(usize, usize), Arc<CachedCatalog>>,
 }
 
 /// How long a catalog body is served before it is rebuilt.
@@ -31,9 +30,9 @@ pub const CATALOG_TTL: Duration = Duration::from_secs(5);
 impl std::fmt::Debug for DiscoveryCaches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiscoveryCaches")
-            .field("schema", &self.schema.entry_count())
-            .field("sample", &self.sample.entry_count())
-            .field("catalog", &self.catalog.entry_count())
+            .field("schema", &self.schema.len())
+            .field("sample", &self.sample.len())
+            .field("catalog", &self.catalog.len())
             .finish()
     }
 }
@@ -41,20 +40,10 @@ impl std::fmt::Debug for DiscoveryCaches {
 impl Default for DiscoveryCaches {
     fn default() -> Self {
         Self {
-            schema: Cache::builder()
-                .max_capacity(512)
-                .time_to_live(Duration::from_secs(3600))
-                .build_with_hasher(CacheHasher::default()),
-            sample: Cache::builder()
-                .max_capacity(512)
-                .time_to_live(Duration::from_secs(3600))
-                .support_invalidation_closures()
-                .build_with_hasher(CacheHasher::default()),
+            schema: Cache::new(512, Duration::from_secs(3600)),
+            sample: Cache::new(512, Duration::from_secs(3600)),
             examples: Default::default(),
-            catalog: Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(CATALOG_TTL)
-                .build_with_hasher(CacheHasher::default()),
+            catalog: Cache::new(10_000, CATALOG_TTL),
         }
     }
 }
@@ -62,11 +51,20 @@ impl Default for DiscoveryCaches {
 impl DiscoveryCaches {
     /// Drops everything cached about one table.
     pub fn forget_table(&self, table_id: &str) {
-        self.schema.invalidate(table_id);
+        self.schema.remove(table_id);
         // Every caller's catalog lists the table (or might, after the change).
-        self.catalog.invalidate_all();
-        let id = table_id.to_string();
-        // Only fails when closures are not enabled, which the builder above does.
-        let _ = self.sample.invalidate_entries_if(move |(t, _), _| *t == id);
+        self.catalog.clear();
+        self.sample.retain(|(t, _), _| t != table_id);
+    }
+}
+
+/// A key of [`DiscoveryCaches::sample`], borrowed: a lookup copies no table id. It hashes
+/// as the owned key does (a tuple hashes its fields in order).
+#[derive(Hash)]
+pub struct SampleKey<'a>(pub &'a str, pub usize);
+
+impl Equivalent<(String, usize)> for SampleKey<'_> {
+    fn equivalent(&self, key: &(String, usize)) -> bool {
+        self.0 == key.0 && self.1 == key.1
     }
 }

@@ -3,10 +3,8 @@
 //! A plain cache has a hole: a read that started before a change (and so saw the old
 //! rows) can insert its answer after the change's flush, and that stale answer would then
 //! be served until it expires — a revoked grant or token honoured for seconds. Emptying the
-//! cache cannot close it, whatever the order: moka's `invalidate_all` goes by timestamps,
-//! sparing an entry stamped at the flush's own instant, and an insert over an existing key
-//! re-stamps the entry information it shares with the value it replaces, so two readers
-//! missing the same key at once can make a stale answer look newer than the flush.
+//! cache cannot close it, whatever the order: a read that began before the flush can insert
+//! after it.
 //!
 //! So every answer carries the flush generation that was current before its store read
 //! began (a [`Ticket`]), and a lookup serves it only while the generation is unchanged.
@@ -19,8 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use moka::sync::Cache;
-use svc_core::hash::CacheHasher;
+use svc_core::cache::Cache;
 
 /// The flush generation current before a store read began; an answer inserted with it is
 /// served only while no flush has come since.
@@ -36,10 +33,10 @@ pub(crate) enum Lookup<V> {
     Miss(Ticket),
 }
 
-/// A moka cache whose flush is exact (see the module doc).
+/// A cache whose flush is exact (see the module doc). Clones share their answers.
 #[derive(Clone)]
 pub(crate) struct Flushed<K, V> {
-    cache: Cache<K, (Ticket, V), CacheHasher>,
+    cache: Cache<K, (Ticket, V)>,
     generation: Arc<AtomicU64>,
     metric: svc_metrics::Cache,
 }
@@ -51,12 +48,9 @@ where
 {
     /// An empty cache of at most `capacity` answers, each kept at most `ttl`; its hit rate is
     /// reported as `metric`.
-    pub(crate) fn new(capacity: u64, ttl: Duration, metric: svc_metrics::Cache) -> Self {
+    pub(crate) fn new(capacity: usize, ttl: Duration, metric: svc_metrics::Cache) -> Self {
         Self {
-            cache: Cache::builder()
-                .max_capacity(capacity)
-                .time_to_live(ttl)
-                .build_with_hasher(CacheHasher::default()),
+            cache: Cache::new(capacity, ttl),
             generation: Arc::default(),
             metric,
         }
@@ -108,12 +102,12 @@ where
     pub(crate) fn flush(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         // Only frees memory: the generation already keeps the entries from being served.
-        self.cache.invalidate_all();
+        self.cache.clear();
     }
 
-    /// Answers kept (stale ones included until moka drops them).
-    pub(crate) fn entry_count(&self) -> u64 {
-        self.cache.entry_count()
+    /// Answers kept (stale ones included until they are found or evicted).
+    pub(crate) fn entry_count(&self) -> usize {
+        self.cache.len()
     }
 }
 

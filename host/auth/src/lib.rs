@@ -25,7 +25,7 @@ use jwt::{Claims, JwtKeys, TokenType};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use svc_core::clock::{format_ts, new_id, parse_ts};
-use svc_core::hash::CacheHasher;
+use svc_core::cache::Cache;
 use svc_store::audit::{Actor, ClientKind};
 use svc_store::tokens::PatRow;
 use svc_store::users::{Identity, User};
@@ -135,7 +135,7 @@ pub struct Authenticator {
     store: Store,
     identities: Flushed<IdentityKey, Arc<Known>>,
     /// Tokens whose signature has been checked, by their exact text (see [`Verified`]).
-    verified: moka::sync::Cache<String, Arc<Verified>, CacheHasher>,
+    verified: Cache<String, Arc<Verified>>,
 }
 
 /// A token whose signature this process has checked, kept so the next request with the same
@@ -185,9 +185,9 @@ impl From<Identity> for Known {
 }
 
 /// Verified tokens kept at most (about 0.5 KB each).
-const VERIFIED_CAPACITY: u64 = 10_000;
-/// How long a verified token is kept unused.
-const VERIFIED_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+const VERIFIED_CAPACITY: usize = 10_000;
+/// How long a token's signature check is kept (then it is checked again).
+const VERIFIED_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl std::fmt::Debug for Authenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -209,10 +209,7 @@ impl Authenticator {
                 .into(),
             store,
             identities: Flushed::new(100_000, IDENTITY_TTL, svc_metrics::Cache::Identity),
-            verified: moka::sync::Cache::builder()
-                .max_capacity(VERIFIED_CAPACITY)
-                .time_to_idle(VERIFIED_IDLE)
-                .build_with_hasher(CacheHasher::default()),
+            verified: Cache::new(VERIFIED_CAPACITY, VERIFIED_TTL),
         }
     }
 
@@ -222,7 +219,7 @@ impl Authenticator {
         if let Some(hit) = self.verified.get(token) {
             // The same rule as the signature check: expired once `exp` is in the past.
             if hit.claims.exp.is_some_and(|exp| exp < now.timestamp()) {
-                self.verified.invalidate(token);
+                self.verified.remove(token);
                 return None;
             }
             return Some(hit);
@@ -520,7 +517,7 @@ mod tests {
             let caller = auth.resolve(&token, None, None, false).await.unwrap();
             assert_eq!(caller.user.id, user.id);
         }
-        assert!(auth.verified.contains_key(&token));
+        assert!(auth.verified.get(&token).is_some());
         // One character changed inside the signature.
         let mut forged = token.clone().into_bytes();
         let i = forged.len() - 10;

@@ -9,5 +9,5 @@
 //! patterns. A peer's address is partly the caller's choice (its port), but foldhash's random
 //! seed keeps collisions from being planned offline.
 
-/// Builds the hasher of a cache: `Cache::builder().build_with_hasher(CacheHasher::default())`.
+/// The hasher of a cache or index: `CacheHasher::default()` seeds one.
 pub type CacheHasher = foldhash::fast::RandomState;

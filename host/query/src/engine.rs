@@ -107,7 +107,7 @@ impl Route {
         }
     }
 
-    fn of(tables: &[RegistryRow]) -> Self {
+    fn of(tables: &[Arc<RegistryRow>]) -> Self {
         let remote = tables.iter().any(|t| t.query_mode.is_remote());
         let here = tables.iter().any(|t| !t.query_mode.is_remote());
         if tables.iter().any(|t| t.query_mode.is_internal()) {
@@ -246,7 +246,10 @@ impl Engine {
             if matches!(route, Route::Remote | Route::Hybrid) {
                 // Guard on full reads: the bound for any plan; pushed filters and aggregates
                 // read less.
-                let reads: Vec<_> = tables.iter().map(|t| (t, ScanSpec::default())).collect();
+                let reads: Vec<_> = tables
+                    .iter()
+                    .map(|t| (&**t, ScanSpec::default()))
+                    .collect();
                 self.guard_remote(&reads).await?;
             }
 
@@ -340,7 +343,7 @@ impl Engine {
     fn push_down_driver(
         &self,
         route: Route,
-        tables: &[RegistryRow],
+        tables: &[Arc<RegistryRow>],
     ) -> Option<(
         Arc<dyn svc_plugin_api::SourceDriver>,
         Vec<svc_plugin_api::TableRef>,
@@ -350,12 +353,12 @@ impl Engine {
             return None;
         }
         let driver = self.drivers.get(&first.source_type)?.clone();
-        Some((driver, tables.iter().map(RegistryRow::table_ref).collect()))
+        Some((driver, tables.iter().map(|t| t.table_ref()).collect()))
     }
 
     /// Registry rows for the referenced names: unknown → 400 naming it with the closest ids;
     /// not readable → 403 naming it.
-    async fn resolve(&self, caller: &Caller, names: &[String]) -> Result<Vec<RegistryRow>> {
+    async fn resolve(&self, caller: &Caller, names: &[String]) -> Result<Vec<Arc<RegistryRow>>> {
         async {
             let mut rows = Vec::with_capacity(names.len());
             for name in names {

@@ -63,7 +63,7 @@ pub async fn run<T: Send + 'static>(
             self.0.abort();
         }
     }
-    let task = handle().spawn(tracing::Instrument::in_current_span(work.in_current()));
+    let task = handle().spawn(svc_trace::Tagged::current(work.in_current()));
     let _abort = AbortOnDrop(task.abort_handle());
     task.await.map_err(|e| {
         DataFusionError::Internal(if e.is_panic() {
@@ -117,16 +117,16 @@ pub fn execute(
         }
     };
     // The span lasts as long as the plan runs: in a trace, the execution's own time. The
-    // task also runs in the caller's log span, so a line logged on the query runtime names
+    // task also carries the caller's log tag, so a line logged on the query runtime names
     // its request.
-    let span = tracing::Span::current();
+    let tag = svc_trace::LogTag::current();
     let execute = svc_trace::Span::child("engine.execute");
     let task = async move {
         if let Err(payload) = std::panic::AssertUnwindSafe(work).catch_unwind().await {
             let _ = panic_tx.send(Err(panic_error(payload.as_ref()))).await;
         }
     };
-    handle().spawn(tracing::Instrument::instrument(task.in_span(execute), span));
+    handle().spawn(svc_trace::Tagged::new(task.in_span(execute), tag));
     let batches = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
     Box::pin(RecordBatchStreamAdapter::new(schema, batches))
 }

@@ -27,6 +27,7 @@ use svc_store::metadata::MetadataRow;
 use svc_store::registry::{QueryMode, RegistryRow};
 
 use super::encoded::EncodedJson;
+use crate::discovery::SampleKey;
 use super::{ApiResult, BearerAuth, Tag};
 use crate::state::AppState;
 
@@ -267,7 +268,11 @@ impl DiscoveryApi {
     }
 
     /// Registry lookup (404) then access check (403): the order every table endpoint uses.
-    async fn readable(&self, caller: &Caller, table_id: &str) -> svc_core::Result<RegistryRow> {
+    async fn readable(
+        &self,
+        caller: &Caller,
+        table_id: &str,
+    ) -> svc_core::Result<Arc<RegistryRow>> {
         self.state.access.readable_table(caller, table_id).await
     }
 
@@ -380,7 +385,7 @@ impl DiscoveryApi {
             clustered_by: schema.clustered_by,
             where_dialect_hints: json!({}),
         });
-        self.state.discovery.schema.insert(row.id, resp.clone());
+        self.state.discovery.schema.insert(row.id.clone(), resp.clone());
         Ok(resp)
     }
 
@@ -393,9 +398,8 @@ impl DiscoveryApi {
         let row = self.readable(caller, table_id).await?;
         // Internal rows differ per caller: never cached.
         let cacheable = row.query_mode.caches_samples();
-        let key = (row.id.clone(), n);
         if cacheable {
-            let hit = self.state.discovery.sample.get(&key);
+            let hit = self.state.discovery.sample.get(&SampleKey(&row.id, n));
             svc_metrics::Cache::Sample.lookup(hit.is_some());
             if let Some(hit) = hit {
                 return Ok(hit);
@@ -414,6 +418,7 @@ impl DiscoveryApi {
             }),
         });
         if cacheable {
+            let key = (row.id.clone(), n);
             self.state.discovery.sample.insert(key, resp.clone());
         }
         Ok(resp)

@@ -1,6 +1,6 @@
 //! The request pipeline: what runs before and after every endpoint. The connection is
 //! marked busy, a page's session cookie stands in for a bearer token, the body gets its
-//! deadline and limit, the request its id, client address, log span and trace; after the
+//! deadline and limit, the request its id, client address, log tag and trace; after the
 //! endpoint come metrics, the error envelope and the version headers.
 //!
 //! One endpoint, [`Pipeline`], does it all around the route table, in place of poem's `data`
@@ -20,8 +20,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use poem::http::{HeaderName, HeaderValue};
 use poem::{Endpoint, IntoResponse, PathPattern, Request, Response, Route};
-use svc_trace::Instrument as _;
-use tracing::Instrument as _;
+use svc_trace::{Instrument as _, LogTag, Tagged};
 
 use super::operations::{Operations, UNMATCHED};
 use super::{body, error, RequestMeta, MIN_COMPAT_CLI_VERSION, VERSION};
@@ -86,7 +85,7 @@ impl Pipeline {
         }
     }
 
-    /// Runs before and after the endpoint: request id, client address, body limit, log span
+    /// Runs before and after the endpoint: request id, client address, body limit, log tag
     /// and trace, metrics, envelope.
     async fn answer(&self, mut req: Request, max_body: Option<usize>) -> Response {
         let given = req
@@ -101,8 +100,8 @@ impl Pipeline {
             Box::pin(adopt_mcp_traceparent(&mut req, max_body)).await;
         }
         let method = svc_metrics::http::method_label(req.method().as_str());
-        let (span, mut root, request_id) =
-            crate::ops::traces::request_span(method, req.headers(), given);
+        let (mut root, request_id) = crate::ops::traces::request_span(method, req.headers(), given);
+        let tag = LogTag::new(method, &request_id);
         let _active = svc_metrics::http::active(method);
         let began = Instant::now();
         let client_ip = client_ip(&req, self.state.config.trust_proxy);
@@ -120,10 +119,7 @@ impl Pipeline {
         };
         let (mut resp, route) = match limited {
             Err(e) => (poem::error::ResponseError::as_response(&e), None),
-            Ok(()) => match self
-                .route(req)
-                .in_context(root.context())
-                .instrument(span.clone())
+            Ok(()) => match Tagged::new(self.route(req).in_context(root.context()), Some(tag.clone()))
                 .await
             {
                 Ok(r) => {
@@ -139,9 +135,7 @@ impl Pipeline {
         };
         let status = resp.status().as_u16();
         let took = began.elapsed();
-        // The span as the line's parent, not entered: entering and leaving it cost every
-        // request a round through the subscriber, with the line off or on.
-        tracing::debug!(parent: &span, status, took_ms = took.as_secs_f64() * 1e3, "answered");
+        tag.in_scope(|| tracing::debug!(status, took_ms = took.as_secs_f64() * 1e3, "answered"));
         crate::ops::traces::finish_span(&mut root, method, route, status);
         drop(root);
         svc_metrics::http::request(method, route, status, took);

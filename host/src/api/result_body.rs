@@ -25,8 +25,7 @@ use poem_openapi::registry::{
 use poem_openapi::types::Type;
 use poem_openapi::{ApiResponse, Object};
 use serde_json::Value;
-use svc_trace::Instrument as _;
-use tracing::Instrument as _;
+use svc_trace::{Instrument as _, LogTag, Tagged};
 
 use super::ApiError;
 use crate::state::AppState;
@@ -68,9 +67,9 @@ struct Completion {
     event: Option<Event>,
     started: Instant,
     permit: Option<Permit>,
-    /// The request's spans (the log lines', the trace's): the body is sent after the
-    /// handler returns, and its audit row belongs to the same request.
-    span: tracing::Span,
+    /// The request's log tag and trace span: the body is sent after the handler returns,
+    /// and its audit row belongs to the same request.
+    tag: Option<LogTag>,
     trace: Option<svc_trace::Context>,
 }
 
@@ -79,12 +78,8 @@ impl Completion {
     async fn fail(mut self, err: &Error) {
         if let Some(event) = self.event.take() {
             let event = event.failed(err.status(), &err.to_string());
-            self.state
-                .audit
-                .write(&self.actor, event.timed(self.started))
-                .in_context(self.trace)
-                .instrument(self.span.clone())
-                .await;
+            let write = self.state.audit.write(&self.actor, event.timed(self.started));
+            Tagged::new(write.in_context(self.trace), self.tag.clone()).await;
         }
     }
 
@@ -101,12 +96,8 @@ impl Completion {
             if let Some(b) = scanned {
                 event = event.param("bytes_scanned", b);
             }
-            self.state
-                .audit
-                .write(&self.actor, event.timed(self.started))
-                .in_context(self.trace)
-                .instrument(self.span.clone())
-                .await;
+            let write = self.state.audit.write(&self.actor, event.timed(self.started));
+            Tagged::new(write.in_context(self.trace), self.tag.clone()).await;
         }
     }
 }
@@ -131,15 +122,11 @@ impl Drop for Completion {
             .timed(self.started);
         let (state, actor) = (self.state.clone(), self.actor.clone());
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (span, trace) = (self.span.clone(), self.trace);
-            rt.spawn(async move {
-                state
-                    .audit
-                    .write(&actor, event)
-                    .in_context(trace)
-                    .instrument(span)
-                    .await
-            });
+            let (tag, trace) = (self.tag.take(), self.trace);
+            rt.spawn(Tagged::new(
+                async move { state.audit.write(&actor, event).in_context(trace).await },
+                tag,
+            ));
         }
     }
 }
@@ -183,7 +170,7 @@ pub async fn serve_rows(
         event: Some(event),
         started,
         permit: Some(permit),
-        span: tracing::Span::current(),
+        tag: LogTag::current(),
         trace: svc_trace::current(),
     };
     Ok(ResultBody::stream(rows, encoder, format, row_cap, done))

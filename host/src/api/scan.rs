@@ -81,7 +81,7 @@ pub(crate) struct EstimateResponse {
 
 /// A table the caller may read, and the scan checked against its columns.
 pub(crate) struct Prepared {
-    pub(crate) row: RegistryRow,
+    pub(crate) row: Arc<RegistryRow>,
     pub(crate) scan: ValidScan,
     schema: svc_plugin_api::arrow::datatypes::SchemaRef,
 }

@@ -1,19 +1,23 @@
 //! The process's `tracing` subscriber: log lines to standard error (text, or one JSON object
 //! per line). Trace spans do not pass through it (see [`super::traces`]).
 //!
-//! Every line logged while a request is handled carries its `request_id`: the request's span
-//! (see [`super::traces::request_span`]) holds it, the text format prints the spans' fields
-//! before the message and the JSON format lists every open span under `spans` (the request's
-//! first), so a line logged deep inside the engine still names its request.
+//! Every line logged while a request is handled carries its `request_id`: the request's
+//! [`LogTag`] is current wherever its work is polled, and both formats write it as the
+//! outermost span, as the `tracing` span it replaces was written — the text format as
+//! `request{http.request.method="GET" request_id="..."}:` before the message, the JSON format
+//! first under `spans` — so a line logged deep inside the engine still names its request.
 
 use std::fmt;
 use std::io::IsTerminal as _;
 
-use tracing::field::{Field, Visit};
-use tracing_subscriber::field::RecordFields;
-use tracing_subscriber::fmt::format::{DefaultFields, Writer};
-use tracing_subscriber::fmt::FormatFields;
+use serde_json::{json, Map, Value};
+use svc_trace::LogTag;
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::{Format, Json, JsonFields, Writer};
+use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
 
@@ -42,23 +46,21 @@ impl LogFormat {
 /// Installs the subscriber for the whole process.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_env("SVC_LOG").unwrap_or_else(|_| "info,sqlx=warn".into());
-    // Colours only on a terminal: escape codes in a log file or a journal are noise, and
-    // painting every field name cost each request's span a few thousand instructions.
+    // Colours only on a terminal: escape codes in a log file or a journal are noise.
     let ansi = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let lines = match format {
-        LogFormat::Text if ansi => tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .boxed(),
         LogFormat::Text => tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .fmt_fields(PlainFields)
+            .with_ansi(ansi)
+            .event_format(TextLine {
+                timer: SystemTime,
+                ansi,
+            })
             .with_writer(std::io::stderr)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
+            .event_format(JsonLine::default())
+            .fmt_fields(JsonFields::new())
             .with_writer(std::io::stderr)
             .boxed(),
     };
@@ -67,158 +69,131 @@ pub fn init(format: LogFormat) {
         .init();
 }
 
-/// Fields as the default formatter writes them without colour (`name="value" n=5`), with a
-/// shortcut for the common case: every request's span is made with its method and request
-/// id, and the fmt layer formats a span's fields when the span is made, logged or not. The
-/// default goes through `Debug` for each string, a character at a time with escape checks,
-/// about two thousand instructions per request span. Here fields that are all plain
-/// (printable ASCII strings without quotes or backslashes, whole numbers, flags) are
-/// written directly, byte for byte what the default writes; anything else (a message, an
-/// error, text that needs escaping) goes to the default formatter whole.
-struct PlainFields;
+/// A text line as `tracing_subscriber`'s full format writes it (time, level, the spans with
+/// their fields, target, fields), with the request's tag as the outermost span. Colour, on a
+/// terminal, is the level's only.
+struct TextLine<T> {
+    timer: T,
+    ansi: bool,
+}
 
-impl<'w> FormatFields<'w> for PlainFields {
-    fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
-        let mut check = AllPlain(true);
-        fields.record(&mut check);
-        if !check.0 {
-            return DefaultFields::new().format_fields(writer, fields);
+impl<S, N, T> FormatEvent<S, N> for TextLine<T>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    T: FormatTime,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let meta = event.metadata();
+        if self.timer.format_time(&mut writer).is_err() {
+            writer.write_str("<unknown time>")?;
         }
-        let mut plain = WritePlain::new(&mut writer);
-        fields.record(&mut plain);
-        plain.finish()
-    }
-}
-
-/// Whether a string's `Debug` form is the string in quotes.
-fn is_plain(text: &str) -> bool {
-    // One lookup a byte: the comparisons it stands for cost a request id several times as
-    // many instructions.
-    const PLAIN: [bool; 256] = {
-        let mut table = [false; 256];
-        let mut b = b' ';
-        while b <= b'~' {
-            table[b as usize] = b != b'"' && b != b'\\';
-            b += 1;
+        let level = meta.level();
+        if self.ansi {
+            write!(writer, " {}{level:>5}\x1b[0m ", colour(*level))?;
+        } else {
+            write!(writer, " {level:>5} ")?;
         }
-        table
-    };
-    text.bytes().all(|b| PLAIN[usize::from(b)])
-}
-
-/// Whether a field name is written as it is (the default formatter treats these apart).
-fn is_plain_name(name: &str) -> bool {
-    name != "message" && !name.starts_with("r#") && !name.starts_with("log.")
-}
-
-/// Finds whether every field can be written by [`WritePlain`].
-struct AllPlain(bool);
-
-impl Visit for AllPlain {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0 &= is_plain_name(field.name()) && is_plain(value);
-    }
-
-    fn record_i64(&mut self, field: &Field, _: i64) {
-        self.0 &= is_plain_name(field.name());
-    }
-
-    fn record_u64(&mut self, field: &Field, _: u64) {
-        self.0 &= is_plain_name(field.name());
-    }
-
-    fn record_bool(&mut self, field: &Field, _: bool) {
-        self.0 &= is_plain_name(field.name());
-    }
-
-    fn record_debug(&mut self, _: &Field, _: &dyn fmt::Debug) {
-        self.0 = false;
-    }
-}
-
-/// Writes fields [`AllPlain`] accepted, space-separated, gathered on the stack and handed
-/// to the writer at once: written piece by piece, the span's text grew (and moved) several
-/// times.
-struct WritePlain<'a, 'w> {
-    writer: &'a mut Writer<'w>,
-    staged: [u8; 256],
-    len: usize,
-    first: bool,
-    result: fmt::Result,
-}
-
-impl<'a, 'w> WritePlain<'a, 'w> {
-    fn new(writer: &'a mut Writer<'w>) -> Self {
-        Self {
-            writer,
-            staged: [0; 256],
-            len: 0,
-            first: true,
-            result: Ok(()),
-        }
-    }
-
-    /// Hands what is staged to the writer; what the fields came to.
-    fn finish(mut self) -> fmt::Result {
-        self.flush();
-        self.result
-    }
-
-    fn flush(&mut self) {
-        let text = std::str::from_utf8(&self.staged[..self.len]).expect("whole strings staged");
-        self.result = self.result.and_then(|()| self.writer.write_str(text));
-        self.len = 0;
-    }
-
-    fn put(&mut self, text: &str) {
-        if self.len + text.len() > self.staged.len() {
-            self.flush();
-            if text.len() > self.staged.len() {
-                self.result = self.result.and_then(|()| self.writer.write_str(text));
-                return;
+        let mut spans = LogTag::with_current(|tag| match tag {
+            // The id is sanitized and the method a label: neither needs escaping.
+            Some(tag) => write!(
+                writer,
+                "request{{http.request.method=\"{}\" request_id=\"{}\"}}:",
+                tag.method(),
+                tag.id()
+            )
+            .map(|()| true),
+            None => Ok(false),
+        })?;
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope.from_root() {
+                spans = true;
+                writer.write_str(span.name())?;
+                let extensions = span.extensions();
+                if let Some(fields) = extensions.get::<FormattedFields<N>>() {
+                    if !fields.is_empty() {
+                        write!(writer, "{{{fields}}}")?;
+                    }
+                }
+                writer.write_char(':')?;
             }
         }
-        self.staged[self.len..self.len + text.len()].copy_from_slice(text.as_bytes());
-        self.len += text.len();
-    }
-
-    fn name(&mut self, field: &Field) {
-        if !std::mem::take(&mut self.first) {
-            self.put(" ");
+        if spans {
+            writer.write_char(' ')?;
         }
-        self.put(field.name());
-        self.put("=");
-    }
-
-    /// A number or a flag: its `Display` form is its `Debug` form.
-    fn shown(&mut self, field: &Field, value: impl fmt::Display) {
-        self.name(field);
-        self.put(&value.to_string());
+        write!(writer, "{}: ", meta.target())?;
+        ctx.format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
     }
 }
 
-impl Visit for WritePlain<'_, '_> {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.name(field);
-        self.put("\"");
-        self.put(value);
-        self.put("\"");
+/// The escape that colours a level as `tracing_subscriber` does.
+fn colour(level: Level) -> &'static str {
+    match level {
+        Level::TRACE => "\x1b[35m",
+        Level::DEBUG => "\x1b[34m",
+        Level::INFO => "\x1b[32m",
+        Level::WARN => "\x1b[33m",
+        Level::ERROR => "\x1b[31m",
     }
+}
 
-    fn record_i64(&mut self, field: &Field, value: i64) {
-        self.shown(field, value);
+/// A JSON line as `tracing_subscriber`'s JSON format writes it (with the current span and
+/// the list of spans), with the request's tag first under `spans` (and as `span` when no
+/// other span is open). A line with a tag is written by the JSON format, read back and
+/// written again: lines are rare next to requests, and this keeps every other key exactly
+/// the JSON format's.
+struct JsonLine(Format<Json, SystemTime>);
+
+impl Default for JsonLine {
+    fn default() -> Self {
+        Self(
+            tracing_subscriber::fmt::format()
+                .json()
+                .with_current_span(true)
+                .with_span_list(true),
+        )
     }
+}
 
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.shown(field, value);
-    }
-
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        self.shown(field, value);
-    }
-
-    fn record_debug(&mut self, _: &Field, _: &dyn fmt::Debug) {
-        unreachable!("AllPlain refuses fields recorded as Debug")
+impl<S, N> FormatEvent<S, N> for JsonLine
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let Some(tag) = LogTag::current() else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        let Ok(mut object) = serde_json::from_str::<Map<String, Value>>(&line) else {
+            // Not an object: what the JSON format wrote goes out as it is.
+            return writer.write_str(&line);
+        };
+        let request = json!({
+            "name": "request",
+            "http.request.method": tag.method(),
+            "request_id": tag.id(),
+        });
+        match object.get_mut("spans") {
+            Some(Value::Array(spans)) => spans.insert(0, request.clone()),
+            _ => {
+                object.insert("spans".into(), Value::Array(vec![request.clone()]));
+            }
+        }
+        object.entry("span").or_insert(request);
+        writeln!(writer, "{}", Value::Object(object))
     }
 }
 
@@ -238,27 +213,20 @@ mod tests {
         );
     }
 
-    /// A layer writing into a shared buffer, without times (so two runs compare).
-    fn capture<N>(
-        fields: N,
-    ) -> (
-        impl tracing::Subscriber,
-        std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    )
+    /// What a subscriber wrote, and the subscriber.
+    type Captured = std::sync::Arc<std::sync::Mutex<Vec<u8>>>;
+
+    fn capture<L>(layer: impl FnOnce(Shared) -> L) -> (impl tracing::Subscriber, Captured)
     where
-        N: for<'w> FormatFields<'w> + Send + Sync + 'static,
+        L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
     {
-        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = out.clone();
-        let layer = tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .without_time()
-            .fmt_fields(fields)
-            .with_writer(move || Shared(sink.clone()));
+        let out = Captured::default();
+        let layer = layer(Shared(out.clone()));
         (tracing_subscriber::registry().with(layer), out)
     }
 
-    struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    #[derive(Clone)]
+    struct Shared(Captured);
 
     impl std::io::Write for Shared {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -270,49 +238,107 @@ mod tests {
         }
     }
 
-    /// Spans and lines with plain fields, fields that need escaping, a message, numbers,
-    /// flags, a float and an error.
-    fn log_everything() {
-        let values = [
-            "0af7651916cd43dd8448eb211c80319c",
-            "GET",
-            "a b/c:d-e_f.g{h}",
-            "",
-            "quote\"inside",
-            "back\\slash",
-            "new\nline",
-            "esc\u{1b}[31mred",
-            "tab\there",
-            "é unicode",
-        ];
-        // Longer than what is staged at once.
-        let long = "y".repeat(300);
-        for value in values.into_iter().chain([long.as_str()]) {
-            let span =
-                tracing::info_span!("request", http.request.method = "GET", request_id = value);
-            let _entered = span.enter();
-            tracing::info!(rows = 5_u64, delta = -3_i64, ok = true, "answered {value}");
-            tracing::info!(text = value, ratio = 0.5_f64, "mixed");
-            let err = std::io::Error::other("disk full");
-            tracing::warn!(error = &err as &dyn std::error::Error, "failed");
-            let inner = tracing::info_span!("inner", n = 7_u64, flag = false, r#type = "x");
-            inner.in_scope(|| tracing::info!(value, "in inner"));
+    fn text(out: &Captured) -> String {
+        String::from_utf8(out.lock().unwrap().clone()).unwrap()
+    }
+
+    const IDS: [&str; 3] = ["0af7651916cd43dd8448eb211c80319c", "ops-test-1", "a.b_c-D"];
+
+    /// Lines about a request: a message with numbers and a flag, text that needs escaping,
+    /// an error, and a line inside a span of its own. `request` runs each id's lines as
+    /// that request's.
+    fn log_requests(request: impl Fn(&str, &dyn Fn())) {
+        for id in IDS {
+            request(id, &|| {
+                tracing::info!(rows = 5_u64, delta = -3_i64, ok = true, "answered {id}");
+                tracing::info!(text = "quote\"in\nside", ratio = 0.5_f64, "mixed");
+                let err = std::io::Error::other("disk full");
+                tracing::warn!(error = &err as &dyn std::error::Error, "failed");
+                let inner = tracing::info_span!("inner", n = 7_u64, flag = false, r#type = "x");
+                inner.in_scope(|| tracing::info!(id, "in inner"));
+            });
+        }
+        tracing::info!("outside any request");
+    }
+
+    /// How lines were tagged before: a `tracing` span per request.
+    fn in_request_span(id: &str, lines: &dyn Fn()) {
+        tracing::info_span!("request", http.request.method = "GET", request_id = id)
+            .in_scope(lines);
+    }
+
+    /// How they are tagged now.
+    fn with_tag(id: &str, lines: &dyn Fn()) {
+        LogTag::new("GET", id).in_scope(lines);
+    }
+
+    #[test]
+    fn text_lines_name_their_request_as_the_request_span_did() {
+        let (before, before_out) = capture(|w| {
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_timer(Fixed)
+                .with_writer(move || w.clone())
+        });
+        tracing::subscriber::with_default(before, || log_requests(in_request_span));
+        let (now, now_out) = capture(|w| {
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .event_format(TextLine {
+                    timer: Fixed,
+                    ansi: false,
+                })
+                .with_writer(move || w.clone())
+        });
+        tracing::subscriber::with_default(now, || log_requests(with_tag));
+        let (before, now) = (text(&before_out), text(&now_out));
+        assert!(
+            now.contains(
+                r#"INFO request{http.request.method="GET" request_id="ops-test-1"}:inner{n=7 flag=false type="x"}: "#
+            ),
+            "{now}"
+        );
+        assert_eq!(now.lines().count(), 13, "{now}");
+        assert_eq!(now, before);
+    }
+
+    /// One time for every line, so two runs compare.
+    struct Fixed;
+
+    impl FormatTime for Fixed {
+        fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+            w.write_str("2026-12-05T00:00:00.000000Z")
         }
     }
 
     #[test]
-    fn plain_fields_write_exactly_what_the_default_formatter_writes() {
-        let (default, default_out) = capture(DefaultFields::new());
-        tracing::subscriber::with_default(default, log_everything);
-        let (plain, plain_out) = capture(PlainFields);
-        tracing::subscriber::with_default(plain, log_everything);
-        let default_out = String::from_utf8(default_out.lock().unwrap().clone()).unwrap();
-        let plain_out = String::from_utf8(plain_out.lock().unwrap().clone()).unwrap();
-        assert!(
-            default_out.contains(r#"request_id="0af7651916cd43dd8448eb211c80319c""#),
-            "{default_out}"
-        );
-        assert!(default_out.contains(r#"quote\"inside"#), "{default_out}");
-        assert_eq!(plain_out, default_out);
+    fn json_lines_list_their_request_first_under_spans_as_the_request_span_did() {
+        let json_layer = |w: Shared| {
+            tracing_subscriber::fmt::layer()
+                .event_format(JsonLine::default())
+                .fmt_fields(JsonFields::new())
+                .with_writer(move || w.clone())
+        };
+        let (before, before_out) = capture(json_layer);
+        tracing::subscriber::with_default(before, || log_requests(in_request_span));
+        let (now, now_out) = capture(json_layer);
+        tracing::subscriber::with_default(now, || log_requests(with_tag));
+        let lines = |out: &Captured| -> Vec<Value> {
+            text(out)
+                .lines()
+                .map(|line| {
+                    let mut v: Value = serde_json::from_str(line).expect("a JSON line");
+                    v.as_object_mut().unwrap().remove("timestamp");
+                    v
+                })
+                .collect()
+        };
+        let (before, now) = (lines(&before_out), lines(&now_out));
+        assert_eq!(now.len(), 13);
+        assert_eq!(now[3]["spans"][0]["request_id"], "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(now[3]["spans"][1]["name"], "inner");
+        assert_eq!(now[4]["span"]["request_id"], "ops-test-1");
+        assert!(now[12].get("spans").is_none(), "{}", now[12]);
+        assert_eq!(now, before);
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! - Owns trace and span ids, the span that is current on a thread (set while a future
 //!   wrapped by [`Instrument`] is polled, or while an [`Entered`] guard lives), and where
-//!   finished spans go: the one [`Sink`] the host's exporter installs when tracing is on.
+//!   finished spans go: the one [`Sink`] the host's exporter installs when tracing is on;
+//!   and, the same way, the request a log line is written for ([`LogTag`]).
 //! - Why not `tracing` spans: those run through the subscriber's registry and every layer's
 //!   filter on creation, on each enter and exit of every poll, on each record and on close.
 //!   Four of them cost a cached sample 21 k instructions on the request path (callgrind, about
@@ -13,7 +14,8 @@
 //!   monotonic clock where the counter is not invariant) costs a few. Ticks become Unix time
 //!   against an [`Anchor`] read a few seconds before at most, so the wall clock's steps and
 //!   slews reach spans' times within seconds, and a span's duration never jumps with them.
-//!   `tracing` keeps what it does well: log lines, and the request span that names them.
+//!   `tracing` keeps what it does well: log lines. The request they name is a [`LogTag`],
+//!   current the same way a span is ([`log_tag`]).
 //! - With no sink installed (tracing off), or in an unsampled trace, a span is empty: making
 //!   one is a load and a branch, and nothing is recorded.
 //! - Must never import another svc crate: the host, its services and the drivers all make
@@ -30,6 +32,9 @@ use std::task::Poll;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use quanta::Clock;
+
+pub mod log_tag;
+pub use log_tag::{LogTag, Tagged};
 
 /// A trace's id: 16 bytes, never all zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

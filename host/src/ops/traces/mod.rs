@@ -5,9 +5,9 @@
 //! under it `auth.resolve`, `access.check`, `engine.plan`, `engine.execute`, `driver.*` and
 //! `audit.write`, made where that work runs. With tracing on, finished spans go to a bounded
 //! queue that an exporter thread ([`export`]) empties, writing OTLP protobuf itself
-//! ([`otlp`]). `tracing` still carries log lines and the request span that names them
-//! ([`super::logs`]); it used to carry the trace spans too, through a layer of svc's own, but
-//! its registry and per-layer filters cost a traced cached sample 21 k instructions on the
+//! ([`otlp`]). `tracing` still carries log lines ([`super::logs`]), which name their request
+//! by a [`svc_trace::LogTag`]. It used to carry the trace spans too, through a layer of svc's
+//! own, but its registry and per-layer filters cost a traced cached sample 21 k instructions on the
 //! request path for four spans (callgrind), where a `svc_trace` span costs an id, two clock
 //! reads and a push. Before that, the OpenTelemetry SDK and its `tracing` bridge cost a traced
 //! request about half again its CPU time.
@@ -73,14 +73,14 @@ impl Tracing {
     }
 }
 
-/// One HTTP request's spans and correlation id (see the module doc for the rule): the
-/// `tracing` span its log lines carry, and its trace's root span (empty when tracing is off
-/// or the trace is not sampled). `given` is the caller's sanitized `X-Request-Id`.
+/// One HTTP request's trace root span (empty when tracing is off or the trace is not
+/// sampled) and correlation id (see the module doc for the rule). `given` is the caller's
+/// sanitized `X-Request-Id`.
 pub fn request_span(
     method: &'static str,
     headers: &poem::http::HeaderMap,
     given: Option<String>,
-) -> (tracing::Span, svc_trace::Span, String) {
+) -> (svc_trace::Span, String) {
     let (root, id) = match SAMPLER.get() {
         Some(sampler) => {
             let remote = traceparent(headers)
@@ -115,13 +115,7 @@ pub fn request_span(
             given.unwrap_or_else(crate::api::new_request_id),
         ),
     };
-    let span = tracing::info_span!(
-        parent: None,
-        "request",
-        http.request.method = method,
-        request_id = id.as_str(),
-    );
-    (span, root, id)
+    (root, id)
 }
 
 /// Records what is known once the request is answered. The root span takes the conventional

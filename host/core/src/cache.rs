@@ -12,9 +12,9 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quick_cache::UnitWeighter;
 /// What a key can be looked up by (`str` for `String`, a borrowed form of a tuple key).
 pub use quick_cache::Equivalent;
+use quick_cache::UnitWeighter;
 
 use crate::hash::CacheHasher;
 

@@ -17,8 +17,11 @@ pub fn now() -> String {
 /// which the fixed layout cannot hold the same way, goes to chrono.
 pub fn format_ts(t: DateTime<Utc>) -> String {
     use chrono::{Datelike as _, Timelike as _};
-    let year = t.year();
-    if !(0..=9999).contains(&year) || t.nanosecond() >= 1_000_000_000 {
+    // The stored UTC parts: the zoned accessors each add the (zero) offset afresh.
+    let utc = t.naive_utc();
+    let (date, time) = (utc.date(), utc.time());
+    let year = date.year();
+    if !(0..=9999).contains(&year) || time.nanosecond() >= 1_000_000_000 {
         return t.to_rfc3339_opts(SecondsFormat::Micros, true);
     }
     let mut out = *b"0000-00-00T00:00:00.000000Z";
@@ -29,12 +32,12 @@ pub fn format_ts(t: DateTime<Utc>) -> String {
         }
     };
     put(0, 4, year.unsigned_abs());
-    put(5, 2, t.month());
-    put(8, 2, t.day());
-    put(11, 2, t.hour());
-    put(14, 2, t.minute());
-    put(17, 2, t.second());
-    put(20, 6, t.nanosecond() / 1_000);
+    put(5, 2, date.month());
+    put(8, 2, date.day());
+    put(11, 2, time.hour());
+    put(14, 2, time.minute());
+    put(17, 2, time.second());
+    put(20, 6, time.nanosecond() / 1_000);
     String::from(std::str::from_utf8(&out).expect("ASCII digits"))
 }
 

@@ -246,10 +246,7 @@ impl Engine {
             if matches!(route, Route::Remote | Route::Hybrid) {
                 // Guard on full reads: the bound for any plan; pushed filters and aggregates
                 // read less.
-                let reads: Vec<_> = tables
-                    .iter()
-                    .map(|t| (&**t, ScanSpec::default()))
-                    .collect();
+                let reads: Vec<_> = tables.iter().map(|t| (&**t, ScanSpec::default())).collect();
                 self.guard_remote(&reads).await?;
             }
 

@@ -27,8 +27,8 @@ use svc_store::metadata::MetadataRow;
 use svc_store::registry::{QueryMode, RegistryRow};
 
 use super::encoded::EncodedJson;
-use crate::discovery::SampleKey;
 use super::{ApiResult, BearerAuth, Tag};
+use crate::discovery::SampleKey;
 use crate::state::AppState;
 
 pub struct DiscoveryApi {
@@ -385,7 +385,10 @@ impl DiscoveryApi {
             clustered_by: schema.clustered_by,
             where_dialect_hints: json!({}),
         });
-        self.state.discovery.schema.insert(row.id.clone(), resp.clone());
+        self.state
+            .discovery
+            .schema
+            .insert(row.id.clone(), resp.clone());
         Ok(resp)
     }
 

@@ -119,8 +119,11 @@ impl Pipeline {
         };
         let (mut resp, route) = match limited {
             Err(e) => (poem::error::ResponseError::as_response(&e), None),
-            Ok(()) => match Tagged::new(self.route(req).in_context(root.context()), Some(tag.clone()))
-                .await
+            Ok(()) => match Tagged::new(
+                self.route(req).in_context(root.context()),
+                Some(tag.clone()),
+            )
+            .await
             {
                 Ok(r) => {
                     let r = r.into_response();

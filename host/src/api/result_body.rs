@@ -78,8 +78,11 @@ impl Completion {
     async fn fail(mut self, err: &Error) {
         if let Some(event) = self.event.take() {
             let event = event.failed(err.status(), &err.to_string());
-            let write = self.state.audit.write(&self.actor, event.timed(self.started));
-            Tagged::new(write.in_context(self.trace), self.tag.clone()).await;
+            let write = self
+                .state
+                .audit
+                .write(&self.actor, event.timed(self.started));
+            Tagged::new(write.in_context(self.trace), self.tag.take()).await;
         }
     }
 
@@ -96,8 +99,11 @@ impl Completion {
             if let Some(b) = scanned {
                 event = event.param("bytes_scanned", b);
             }
-            let write = self.state.audit.write(&self.actor, event.timed(self.started));
-            Tagged::new(write.in_context(self.trace), self.tag.clone()).await;
+            let write = self
+                .state
+                .audit
+                .write(&self.actor, event.timed(self.started));
+            Tagged::new(write.in_context(self.trace), self.tag.take()).await;
         }
     }
 }

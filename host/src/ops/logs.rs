@@ -335,7 +335,10 @@ mod tests {
         };
         let (before, now) = (lines(&before_out), lines(&now_out));
         assert_eq!(now.len(), 13);
-        assert_eq!(now[3]["spans"][0]["request_id"], "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(
+            now[3]["spans"][0]["request_id"],
+            "0af7651916cd43dd8448eb211c80319c"
+        );
         assert_eq!(now[3]["spans"][1]["name"], "inner");
         assert_eq!(now[4]["span"]["request_id"], "ops-test-1");
         assert!(now[12].get("spans").is_none(), "{}", now[12]);

@@ -145,8 +145,8 @@ mod tests {
             async {
                 let before = current_id();
                 // A future tagged with another request, polled inside this one.
-                let inner = Tagged::new(async { current_id() }, Some(LogTag::new("POST", "inner")))
-                    .await;
+                let inner =
+                    Tagged::new(async { current_id() }, Some(LogTag::new("POST", "inner"))).await;
                 tokio::task::yield_now().await;
                 // Carried to another task, as the query runtime carries it.
                 let carried = tokio::spawn(Tagged::current(async { current_id() }))

@@ -112,8 +112,31 @@ impl RequestMeta {
 
     /// The address as stored in audit rows.
     pub fn ip_string(&self) -> Option<String> {
-        self.client_ip.map(|ip| ip.to_string())
+        self.client_ip.map(ip_text)
     }
+}
+
+/// `ip` as its `Display` writes it. An IPv4 address, every request's in practice, is written
+/// octet by octet: through `fmt` it cost a cached sample 1,300 instructions (callgrind),
+/// `Display` padding each octet for a width no one asked for.
+fn ip_text(ip: IpAddr) -> String {
+    let IpAddr::V4(v4) = ip else {
+        return ip.to_string();
+    };
+    let mut out = String::with_capacity(15);
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        if octet >= 100 {
+            out.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            out.push(char::from(b'0' + octet / 10 % 10));
+        }
+        out.push(char::from(b'0' + octet % 10));
+    }
+    out
 }
 
 /// `Authorization: Bearer <token>` — a session JWT or a personal access token.
@@ -421,4 +444,29 @@ pub fn app(
 /// `fmt`.
 pub(crate) fn new_request_id() -> String {
     svc_trace::TraceId::random().hex()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for octet in 0..=255u8 {
+            for ip in [
+                Ipv4Addr::new(octet, 0, 0, 1),
+                Ipv4Addr::new(127, octet, 10, 255),
+                Ipv4Addr::new(9, 99, octet, 100),
+                Ipv4Addr::new(200, 1, 0, octet),
+            ] {
+                assert_eq!(super::ip_text(IpAddr::V4(ip)), ip.to_string());
+            }
+        }
+        for ip in [
+            Ipv6Addr::LOCALHOST,
+            Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped(),
+        ] {
+            assert_eq!(super::ip_text(IpAddr::V6(ip)), ip.to_string());
+        }
+    }
 }

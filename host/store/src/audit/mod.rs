@@ -253,9 +253,7 @@ impl Event {
             timestamp: now(),
             user_id: actor.user_id.clone(),
             action: self.action,
-            resource: self
-                .resource
-                .map(|r| r.chars().take(MAX_RESOURCE_CHARS).collect()),
+            resource: self.resource.map(truncate_resource),
             params: (!self.params.is_empty()).then_some(Value::Object(self.params)),
             params_before: self.params_before,
             client_ip: actor.client_ip.clone(),
@@ -272,6 +270,15 @@ impl Event {
             }),
         }
     }
+}
+
+/// `resource` cut to [`MAX_RESOURCE_CHARS`] characters; kept as it is when its length in
+/// bytes, which a character count never exceeds, is within the limit (every request's row).
+fn truncate_resource(resource: String) -> String {
+    if resource.len() <= MAX_RESOURCE_CHARS {
+        return resource;
+    }
+    resource.chars().take(MAX_RESOURCE_CHARS).collect()
 }
 
 /// A failure as an audit row records it: the status the client saw and the text.
@@ -506,6 +513,17 @@ mod tests {
     use super::*;
     use crate::testing;
     use serde_json::json;
+
+    #[test]
+    fn resources_are_cut_at_a_character_count_not_a_byte_count() {
+        let fits = "é".repeat(MAX_RESOURCE_CHARS);
+        assert_eq!(truncate_resource(fits.clone()), fits);
+        let long = format!("{fits}é");
+        assert_eq!(truncate_resource(long), fits);
+        let ascii = "x".repeat(MAX_RESOURCE_CHARS + 1);
+        assert_eq!(truncate_resource(ascii).len(), MAX_RESOURCE_CHARS);
+        assert_eq!(truncate_resource("table:t".into()), "table:t");
+    }
 
     /// Makes the store refuse audit inserts (and take them again): the table goes away.
     async fn rename_table(store: &Store, from: &str, to: &str) {

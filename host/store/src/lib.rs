@@ -92,15 +92,6 @@ impl Store {
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
                         if backend == Backend::Sqlite {
-                            // Takes effect only on a file not yet written (a new store): an
-                            // existing one keeps the size it was made with. Every audited
-                            // request adds a row to the audit table and its four indices;
-                            // with 16 KiB pages, fewer page splits and WAL frames per row
-                            // made storing one about a tenth cheaper than with the default
-                            // 4 KiB.
-                            sqlx::query("PRAGMA page_size = 16384")
-                                .execute(&mut *conn)
-                                .await?;
                             // Several processes (the server and `svc-server users ...`) share
                             // the file: wait for a writer instead of failing with SQLITE_BUSY.
                             sqlx::query("PRAGMA busy_timeout = 10000")
@@ -598,47 +589,6 @@ mod tests {
                 ["ana@example.com"]
             );
         }
-    }
-
-    /// A new SQLite store is made with 16 KiB pages; one made before keeps its own size and
-    /// opens as before.
-    #[tokio::test]
-    async fn new_sqlite_stores_use_16_kib_pages_and_older_ones_keep_theirs() {
-        let page_size = |store: &super::Store| {
-            let pool = store.pool().clone();
-            async move {
-                sqlx::query_scalar::<_, i64>("PRAGMA page_size")
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap()
-            }
-        };
-        let (store, _dir) = testing::sqlite().await;
-        assert_eq!(page_size(&store).await, 16_384);
-
-        let dir = testing::TempDir::new();
-        let url = super::default_sqlite_url(&dir.0);
-        super::prepare_sqlite_path(&url).unwrap();
-        {
-            let old = sqlx::any::AnyPoolOptions::new()
-                .max_connections(1)
-                .connect(&format!("{url}?mode=rwc"))
-                .await
-                .unwrap();
-            sqlx::query("PRAGMA page_size = 4096")
-                .execute(&old)
-                .await
-                .unwrap();
-            sqlx::query("CREATE TABLE made_before (x INTEGER)")
-                .execute(&old)
-                .await
-                .unwrap();
-            old.close().await;
-        }
-        let store = super::Store::open(&url).await.unwrap();
-        assert_eq!(page_size(&store).await, 4_096);
-        store.seed_system_groups().await.unwrap();
-        assert!(store.group_by_name("Admin").await.unwrap().is_some());
     }
 
     /// The same repository calls give the same answers on SQLite and PostgreSQL.

@@ -117,8 +117,8 @@ impl RequestMeta {
 }
 
 /// `ip` as its `Display` writes it. An IPv4 address, every request's in practice, is written
-/// octet by octet: through `fmt` it cost a cached sample 1,300 instructions (callgrind),
-/// `Display` padding each octet for a width no one asked for.
+/// octet by octet: through `fmt` (a `write!` of four `u8`s, each through the integer
+/// formatter's padding logic) it cost a cached sample 1,300 instructions (callgrind).
 fn ip_text(ip: IpAddr) -> String {
     let IpAddr::V4(v4) = ip else {
         return ip.to_string();

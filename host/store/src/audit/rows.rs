@@ -45,7 +45,7 @@ pub(super) const COLUMNS: &str =
 ///
 /// Written by `serde_json::to_string`, not `Value`'s `Display`: that goes through a
 /// formatter adaptor and cost 2,800 instructions for a cached sample's three parameters
-/// (callgrind), a third of what storing the row cost on the runtime.
+/// (callgrind), about a quarter of what storing the row cost on the runtime.
 fn json_text(v: &Option<serde_json::Value>) -> Option<String> {
     v.as_ref()
         .filter(|v| !v.is_null())

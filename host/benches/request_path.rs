@@ -14,7 +14,9 @@
 //!
 //! `cargo bench -p svc-host --bench request_path`; `SVC_BENCH_PASSES` (default 2),
 //! `SVC_BENCH_SECONDS` (15) and `SVC_BENCH_WARMUP` (5) set the passes and each run's length;
-//! `SVC_BENCH_PASSES=0` measures the idle memory alone.
+//! `SVC_BENCH_PASSES=0` measures the idle memory alone; `SVC_BENCH_ONLY` keeps the scenarios
+//! whose label (`cached sample n=5 c=8`) contains one of its comma-separated parts, for more
+//! passes of one scenario in the same time (one pass swings ±5 points of the floor here).
 //! Needs `wrk`.
 
 mod common;
@@ -219,6 +221,17 @@ fn main() {
         floor: Vec::new(),
     })
     .collect();
+    if let Ok(only) = std::env::var("SVC_BENCH_ONLY") {
+        let parts: Vec<&str> = only.split(',').map(str::trim).collect();
+        scenarios.retain(|sc| {
+            let label = format!("{} c={}", sc.name, sc.connections);
+            parts.iter().any(|part| label.contains(part))
+        });
+        assert!(
+            !scenarios.is_empty(),
+            "SVC_BENCH_ONLY={only} keeps no scenario; labels look like `cached sample n=5 c=8`"
+        );
+    }
 
     let started = cpu_ticks();
     for pass in 0..passes {

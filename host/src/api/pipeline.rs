@@ -96,7 +96,7 @@ impl Pipeline {
             .map(str::to_string);
         // Reads before the endpoint are boxed and made only when needed: held inline, their
         // futures would be copied with this one by every request.
-        if svc_trace::is_on() {
+        if svc_trace::is_on() && may_carry_mcp_traceparent(&req) {
             Box::pin(adopt_mcp_traceparent(&mut req, max_body)).await;
         }
         let method = svc_metrics::http::method_label(req.method().as_str());
@@ -200,16 +200,20 @@ impl Endpoint for Pipeline {
     }
 }
 
+/// Whether `req` is an MCP call with no `traceparent` header, whose body may carry one.
+/// Asked before [`adopt_mcp_traceparent`] is boxed: every other traced request would pay
+/// for the box and its poll.
+fn may_carry_mcp_traceparent(req: &Request) -> bool {
+    req.method() == poem::http::Method::POST
+        && req.uri().path() == "/mcp"
+        && crate::ops::traces::traceparent(req.headers()).is_none()
+}
+
 /// With tracing on, an MCP call's `params._meta.traceparent` stands in for a missing
-/// `traceparent` header. Only a body that declares a length within the limit is read here
-/// (the limit check that follows refuses the rest); it is put back as it was.
+/// `traceparent` header (for calls [`may_carry_mcp_traceparent`] lets through). Only a body
+/// that declares a length within the limit is read here (the limit check that follows
+/// refuses the rest); it is put back as it was.
 async fn adopt_mcp_traceparent(req: &mut Request, max_body: Option<usize>) {
-    if req.uri().path() != "/mcp"
-        || req.method() != poem::http::Method::POST
-        || crate::ops::traces::traceparent(req.headers()).is_some()
-    {
-        return;
-    }
     let declared = req
         .headers()
         .get(poem::http::header::CONTENT_LENGTH)

@@ -208,6 +208,8 @@ pub struct Finished {
     pub shared: Option<&'static Shared>,
     /// Its own attributes, in the order first set.
     pub attributes: Vec<(&'static str, Value)>,
+    /// Whether its work failed ([`Span::fail`]): exported as the status `ERROR`.
+    pub failed: bool,
 }
 
 impl Finished {
@@ -445,6 +447,7 @@ impl Span {
             end: start,
             shared: None,
             attributes: Vec::new(),
+            failed: false,
         }))
     }
 
@@ -478,6 +481,15 @@ impl Span {
     pub fn share(&mut self, shared: &'static Shared) {
         if let Some(span) = &mut self.0 {
             span.shared = Some(shared);
+        }
+    }
+
+    /// Marks the span's work as failed. A status of its own, not an attribute the exporter
+    /// looks for: whoever ends the span knows whether it failed (a server span answered
+    /// 5xx), and a search of the attributes cost every traced request for the rare one.
+    pub fn fail(&mut self) {
+        if let Some(span) = &mut self.0 {
+            span.failed = true;
         }
     }
 

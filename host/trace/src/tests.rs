@@ -93,7 +93,21 @@ fn children_hang_under_the_span_current_where_they_were_made() {
             ("request_id", Value::from("r-1".to_owned())),
         ]
     );
+    assert!(!root.failed && !step.failed, "work fails only when told");
     assert_eq!(current(), None, "nothing stays current after the work");
+}
+
+#[test]
+fn a_span_told_its_work_failed_says_so_and_an_empty_one_ignores_it() {
+    finished();
+    let trace_id = TraceId::random();
+    let mut root = Span::root(trace_id, None, "request", Kind::Server);
+    root.fail();
+    drop(root);
+    assert!(named(&of_trace(trace_id), "request").failed);
+    let mut none = Span::none();
+    none.fail();
+    assert!(!none.is_recording());
 }
 
 #[test]

@@ -569,6 +569,7 @@ mod tests {
             end: svc_trace::Ticks::now(),
             shared: None,
             attributes: vec![("http.response.status_code", svc_trace::Value::Int(200))],
+            failed: false,
         }
     }
 

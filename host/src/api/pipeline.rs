@@ -86,8 +86,9 @@ impl Pipeline {
     }
 
     /// Runs before and after the endpoint: request id, client address, body limit, log tag
-    /// and trace, metrics, envelope.
-    async fn answer(&self, mut req: Request, max_body: Option<usize>) -> Response {
+    /// and trace, metrics, envelope. `body_limit` is the most bytes the body may hold, given
+    /// only for a body to check (not for none, nor for an upload, which has its own limit).
+    async fn answer(&self, mut req: Request, body_limit: Option<usize>) -> Response {
         let given = req
             .headers()
             .get(&X_REQUEST_ID)
@@ -97,7 +98,7 @@ impl Pipeline {
         // Reads before the endpoint are boxed and made only when needed: held inline, their
         // futures would be copied with this one by every request.
         if svc_trace::is_on() && may_carry_mcp_traceparent(&req) {
-            Box::pin(adopt_mcp_traceparent(&mut req, max_body)).await;
+            Box::pin(adopt_mcp_traceparent(&mut req, body_limit)).await;
         }
         let method = svc_metrics::http::method_label(req.method().as_str());
         let (mut root, request_id) = crate::ops::traces::request_span(method, req.headers(), given);
@@ -111,11 +112,9 @@ impl Pipeline {
         });
         let is_api = req.uri().path().starts_with("/api/");
 
-        let limited = match max_body {
-            Some(max) if body::is_present(&req) => {
-                Box::pin(body::check(&mut req, max, is_api)).await
-            }
-            _ => Ok(()),
+        let limited = match body_limit {
+            Some(max) => Box::pin(body::check(&mut req, max, is_api)).await,
+            None => Ok(()),
         };
         let (mut resp, route) = match limited {
             Err(e) => (poem::error::ResponseError::as_response(&e), None),
@@ -179,16 +178,18 @@ impl Endpoint for Pipeline {
         let _busy = self.connections.begin(&req.remote_addr().0);
         // An upload streams to disk under its own size limit and stall timeout.
         let upload = super::upload::is_upload(&req);
-        if !upload {
+        // Asked once: each ask is two header lookups.
+        let has_body = body::is_present(&req);
+        if !upload && has_body {
             deadline_body(&mut req, self.connections.limits().request_read);
-        } else if !req.headers().contains_key(poem::http::header::CONTENT_TYPE) {
+        } else if upload && !req.headers().contains_key(poem::http::header::CONTENT_TYPE) {
             // Agents send raw files without a type; a body is bytes whatever it says.
             req.headers_mut().insert(
                 poem::http::header::CONTENT_TYPE,
                 poem::http::HeaderValue::from_static("application/octet-stream"),
             );
         }
-        let max_body = (!upload).then_some(self.state.config.max_body_bytes);
+        let body_limit = (!upload && has_body).then_some(self.state.config.max_body_bytes);
         // A page's script calls the API with its session cookie (and CSRF token).
         if req.uri().path().starts_with("/api/") {
             if let Err(refused) = crate::pages::session::bridge(&mut req, &self.state.auth) {
@@ -196,7 +197,7 @@ impl Endpoint for Pipeline {
             }
         }
         req.extensions_mut().insert(self.state.clone());
-        Ok(self.answer(req, max_body).await)
+        Ok(self.answer(req, body_limit).await)
     }
 }
 
@@ -233,12 +234,10 @@ async fn adopt_mcp_traceparent(req: &mut Request, max_body: Option<usize>) {
     req.set_body(body);
 }
 
-/// A request body must arrive within `limit` of the request's head (a slow sender holds a
-/// connection and a handler); past it the read fails and the request gets 400.
+/// A request body (the caller has seen there is one) must arrive within `limit` of the
+/// request's head (a slow sender holds a connection and a handler); past it the read fails
+/// and the request gets 400.
 fn deadline_body(req: &mut Request, limit: Duration) {
-    if !body::is_present(req) {
-        return;
-    }
     let mut expired = Box::pin(tokio::time::sleep(limit));
     let mut body = Box::pin(req.take_body().into_bytes_stream());
     let chunks = futures::stream::poll_fn(move |cx| {

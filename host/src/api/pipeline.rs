@@ -178,9 +178,9 @@ impl Endpoint for Pipeline {
         let _busy = self.connections.begin(&req.remote_addr().0);
         // An upload streams to disk under its own size limit and stall timeout.
         let upload = super::upload::is_upload(&req);
-        // Asked once: each ask is two header lookups.
-        let has_body = body::is_present(&req);
-        if !upload && has_body {
+        // Asked once (two header lookups), and not for an upload, which has its own limits.
+        let has_body = !upload && body::is_present(&req);
+        if has_body {
             deadline_body(&mut req, self.connections.limits().request_read);
         } else if upload && !req.headers().contains_key(poem::http::header::CONTENT_TYPE) {
             // Agents send raw files without a type; a body is bytes whatever it says.
@@ -189,7 +189,7 @@ impl Endpoint for Pipeline {
                 poem::http::HeaderValue::from_static("application/octet-stream"),
             );
         }
-        let body_limit = (!upload && has_body).then_some(self.state.config.max_body_bytes);
+        let body_limit = has_body.then_some(self.state.config.max_body_bytes);
         // A page's script calls the API with its session cookie (and CSRF token).
         if req.uri().path().starts_with("/api/") {
             if let Err(refused) = crate::pages::session::bridge(&mut req, &self.state.auth) {

@@ -624,7 +624,7 @@ mod tests {
     #[tokio::test]
     async fn new_sqlite_stores_use_16_kib_pages_and_older_ones_keep_theirs() {
         // (page size, pages of WAL between checkpoints)
-        let page_size = |store: &super::Store| {
+        let page_and_checkpoint = |store: &super::Store| {
             let pool = store.pool().clone();
             async move {
                 let mut conn = pool.acquire().await.unwrap();
@@ -640,7 +640,7 @@ mod tests {
             }
         };
         let (store, _dir) = testing::sqlite().await;
-        assert_eq!(page_size(&store).await, (16_384, 256));
+        assert_eq!(page_and_checkpoint(&store).await, (16_384, 256));
 
         let dir = testing::TempDir::new();
         let url = super::default_sqlite_url(&dir.0);
@@ -662,7 +662,7 @@ mod tests {
             old.close().await;
         }
         let store = super::Store::open(&url).await.unwrap();
-        assert_eq!(page_size(&store).await, (4_096, 1_024));
+        assert_eq!(page_and_checkpoint(&store).await, (4_096, 1_024));
         store.seed_system_groups().await.unwrap();
         assert!(store.group_by_name("Admin").await.unwrap().is_some());
     }
